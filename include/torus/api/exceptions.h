@@ -1,0 +1,64 @@
+// The exceptions the user API promises. The core library throws these from Get, Wait and task
+// submission; user code catches them by the Ray spellings (ray::internal::RayTaskException, ...).
+//
+// Every class keeps Ray's shape: it derives from RayException, is constructed from a message,
+// and exposes that message as the public member `msg_` (Ray programs read it directly).
+#pragma once
+
+#include <exception>
+#include <string>
+
+namespace torus::internal {
+
+// Base of every error the API reports.
+class RayException : public std::exception {
+ public:
+  RayException(const std::string& msg) : msg_(msg) {}  // NOLINT: implicit, as in Ray
+  const char* what() const noexcept override { return msg_.c_str(); }
+
+  std::string msg_;
+};
+
+// The actor died (or could not be created) before or while running the call.
+class RayActorException : public RayException {
+ public:
+  using RayException::RayException;
+};
+
+// The remote function or method threw; the message carries the original error.
+class RayTaskException : public RayException {
+ public:
+  using RayException::RayException;
+};
+
+// The worker process running the task died and retries were exhausted.
+class RayWorkerException : public RayException {
+ public:
+  using RayException::RayException;
+};
+
+// The object was lost and cannot be rebuilt (its owner is gone, or lineage is unavailable).
+class UnreconstructableException : public RayException {
+ public:
+  using RayException::RayException;
+};
+
+// A function or method was used remotely without having been registered with RAY_REMOTE.
+class RayFunctionNotFound : public RayException {
+ public:
+  using RayException::RayException;
+};
+
+// A RuntimeEnv field is missing, malformed, or of another type than asked for.
+class RayRuntimeEnvException : public RayException {
+ public:
+  using RayException::RayException;
+};
+
+// Get gave up after its timeout_ms.
+class RayTimeoutException : public RayException {
+ public:
+  using RayException::RayException;
+};
+
+}  // namespace torus::internal

@@ -1,0 +1,103 @@
+// RuntimeEnv: named fields (pip, env_vars, working_dir, ...) holding JSON values, as Ray's C++
+// RuntimeEnv. Torus accepts and carries it; whether the runtime honours a field is the
+// runtime's business.
+//
+//   ray::RuntimeEnv env;
+//   env.Set("env_vars", std::map<std::string, std::string>{{"KEY", "value"}});
+//   env.SetJsonStr("pip", R"({"packages":["requests"],"pip_check":false})");
+//
+// Set/Get take bool, numbers, strings and vectors/maps of them (Ray also takes any type with
+// nlohmann::json converters; Torus has no JSON library, use SetJsonStr for such values). Errors
+// throw internal::RayRuntimeEnvException. Not thread-safe; a value type.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "torus/api/exceptions.h"
+#include "torus/api/json.h"
+
+namespace torus {
+
+class RuntimeEnv {
+ public:
+  // Stores `value` as field `name`, replacing an earlier value.
+  template <typename T>
+  void Set(const std::string& name, const T& value) {
+    fields_[name] = internal::ToJson(value);
+  }
+
+  // The field converted to T. Throws when absent or of another type.
+  template <typename T>
+  T Get(const std::string& name) const {
+    const internal::Json& field = Field(name);
+    try {
+      return internal::FromJson<T>(field);
+    } catch (const std::invalid_argument& e) {
+      throw internal::RayRuntimeEnvException("Failed to get the field " + name + ": " +
+                                             e.what());
+    }
+  }
+
+  // Stores a field given as JSON text; throws when the text is not valid JSON.
+  void SetJsonStr(const std::string& name, const std::string& json_str) {
+    try {
+      fields_[name] = internal::Json::Parse(json_str);
+    } catch (const std::invalid_argument& e) {
+      throw internal::RayRuntimeEnvException("Failed to set the field " + name + ": " +
+                                             e.what());
+    }
+  }
+
+  // The field as compact JSON text; throws when absent.
+  std::string GetJsonStr(const std::string& name) const { return Field(name).Dump(); }
+
+  bool Contains(const std::string& name) const { return fields_.count(name) > 0; }
+
+  // Returns whether a field was removed.
+  bool Remove(const std::string& name) { return fields_.erase(name) > 0; }
+
+  bool Empty() const { return fields_.empty(); }
+
+  // All fields as one JSON object, e.g. {"env_vars":{"KEY":"value"}}.
+  std::string Serialize() const { return internal::Json(fields_).Dump(); }
+
+  // The form Ray passes to its core: {"serialized_runtime_env":"<Serialize() as a string>"}.
+  std::string SerializeToRuntimeEnvInfo() const {
+    internal::Json::Object info;
+    info["serialized_runtime_env"] = internal::Json(Serialize());
+    return internal::Json(std::move(info)).Dump();
+  }
+
+  // Inverse of Serialize(); throws when the text is not a JSON object.
+  static RuntimeEnv Deserialize(const std::string& serialized_runtime_env) {
+    internal::Json json;
+    try {
+      json = internal::Json::Parse(serialized_runtime_env);
+    } catch (const std::invalid_argument& e) {
+      throw internal::RayRuntimeEnvException(std::string("Failed to deserialize RuntimeEnv: ") +
+                                             e.what());
+    }
+    if (json.type() != internal::Json::Type::kObject) {
+      throw internal::RayRuntimeEnvException(
+          "Failed to deserialize RuntimeEnv: expected a JSON object");
+    }
+    RuntimeEnv env;
+    env.fields_ = json.as_object();
+    return env;
+  }
+
+ private:
+  const internal::Json& Field(const std::string& name) const {
+    auto it = fields_.find(name);
+    if (it == fields_.end()) {
+      throw internal::RayRuntimeEnvException("The field " + name + " not found.");
+    }
+    return it->second;
+  }
+
+  internal::Json::Object fields_;
+};
+
+}  // namespace torus

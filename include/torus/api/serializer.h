@@ -1,0 +1,102 @@
+// How values cross process boundaries: msgpack documents produced and read with msgpack-c.
+// Task arguments, task results and Put values are each one msgpack document. Any type msgpack-c
+// can pack works (user structs via MSGPACK_DEFINE); a void result is msgpack nil.
+//
+// ObjectRef and ActorHandle values are packed as msgpack ext objects whose body is the id
+// string, with the ext types below. The runtime may scan a stored value or task argument for
+// these to learn which objects and actors it references.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+
+#include <boost/core/demangle.hpp>
+#include <msgpack.hpp>
+
+#include "torus/api/exceptions.h"
+
+namespace torus::internal {
+
+inline constexpr int8_t kObjectRefExtType = 0x52;    // 'R': body is an object id
+inline constexpr int8_t kActorHandleExtType = 0x41;  // 'A': body is an actor id
+
+// Readable name of T for error messages.
+template <typename T>
+std::string TypeName() {
+  return boost::core::demangle(typeid(T).name());
+}
+
+class Serializer {
+ public:
+  template <typename T>
+  static std::string Serialize(const T& value) {
+    std::string out;
+    StringWriter writer{&out};
+    msgpack::pack(writer, value);
+    return out;
+  }
+
+  static std::string SerializeNil() { return Serialize(msgpack::type::nil_t()); }
+
+  // Converts one msgpack document to T. Throws RayException naming T and the reason when the
+  // bytes are not msgpack or hold another type.
+  template <typename T>
+  static T Deserialize(const char* data, size_t size) {
+    try {
+      msgpack::object_handle handle = msgpack::unpack(data, size);
+      return handle.get().as<T>();
+    } catch (const RayException&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw RayException("cannot deserialize a value as " + TypeName<T>() + ": " + e.what());
+    }
+  }
+
+  // Same, into a new heap object. Large values are converted in place, not on the stack.
+  template <typename T>
+  static std::shared_ptr<T> DeserializeShared(const char* data, size_t size) {
+    try {
+      msgpack::object_handle handle = msgpack::unpack(data, size);
+      if constexpr (std::is_default_constructible_v<T>) {
+        auto value = std::make_shared<T>();
+        handle.get().convert(*value);
+        return value;
+      } else {
+        return std::make_shared<T>(handle.get().as<T>());
+      }
+    } catch (const RayException&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw RayException("cannot deserialize a value as " + TypeName<T>() + ": " + e.what());
+    }
+  }
+
+ private:
+  // msgpack-c packs into anything with write(const char*, size_t).
+  struct StringWriter {
+    std::string* out;
+    void write(const char* data, size_t size) { out->append(data, size); }
+  };
+};
+
+// Body of an ext object of `type`, or of a plain string (accepted for hand-built documents).
+// Throws msgpack::type_error for anything else, as msgpack-c's own converters do.
+inline std::string UnpackIdExt(const msgpack::object& o, int8_t type) {
+  if (o.type == msgpack::type::EXT && o.via.ext.type() == type) {
+    return std::string(o.via.ext.data(), o.via.ext.size);
+  }
+  if (o.type == msgpack::type::STR) return std::string(o.via.str.ptr, o.via.str.size);
+  throw msgpack::type_error();
+}
+
+template <typename Stream>
+void PackIdExt(msgpack::packer<Stream>& packer, int8_t type, const std::string& id) {
+  packer.pack_ext(id.size(), type);
+  packer.pack_ext_body(id.data(), id.size());
+}
+
+}  // namespace torus::internal

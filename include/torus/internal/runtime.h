@@ -1,0 +1,144 @@
+// The seam between the header-only Ray-compatible API (templates in include/torus/api/) and the
+// core library (src/core). Everything here is non-template and implemented in libtorus.
+//
+// Threading: every method may be called from any thread of a driver or worker process once
+// Init() has run. Methods that fail for a reason the user API promises (a task error, a dead
+// actor, a timeout) throw the ray-compatible exceptions of <torus/api/exceptions.h>; other
+// failures throw torus::internal::RayException with a message naming what was wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace torus::internal {
+
+// Read-only bytes of one stored value (a msgpack document). Either owned memory or a read-only
+// mapping of a shared-memory segment, kept alive as long as this object lives.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual const char* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
+// One argument of a task or actor call.
+struct TaskArg {
+  bool is_ref = false;  // true: resolve the object `ref_id` and pass its value
+  std::string value;    // msgpack bytes of the argument when !is_ref
+  std::string ref_id;   // full object id (see ObjectRef::ID) when is_ref
+};
+
+// A label selector term, Ray syntax: value is "v", "!v", "in(a,b)", "!in(a,b)", "exists()"...
+using LabelSelector = std::unordered_map<std::string, std::string>;
+
+struct TaskOptions {
+  std::string name;                                   // for listings and logs only
+  std::unordered_map<std::string, double> resources;  // empty: {CPU: 1} for tasks
+  int max_retries = 3;                                // retries after a worker death
+  std::string placement_group_id;                     // empty: none
+  int bundle_index = -1;
+  LabelSelector label_selector;
+};
+
+struct ActorOptions {
+  std::string name;  // empty: anonymous
+  std::string ray_namespace;
+  std::unordered_map<std::string, double> resources;  // empty: {CPU: 1} to place, 0 while alive
+  int max_restarts = 0;  // -1: infinite
+  int max_concurrency = 1;
+  bool detached = false;
+  std::string placement_group_id;
+  int bundle_index = -1;
+  LabelSelector label_selector;
+};
+
+// Runs a registered remote function: each element of `args` is one argument's msgpack bytes.
+// Returns the msgpack bytes of the result (nil for void). User exceptions propagate.
+struct ArgView {
+  const char* data;
+  size_t size;
+};
+using FunctionInvoker = std::function<std::string(const std::vector<ArgView>& args)>;
+// Runs a registered actor factory: returns a new instance and how to delete it.
+struct ActorInstance {
+  void* ptr = nullptr;
+  void (*deleter)(void*) = nullptr;
+};
+using FactoryInvoker = std::function<ActorInstance(const std::vector<ArgView>& args)>;
+// Runs a registered member function on `self` (the ActorInstance::ptr).
+using MethodInvoker = std::function<std::string(void* self, const std::vector<ArgView>& args)>;
+
+// Process-wide registry of remote functions, filled by RAY_REMOTE at static-initialisation time
+// (before main) in drivers and workers alike. Thread-safe.
+class FunctionRegistry {
+ public:
+  static FunctionRegistry& Instance();
+  // `key` identifies the C++ entity in this process (function pointer bits or member-pointer
+  // bytes); `name` is the portable name used on the wire (the spelling given to RAY_REMOTE).
+  void RegisterFunction(std::string key, std::string name, FunctionInvoker invoker);
+  void RegisterFactory(std::string key, std::string name, FactoryInvoker invoker);
+  void RegisterMethod(std::string key, std::string name, MethodInvoker invoker);
+  // Name for a key; throws RayFunctionNotFound naming the function when it was never registered.
+  const std::string& NameOf(const std::string& key) const;
+  // Lookups by wire name; nullptr when absent.
+  const FunctionInvoker* FindFunction(const std::string& name) const;
+  const FactoryInvoker* FindFactory(const std::string& name) const;
+  const MethodInvoker* FindMethod(const std::string& name) const;
+
+ private:
+  FunctionRegistry() = default;
+  struct Impl;
+  Impl& impl() const;
+};
+
+// The core library inside a driver or worker.
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  // Stores a value owned by this process; returns its object id with one local reference
+  // already counted for the caller (the caller's ObjectRef adopts it, see ObjectRef).
+  virtual std::string Put(std::string msgpack_bytes) = 0;
+  // Blocks until every object is available or timeout_ms passes (-1: forever). Throws
+  // RayTimeoutException on timeout, RayTaskException / RayActorException / RayWorkerException
+  // when the object holds an error.
+  virtual std::vector<std::shared_ptr<Buffer>> Get(const std::vector<std::string>& ids,
+                                                   int timeout_ms) = 0;
+  // result[i] is true when ids[i] is ready (value or error). Returns once num_objects are
+  // ready or timeout_ms passes (-1: forever).
+  virtual std::vector<bool> Wait(const std::vector<std::string>& ids, int num_objects,
+                                 int timeout_ms) = 0;
+
+  // Each returns the id of the result object, with one local reference counted for the caller.
+  virtual std::string SubmitTask(const std::string& function_name, std::vector<TaskArg> args,
+                                 const TaskOptions& options) = 0;
+  virtual std::string CreateActor(const std::string& factory_name, std::vector<TaskArg> args,
+                                  const ActorOptions& options) = 0;  // returns the actor id
+  virtual std::string SubmitActorTask(const std::string& actor_id, const std::string& method_name,
+                                      std::vector<TaskArg> args, const TaskOptions& options) = 0;
+
+  // Reference counting of ObjectRefs held by user code in this process.
+  virtual void AddLocalReference(const std::string& id) = 0;
+  virtual void RemoveLocalReference(const std::string& id) = 0;
+
+  // Actors.
+  // Empty string when no live actor has that name in the namespace ("" = current namespace).
+  virtual std::string GetNamedActor(const std::string& name, const std::string& ray_namespace) = 0;
+  virtual void KillActor(const std::string& actor_id, bool no_restart) = 0;
+  virtual void ExitActor() = 0;  // only inside an actor; never returns
+  virtual bool WasCurrentActorRestarted() = 0;
+  virtual std::string GetNamespace() = 0;
+};
+
+// The runtime of this process, or nullptr before Init / after Shutdown.
+Runtime* GetRuntime();
+// Same, but throws RayException("ray::Init() has not been called") when absent.
+Runtime& RequireRuntime();
+
+}  // namespace torus::internal

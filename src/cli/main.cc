@@ -1,0 +1,602 @@
+// The `torus` command: CLI and daemons as subcommands.
+//
+//   torus start --head [--port N] [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]
+//   torus start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]
+//   torus stop
+//   torus status [--address A]
+//   torus list nodes|actors|objects|workers [--format table|json] [--address A]
+//   torus head ... / torus node ... / torus worker      (daemons; started by `start`)
+//
+// THREADS (daemons): main blocks SIGINT/SIGTERM before any thread starts and waits for them with
+// sigwait(); the head/node objects own their threads (see head.h, node.h).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/resources.h"
+#include "common/rpc.h"
+#include "common/session.h"
+#include "core/worker_main.h"
+#include "head/head.h"
+#include "node/node.h"
+
+namespace torus {
+namespace {
+
+constexpr int kDefaultPort = 7379;
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;  // --k v / --k=v ; booleans map to "1"
+  bool Has(const std::string& k) const { return flags.count(k) > 0; }
+  std::string Get(const std::string& k, const std::string& def = "") const {
+    auto it = flags.find(k);
+    return it == flags.end() ? def : it->second;
+  }
+};
+
+const std::set<std::string> kBoolFlags = {"head", "block", "help", "force"};
+
+Args Parse(int argc, char** argv, int from) {
+  Args a;
+  for (int i = from; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      std::string k = s.substr(2), v = "1";
+      auto eq = k.find('=');
+      if (eq != std::string::npos) {
+        v = k.substr(eq + 1);
+        k = k.substr(0, eq);
+      } else if (!kBoolFlags.count(k) && i + 1 < argc) {
+        v = argv[++i];
+      }
+      a.flags[k] = v;
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+[[noreturn]] void Die(const std::string& msg) {
+  std::cerr << "torus: " << msg << std::endl;
+  exit(1);
+}
+
+StatusOr<ResourceMap> ParseResources(const Args& a) {
+  ResourceMap r;
+  if (a.Has("resources")) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(a.Get("resources"));
+    } catch (const std::exception& e) {
+      return InvalidArgument("--resources is not valid JSON (" + std::string(e.what()) +
+                             "); expected e.g. '{\"GPU\": 1, \"custom\": 2}'");
+    }
+    if (!j.is_object()) return InvalidArgument("--resources must be a JSON object of name: amount");
+    for (auto& [k, v] : j.items()) {
+      if (!v.is_number() || v.get<double>() < 0) {
+        return InvalidArgument("--resources: amount of '" + k + "' must be a non-negative number");
+      }
+      r[k] = v.get<double>();
+    }
+  }
+  if (a.Has("num-cpus")) {
+    try {
+      r["CPU"] = std::stod(a.Get("num-cpus"));
+    } catch (...) {
+      return InvalidArgument("--num-cpus must be a number, got '" + a.Get("num-cpus") + "'");
+    }
+  }
+  return r;
+}
+
+StatusOr<std::map<std::string, std::string>> ParseLabels(const std::string& s) {
+  std::map<std::string, std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("--labels entry '" + item + "' is not key=value");
+    }
+    out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return out;
+}
+
+void BlockSignals(sigset_t* set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, set, nullptr);
+}
+
+std::string ResolveAddress(const Args& a) {
+  std::string addr = a.Get("address");
+  if (addr.empty()) addr = AddressFromEnv();
+  if (addr.empty()) {
+    std::string s = LatestSession();
+    if (!s.empty()) {
+      auto r = ReadFile(s + "/head_address");
+      if (r.ok()) addr = *r;
+    }
+  }
+  while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
+  return addr;
+}
+
+// ------------------------------------------------------------------------------- daemons
+
+int RunHead(const Args& a) {
+  sigset_t set;
+  BlockSignals(&set);
+  SetLogComponent("head");
+  HeadConfig cfg;
+  cfg.bind_host = a.Get("bind", "127.0.0.1");
+  cfg.port = std::stoi(a.Get("port", std::to_string(kDefaultPort)));
+  cfg.session_dir = a.Get("session-dir");
+  auto tok = FindToken(cfg.session_dir);
+  if (!tok.ok()) Die(tok.status().message());
+  cfg.token = *tok;
+  Head head(cfg);
+  if (auto s = head.Start(); !s.ok()) Die(s.ToString());
+  if (!cfg.session_dir.empty()) (void)WriteFile(cfg.session_dir + "/head_address", head.address());
+  std::thread([&] {
+    int sig;
+    sigwait(&set, &sig);
+    head.Stop();
+  }).detach();
+  head.Wait();
+  return 0;
+}
+
+StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
+  NodeConfig cfg;
+  cfg.head_address = a.Get("address");
+  if (cfg.head_address.empty()) return InvalidArgument("torus node needs --address HEAD_HOST:PORT");
+  cfg.bind_host = a.Get("bind", "127.0.0.1");
+  cfg.port = std::stoi(a.Get("node-port", "0"));
+  cfg.session_dir = a.Get("session-dir");
+  auto res = ParseResources(a);
+  if (!res.ok()) return res.status();
+  cfg.resources = *res;
+  auto labels = ParseLabels(a.Get("labels"));
+  if (!labels.ok()) return labels.status();
+  cfg.labels = *labels;
+  cfg.torus_exe = SelfExecutable();
+  auto tok = FindToken(cfg.session_dir);
+  if (!tok.ok()) return tok.status();
+  cfg.token = *tok;
+  return cfg;
+}
+
+int RunNode(const Args& a) {
+  sigset_t set;
+  BlockSignals(&set);
+  SetLogComponent("node");
+  auto cfg = NodeConfigFromArgs(a);
+  if (!cfg.ok()) Die(cfg.status().message());
+  Node node(*cfg);
+  if (auto s = node.Start(); !s.ok()) Die(s.ToString());
+  std::thread([&] {
+    int sig;
+    sigwait(&set, &sig);
+    node.Stop();
+  }).detach();
+  node.Wait();
+  return 0;
+}
+
+// ------------------------------------------------------------------------------- start / stop
+
+pid_t SpawnDaemon(const std::string& session, const std::string& name,
+                  const std::vector<std::string>& argv) {
+  SpawnOptions o;
+  o.argv = argv;
+  o.stdout_path = session + "/logs/" + name + ".out";
+  o.stderr_path = session + "/logs/" + name + ".err";
+  o.new_session = true;
+  auto pid = Spawn(o);
+  if (!pid.ok()) Die(pid.status().message());
+  std::filesystem::create_directories(session + "/pids");
+  (void)WriteFile(session + "/pids/" + name + ".pid", std::to_string(*pid));
+  return *pid;
+}
+
+std::vector<std::string> NodeArgs(const Args& a) {
+  std::vector<std::string> v;
+  for (const char* k : {"num-cpus", "resources", "labels", "bind"}) {
+    if (a.Has(k)) {
+      v.push_back(std::string("--") + k);
+      v.push_back(a.Get(k));
+    }
+  }
+  return v;
+}
+
+bool WaitForNodes(const std::string& address, const std::string& token, size_t n, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto stub = rpc::Head::NewStub(GetChannel(address));
+  while (std::chrono::steady_clock::now() < deadline) {
+    rpc::ListReply reply;
+    auto ctx = NewContext(token, 1000);
+    if (stub->List(ctx.get(), rpc::Empty(), &reply).ok()) {
+      size_t alive = 0;
+      for (const auto& nd : reply.nodes()) alive += nd.alive();
+      if (alive >= n) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+int Start(const Args& a) {
+  std::string self = SelfExecutable();
+  if (auto r = ParseResources(a); !r.ok()) Die(r.status().message());
+  if (auto l = ParseLabels(a.Get("labels")); !l.ok()) Die(l.status().message());
+  if (a.Has("head")) {
+    auto session = CreateSession(true);
+    if (!session.ok()) Die(session.status().message());
+    std::string port = a.Get("port", std::to_string(kDefaultPort));
+    if (a.Has("block")) {
+      // Foreground: head and node in this process until a signal.
+      sigset_t set;
+      BlockSignals(&set);
+      SetLogComponent("head");
+      HeadConfig hc;
+      hc.bind_host = a.Get("bind", "127.0.0.1");
+      hc.port = std::stoi(port);
+      hc.session_dir = *session;
+      hc.token = *FindToken(*session);
+      Head head(hc);
+      if (auto s = head.Start(); !s.ok()) Die(s.ToString());
+      (void)WriteFile(*session + "/head_address", head.address());
+      Args na = a;
+      na.flags["address"] = head.address();
+      na.flags["session-dir"] = *session;
+      auto nc = NodeConfigFromArgs(na);
+      if (!nc.ok()) Die(nc.status().message());
+      Node node(*nc);
+      if (auto s = node.Start(); !s.ok()) Die(s.ToString());
+      std::cout << "Torus head running at " << head.address() << " (session " << *session
+                << "); Ctrl-C stops it." << std::endl;
+      int sig;
+      sigwait(&set, &sig);
+      node.Stop();
+      head.Stop();
+      return 0;
+    }
+    std::vector<std::string> hargs = {self, "head", "--port", port, "--session-dir", *session};
+    if (a.Has("bind")) {
+      hargs.push_back("--bind");
+      hargs.push_back(a.Get("bind"));
+    }
+    pid_t hp = SpawnDaemon(*session, "head", hargs);
+    std::string address;
+    for (int i = 0; i < 500 && address.empty(); ++i) {
+      auto r = ReadFile(*session + "/head_address");
+      if (r.ok()) address = *r;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (kill(hp, 0) != 0) {
+        auto log = ReadFile(*session + "/logs/head.err");
+        Die("the head failed to start:\n" + (log.ok() ? *log : std::string()));
+      }
+    }
+    if (address.empty()) Die("the head did not come up within 5 s; see " + *session + "/logs");
+    std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", *session};
+    for (auto& s : NodeArgs(a)) nargs.push_back(s);
+    SpawnDaemon(*session, "node-head", nargs);
+    std::string token = *FindToken(*session);
+    if (!WaitForNodes(address, token, 1, 10000)) {
+      Die("the head's node did not register within 10 s; see " + *session + "/logs");
+    }
+    std::cout << "Torus head started at " << address << "\n  session: " << *session
+              << "\n  join another node: torus start --address " << address
+              << "\n  drivers connect with TORUS_ADDRESS=" << address << " (or RAY_ADDRESS)"
+              << "\n  stop: torus stop" << std::endl;
+    return 0;
+  }
+  std::string address = a.Get("address");
+  if (address.empty()) Die("torus start needs --head or --address HOST:PORT");
+  auto token = FindToken();
+  if (!token.ok()) Die(token.status().message());
+  std::string session = LatestSession();
+  if (session.empty()) {
+    auto s = CreateSession(true);
+    if (!s.ok()) Die(s.status().message());
+    session = *s;
+  }
+  // Count nodes first so we can tell when ours has joined.
+  size_t before = 0;
+  {
+    auto stub = rpc::Head::NewStub(GetChannel(address));
+    rpc::ListReply reply;
+    auto ctx = NewContext(*token, 5000);
+    auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
+    if (!st.ok()) Die("cannot reach the head at " + address + ": " + st.error_message());
+    for (const auto& n : reply.nodes()) before += n.alive();
+  }
+  std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session};
+  for (auto& s : NodeArgs(a)) nargs.push_back(s);
+  if (a.Has("block")) {
+    std::vector<char*> cargv;
+    for (auto& s : nargs) cargv.push_back(s.data());
+    return RunNode(Parse(static_cast<int>(cargv.size()), cargv.data(), 2));
+  }
+  static int counter = 0;
+  std::string name = "node-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  SpawnDaemon(session, name, nargs);
+  if (!WaitForNodes(address, *token, before + 1, 10000)) {
+    auto log = ReadFile(session + "/logs/" + name + ".err");
+    Die("the node did not register within 10 s:\n" + (log.ok() ? *log : std::string()));
+  }
+  std::cout << "Torus node joined the cluster at " << address << std::endl;
+  return 0;
+}
+
+int Stop(const Args&) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<pid_t> pids;
+  std::vector<fs::path> files;
+  for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
+    if (!s.is_directory() || s.path().filename().string().rfind("session_", 0) != 0) continue;
+    for (const auto& f : fs::directory_iterator(s.path() / "pids", ec)) {
+      auto r = ReadFile(f.path().string());
+      if (r.ok()) {
+        try {
+          pids.push_back(std::stoi(*r));
+        } catch (...) {
+        }
+      }
+      files.push_back(f.path());
+    }
+  }
+  int stopped = 0;
+  for (pid_t p : pids) {
+    if (kill(p, SIGTERM) == 0) ++stopped;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (pid_t p : pids) {
+    while (kill(p, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(p, SIGKILL);
+  }
+  for (const auto& f : files) fs::remove(f, ec);
+  std::cout << "Stopped " << stopped << " Torus process(es)." << std::endl;
+  return 0;
+}
+
+// ------------------------------------------------------------------------------- status / list
+
+struct Cluster {
+  std::string address;
+  std::string token;
+  rpc::ListReply list;
+};
+
+Cluster Connect(const Args& a) {
+  Cluster c;
+  c.address = ResolveAddress(a);
+  if (c.address.empty()) Die("no cluster: pass --address, set TORUS_ADDRESS, or run torus start --head");
+  auto tok = FindToken();
+  if (!tok.ok()) Die(tok.status().message());
+  c.token = *tok;
+  auto stub = rpc::Head::NewStub(GetChannel(c.address));
+  auto ctx = NewContext(c.token, 5000);
+  auto st = stub->List(ctx.get(), rpc::Empty(), &c.list);
+  if (!st.ok()) Die("cannot reach the head at " + c.address + ": " + st.error_message());
+  return c;
+}
+
+nlohmann::json ResJson(const rpc::ResourceSet& r) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : FromProto(r)) j[k] = v;
+  return j;
+}
+
+int Status_(const Args& a) {
+  Cluster c = Connect(a);
+  ResourceMap total, avail;
+  int alive = 0, dead = 0;
+  std::cout << "======== Torus cluster at " << c.address << " ========\nNodes\n";
+  for (const auto& n : c.list.nodes()) {
+    if (!n.alive()) {
+      ++dead;
+      continue;
+    }
+    ++alive;
+    Add(total, FromProto(n.total()));
+    Add(avail, FromProto(n.available()));
+    std::cout << "  " << n.node_id().substr(0, 12) << "  " << n.address() << "  "
+              << ResourcesToString(FromProto(n.total())) << "\n";
+  }
+  std::cout << "  " << alive << " alive, " << dead << " dead\nResources (used / total)\n";
+  for (const auto& [k, v] : total) {
+    double used = v - (avail.count(k) ? avail[k] : 0);
+    std::cout << "  " << std::setw(24) << std::left << k << " " << used << " / " << v << "\n";
+  }
+  std::cout << "Pending demands\n";
+  int pending = 0;
+  for (const auto& n : c.list.nodes()) {
+    if (!n.alive()) continue;
+    for (const auto& d : n.pending()) {
+      ++pending;
+      std::cout << "  " << d.count() << " x " << ResourcesToString(FromProto(d.resources())) << " "
+                << d.description() << (d.infeasible() ? "  (infeasible: no node has these)" : "")
+                << "\n";
+    }
+  }
+  int actors_pending = 0;
+  for (const auto& ac : c.list.actors()) {
+    if (ac.state() == "PENDING" || ac.state() == "RESTARTING") {
+      ++actors_pending;
+      std::cout << "  actor " << ac.class_name() << " (" << ac.actor_id().substr(0, 12) << ") "
+                << ac.state() << "\n";
+    }
+  }
+  if (pending + actors_pending == 0) std::cout << "  (none)\n";
+  return 0;
+}
+
+void PrintTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w(header.size());
+  for (size_t i = 0; i < header.size(); ++i) w[i] = header[i].size();
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    for (size_t i = 0; i < r.size(); ++i) std::cout << std::setw(w[i] + 2) << std::left << r[i];
+    std::cout << "\n";
+  };
+  line(header);
+  for (const auto& r : rows) line(r);
+}
+
+int List(const Args& a) {
+  if (a.positional.empty()) Die("usage: torus list nodes|actors|objects|workers [--format table|json]");
+  std::string what = a.positional[0];
+  std::string format = a.Get("format", "table");
+  if (format != "table" && format != "json") Die("--format must be table or json, got '" + format + "'");
+  Cluster c = Connect(a);
+  nlohmann::json out = nlohmann::json::array();
+  if (what == "nodes") {
+    for (const auto& n : c.list.nodes()) {
+      nlohmann::json j;
+      j["node_id"] = n.node_id();
+      j["address"] = n.address();
+      j["hostname"] = n.hostname();
+      j["state"] = n.alive() ? "ALIVE" : "DEAD";
+      j["resources_total"] = ResJson(n.total());
+      j["resources_available"] = ResJson(n.available());
+      nlohmann::json labels = nlohmann::json::object();
+      for (const auto& [k, v] : n.labels()) labels[k] = v;
+      j["labels"] = labels;
+      out.push_back(j);
+    }
+  } else if (what == "actors") {
+    for (const auto& ac : c.list.actors()) {
+      nlohmann::json j;
+      j["actor_id"] = ac.actor_id();
+      j["class_name"] = ac.class_name();
+      j["name"] = ac.name();
+      j["namespace"] = ac.ray_namespace();
+      j["state"] = ac.state();
+      j["node_id"] = ac.node_id();
+      j["num_restarts"] = ac.num_restarts();
+      j["death_cause"] = ac.death_cause();
+      j["job_id"] = ac.job_id();
+      out.push_back(j);
+    }
+  } else if (what == "objects" || what == "workers") {
+    for (const auto& n : c.list.nodes()) {
+      if (!n.alive()) continue;
+      auto stub = rpc::Node::NewStub(GetChannel(n.address()));
+      rpc::NodeInfoReply info;
+      auto ctx = NewContext(c.token, 5000);
+      if (!stub->Info(ctx.get(), rpc::Empty(), &info).ok()) continue;
+      if (what == "objects") {
+        for (const auto& o : info.objects()) {
+          nlohmann::json j;
+          j["object_id"] = o.object_id();
+          j["node_id"] = o.node_id();
+          j["size_bytes"] = o.size();
+          j["owner_address"] = o.owner_address();
+          j["shm_name"] = o.shm_name();
+          out.push_back(j);
+        }
+      } else {
+        for (const auto& w : info.workers()) {
+          nlohmann::json j;
+          j["worker_id"] = w.worker_id();
+          j["node_id"] = n.node_id();
+          j["pid"] = w.pid();
+          j["state"] = w.state();
+          j["actor_id"] = w.actor_id();
+          out.push_back(j);
+        }
+      }
+    }
+  } else {
+    Die("unknown list kind '" + what + "': expected nodes, actors, objects or workers");
+  }
+  if (format == "json") {
+    std::cout << out.dump(2) << std::endl;
+    return 0;
+  }
+  if (out.empty()) {
+    std::cout << "(no " << what << ")\n";
+    return 0;
+  }
+  std::vector<std::string> header;
+  for (auto& [k, v] : out[0].items()) header.push_back(k);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& j : out) {
+    std::vector<std::string> r;
+    for (const auto& h : header) {
+      const auto& v = j[h];
+      r.push_back(v.is_string() ? v.get<std::string>() : v.dump());
+    }
+    rows.push_back(r);
+  }
+  PrintTable(header, rows);
+  return 0;
+}
+
+void Usage() {
+  std::cout << "usage: torus <command> [options]\n"
+               "  start --head [--port N] [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
+               "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
+               "  stop\n"
+               "  status [--address A]\n"
+               "  list nodes|actors|objects|workers [--format table|json] [--address A]\n";
+}
+
+}  // namespace
+}  // namespace torus
+
+int main(int argc, char** argv) {
+  using namespace torus;
+  if (argc < 2) {
+    Usage();
+    return 2;
+  }
+  std::string cmd = argv[1];
+  Args a = Parse(argc, argv, 2);
+  try {
+    if (cmd == "head") return RunHead(a);
+    if (cmd == "node") return RunNode(a);
+    if (cmd == "worker") RunWorkerMain();
+    if (cmd == "start") return Start(a);
+    if (cmd == "stop") return Stop(a);
+    if (cmd == "status") return Status_(a);
+    if (cmd == "list") return List(a);
+    if (cmd == "--help" || cmd == "help" || cmd == "-h") {
+      Usage();
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    Die(e.what());
+  }
+  std::cerr << "torus: unknown command '" << cmd << "'\n";
+  Usage();
+  return 2;
+}

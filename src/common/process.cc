@@ -1,0 +1,92 @@
+#include "common/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <set>
+
+extern char** environ;
+
+namespace torus {
+
+StatusOr<pid_t> Spawn(const SpawnOptions& opts) {
+  if (opts.argv.empty()) return InvalidArgument("spawn: empty argv");
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const char* eq = strchr(*e, '=');
+    if (!eq) continue;
+    env[std::string(*e, eq - *e)] = eq + 1;
+  }
+  for (const auto& k : opts.env_unset) env.erase(k);
+  for (const auto& [k, v] : opts.env_set) env[k] = v;
+  std::vector<std::string> env_strs;
+  env_strs.reserve(env.size());
+  for (const auto& [k, v] : env) env_strs.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strs) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = opts.argv;
+  std::vector<char*> argv;
+  for (auto& s : argv_copy) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (!opts.stdout_path.empty()) {
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, opts.stdout_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+  }
+  if (!opts.stderr_path.empty()) {
+    if (opts.stderr_path == opts.stdout_path) {
+      posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    } else {
+      posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, opts.stderr_path.c_str(),
+                                       O_WRONLY | O_CREAT | O_APPEND, 0644);
+    }
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  sigset_t empty, all;
+  sigemptyset(&empty);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  if (opts.new_session) flags |= POSIX_SPAWN_SETSID;
+  posix_spawnattr_setflags(&attr, flags);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    return Internal("cannot start " + opts.argv[0] + ": " + strerror(rc));
+  }
+  return pid;
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return "killed by signal " + std::to_string(sig) + " (SIG" + (name ? name : "?") + ")";
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+std::string SelfExecutable() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  buf[n] = 0;
+  return buf;
+}
+
+}  // namespace torus

@@ -1,0 +1,288 @@
+// Init/Shutdown and the process-level entry points of the API: joining a cluster, the embedded
+// default cluster (head + node inside the driver process), and worker mode.
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+#include "common/ids.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/rpc.h"
+#include "common/session.h"
+#include "core/core_worker.h"
+#include "core/worker_main.h"
+#include "head/head.h"
+#include "node/node.h"
+#include "torus/api.h"
+
+namespace torus {
+
+namespace {
+
+// Process-wide runtime state; guarded by g_mu.
+struct Global {
+  std::unique_ptr<Head> head;  // embedded cluster only
+  std::unique_ptr<Node> node;  // embedded cluster only
+  std::string embedded_session;
+  std::unique_ptr<core::CoreWorker> core;
+};
+std::mutex g_mu;
+Global* g = new Global();  // never destroyed: usable from atexit handlers
+std::atomic<internal::Runtime*> g_runtime{nullptr};
+
+std::string FindTorusBinary() {
+  if (const char* e = std::getenv("TORUS_BIN"); e && *e) return e;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&FindTorusBinary), &info) && info.dli_fname) {
+    namespace fs = std::filesystem;
+    fs::path lib = fs::weakly_canonical(info.dli_fname).parent_path();
+    for (auto p : {lib / "torus", lib.parent_path() / "bin" / "torus"}) {
+      if (access(p.c_str(), X_OK) == 0) return p.string();
+    }
+  }
+  return "torus";
+}
+
+void ParseArgs(RayConfig& config, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto take = [&](const std::string& flag, std::string* out) {
+      if (a.rfind(flag + "=", 0) == 0) {
+        *out = a.substr(flag.size() + 1);
+        return true;
+      }
+      return false;
+    };
+    std::string v;
+    if (take("--ray_address", &v)) config.address = v;
+    else if (take("--ray_namespace", &v)) config.ray_namespace = v;
+    else if (take("--ray_code_search_path", &v)) {
+      config.code_search_path.clear();
+      size_t start = 0;
+      while (start <= v.size()) {
+        size_t end = v.find(':', start);
+        if (end == std::string::npos) end = v.size();
+        if (end > start) config.code_search_path.push_back(v.substr(start, end - start));
+        start = end + 1;
+      }
+    }
+  }
+}
+
+void StopEmbedded() {
+  if (g->node) g->node->Stop();
+  if (g->head) g->head->Stop();
+  g->node.reset();
+  g->head.reset();
+  if (!g->embedded_session.empty() && !std::getenv("TORUS_KEEP_SESSION")) {
+    std::error_code ec;
+    std::filesystem::remove_all(g->embedded_session, ec);
+  }
+  g->embedded_session.clear();
+}
+
+void ShutdownAtExit() { Shutdown(); }
+
+}  // namespace
+
+namespace internal {
+Runtime* GetRuntime() { return g_runtime.load(std::memory_order_acquire); }
+Runtime& RequireRuntime() {
+  Runtime* r = GetRuntime();
+  if (!r) throw RayException("ray::Init() has not been called (or ray::Shutdown() already was)");
+  return *r;
+}
+}  // namespace internal
+
+void Init() {
+  RayConfig config;
+  Init(config);
+}
+
+void Init(RayConfig& config, int argc, char** argv) {
+  ParseArgs(config, argc, argv);
+  Init(config);
+}
+
+void Init(RayConfig& config) {
+  if (std::getenv("TORUS_WORKER_MODE")) RunWorkerMain();  // never returns
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g->core) throw internal::RayException("ray::Init() was already called in this process");
+  if (config.local_mode) {
+    throw internal::RayException("RayConfig::local_mode is not supported by Torus");
+  }
+  SetLogComponent("driver");
+  SetDefaultLogLevel(LogLevel::WARNING);
+  std::string address = config.address.empty() ? AddressFromEnv() : config.address;
+  std::string token;
+  if (address.empty()) {
+    // The embedded default: a private head and node inside this process.
+    auto session = CreateSession(/*make_latest=*/false);
+    if (!session.ok()) throw internal::RayException(session.status().ToString());
+    auto tok = FindToken(*session);
+    if (std::getenv("TORUS_TOKEN")) tok = ReadFile(*session + "/token");
+    if (!tok.ok()) throw internal::RayException(tok.status().ToString());
+    token = *tok;
+    g->embedded_session = *session;
+    HeadConfig hc;
+    hc.session_dir = *session;
+    hc.token = token;
+    g->head = std::make_unique<Head>(hc);
+    if (auto s = g->head->Start(); !s.ok()) {
+      StopEmbedded();
+      throw internal::RayException("cannot start the embedded head: " + s.ToString());
+    }
+    NodeConfig nc;
+    nc.head_address = g->head->address();
+    nc.session_dir = *session;
+    nc.token = token;
+    nc.torus_exe = FindTorusBinary();
+    g->node = std::make_unique<Node>(nc);
+    if (auto s = g->node->Start(); !s.ok()) {
+      StopEmbedded();
+      throw internal::RayException("cannot start the embedded node: " + s.ToString());
+    }
+    address = g->head->address();
+  } else {
+    auto tok = FindToken();
+    if (!tok.ok()) throw internal::RayException(tok.status().ToString());
+    token = *tok;
+  }
+  // Find the node to attach to: the embedded one, or a node of the cluster on this host.
+  std::string node_address;
+  if (g->node) {
+    node_address = g->node->address();
+  } else {
+    auto stub = rpc::Head::NewStub(GetChannel(address));
+    rpc::ListReply reply;
+    auto ctx = NewContext(token, 10000);
+    auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
+    if (!st.ok()) {
+      throw internal::RayException("cannot reach the Torus head at " + address + ": " +
+                                   st.error_message());
+    }
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    for (const auto& n : reply.nodes()) {
+      if (!n.alive()) continue;
+      if (node_address.empty() || n.hostname() == host) node_address = n.address();
+      if (n.hostname() == host) break;
+    }
+    if (node_address.empty()) {
+      throw internal::RayException("the cluster at " + address + " has no live node to attach to");
+    }
+  }
+  core::CoreWorkerOptions opts;
+  opts.is_driver = true;
+  opts.node_address = node_address;
+  opts.head_address = address;
+  opts.token = token;
+  opts.job_id = RandomHex(4);
+  opts.ray_namespace = config.ray_namespace.empty() ? RandomHex(8) : config.ray_namespace;
+  opts.code_search_path = config.code_search_path;
+  auto cw = core::CoreWorker::Create(opts);
+  if (!cw.ok()) {
+    StopEmbedded();
+    throw internal::RayException("ray::Init failed: " + cw.status().ToString());
+  }
+  g->core = std::move(*cw);
+  g_runtime.store(g->core.get(), std::memory_order_release);
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(ShutdownAtExit); });
+}
+
+bool IsInitialized() { return internal::GetRuntime() != nullptr; }
+
+void Shutdown() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_runtime.store(nullptr, std::memory_order_release);
+  if (g->core) {
+    g->core->Shutdown();
+    g->core.reset();
+  }
+  StopEmbedded();
+}
+
+std::string GetNamespace() { return internal::RequireRuntime().GetNamespace(); }
+
+void ExitActor() { internal::RequireRuntime().ExitActor(); }
+
+bool WasCurrentActorRestarted() { return internal::RequireRuntime().WasCurrentActorRestarted(); }
+
+PlacementGroup CreatePlacementGroup(const PlacementGroupCreationOptions&) {
+  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+}
+void RemovePlacementGroup(const std::string&) {
+  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+}
+std::vector<PlacementGroup> GetAllPlacementGroups() {
+  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+}
+PlacementGroup GetPlacementGroupById(const std::string&) {
+  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+}
+PlacementGroup GetPlacementGroup(const std::string&) {
+  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+}
+
+// ------------------------------------------------------------------------------- worker mode
+
+[[noreturn]] void RunWorkerMain() {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  SetLogComponent("worker");
+  auto env = [](const char* k) {
+    const char* v = std::getenv(k);
+    return std::string(v ? v : "");
+  };
+  // Shared libraries of the code search path register their functions when loaded.
+  std::string code = env("TORUS_CODE_SEARCH_PATH");
+  std::vector<std::string> paths;
+  size_t start = 0;
+  while (start < code.size()) {
+    size_t end = code.find(':', start);
+    if (end == std::string::npos) end = code.size();
+    if (end > start) paths.push_back(code.substr(start, end - start));
+    start = end + 1;
+  }
+  for (const auto& p : paths) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> libs;
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      for (const auto& e : fs::directory_iterator(p, ec)) {
+        if (e.path().extension() == ".so") libs.push_back(e.path().string());
+      }
+    } else {
+      libs.push_back(p);
+    }
+    for (const auto& l : libs) {
+      if (!dlopen(l.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+        TORUS_LOG(ERROR) << "cannot load " << l << " from the code search path: " << dlerror();
+      }
+    }
+  }
+  core::CoreWorkerOptions opts;
+  opts.is_driver = false;
+  opts.worker_id = env("TORUS_WORKER_ID");
+  opts.node_address = env("TORUS_NODE_ADDRESS");
+  opts.head_address = env("TORUS_HEAD_ADDRESS");
+  opts.token = env("TORUS_TOKEN");
+  opts.code_search_path = paths;
+  auto cw = core::CoreWorker::Create(opts);
+  if (!cw.ok()) {
+    TORUS_LOG(ERROR) << "worker cannot start: " << cw.status().ToString();
+    _exit(1);
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g->core = std::move(*cw);
+    g_runtime.store(g->core.get(), std::memory_order_release);
+  }
+  g->core->RunWorkerLoop();
+}
+
+}  // namespace torus

@@ -1,0 +1,1640 @@
+#include "core/core_worker.h"
+
+#include <cxxabi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/ids.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/rpc.h"
+#include "torus/api/exceptions.h"
+
+namespace torus::core {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kLeaseLinger = std::chrono::milliseconds(10);
+constexpr int kMaxPipelineDepth = 64;
+constexpr int kMaxLeaseRequestsInFlight = 2;
+
+// Bytes owned by a shared string (small values).
+class InlineBuffer final : public internal::Buffer {
+ public:
+  explicit InlineBuffer(std::shared_ptr<const std::string> s) : s_(std::move(s)) {}
+  const char* data() const override { return s_->data(); }
+  size_t size() const override { return s_->size(); }
+
+ private:
+  std::shared_ptr<const std::string> s_;
+};
+
+// A read-only view of a mapped shared-memory segment (large values, read in place).
+class MappedBuffer final : public internal::Buffer {
+ public:
+  explicit MappedBuffer(std::shared_ptr<Mapping> m) : m_(std::move(m)) {}
+  const char* data() const override { return m_->data(); }
+  size_t size() const override { return m_->size(); }
+
+ private:
+  std::shared_ptr<Mapping> m_;
+};
+
+// Thrown through user code by ExitActor(); deliberately not a std::exception.
+struct ExitActorSignal {};
+
+std::string Demangle(const char* name) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = (status == 0 && d) ? d : name;
+  free(d);
+  return out;
+}
+
+// "<hex>@host:port" -> owner address.
+std::string OwnerOf(const std::string& id) {
+  auto at = id.find('@');
+  return at == std::string::npos ? std::string() : id.substr(at + 1);
+}
+std::string HexOf(const std::string& id) {
+  auto at = id.find('@');
+  return at == std::string::npos ? id : id.substr(0, at);
+}
+
+const std::string& NilBytes() {
+  static const std::string nil("\xc0", 1);  // msgpack nil
+  return nil;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------- internals
+
+struct ObjectEntry {
+  bool owned = false;
+  bool ready = false;
+  bool is_error = false;
+  rpc::Error error;
+  std::shared_ptr<const std::string> inline_data;
+  rpc::ObjectLocation shm;  // valid when in_shm
+  bool in_shm = false;
+  std::shared_ptr<Mapping> mapping;  // cached read mapping
+  bool local_copy = false;           // a segment this process pulled from another node
+  std::string local_copy_name;
+  int local_refs = 0;
+  int pins = 0;  // in-flight tasks that take it as an argument
+  bool fetching = false;
+};
+
+struct TaskRecord {
+  rpc::TaskSpec spec;
+  int max_retries = 0;
+  std::string key;                 // scheduling key (normal tasks)
+  std::string actor_id;            // actor calls
+  std::vector<std::string> deps;   // owned refs not yet ready
+  std::vector<std::string> pinned; // refs pinned until the task ends
+  std::vector<int> dep_arg_index;  // which args are deps
+  int missing = 0;
+  Conn* conn = nullptr;
+  Clock::time_point sent_at;
+};
+
+struct SchedulingQueue {
+  std::string key;
+  rpc::LeaseRequest lease_template;
+  std::deque<std::shared_ptr<TaskRecord>> tasks;
+  std::vector<Conn*> leases;
+  int lease_requests = 0;
+  double avg_exec_us = -1;  // EWMA of user-code time; decides the pipeline depth
+  int Depth() const { return (avg_exec_us >= 0 && avg_exec_us < 2000) ? kMaxPipelineDepth : 1; }
+};
+
+struct ActorQueue {
+  std::string actor_id;
+  Conn* conn = nullptr;
+  bool resolving = false;
+  bool dead = false;
+  std::string death_cause;
+  int known_restarts = 0;
+  uint64_t next_seq = 0;
+  std::deque<std::shared_ptr<TaskRecord>> waiting;  // not sent yet, in submission order
+};
+
+// One outgoing PushTasks stream to a leased worker or an actor.
+class Conn {
+ public:
+  Conn(CoreWorker* cw, std::string address, const std::string& token)
+      : cw_(cw), address_(std::move(address)) {
+    ctx_.AddMetadata(kTokenMetadataKey, token);
+    stub_ = rpc::CoreWorker::NewStub(GetChannel(address_));
+    stream_ = stub_->PushTasks(&ctx_);
+    reader_ = std::thread([this] { ReadLoop(); });
+    writer_ = std::thread([this] { WriteLoop(); });
+  }
+  ~Conn() { Join(); }
+
+  void Send(rpc::TaskSpec spec) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(std::move(spec));
+    cv_.notify_one();
+  }
+  // Half-close: no more sends; the reader ends when the worker finishes.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    cv_.notify_one();
+  }
+  void Cancel() { ctx_.TryCancel(); }
+  void Join() {
+    Close();
+    if (writer_.joinable()) writer_.join();
+    if (reader_.joinable()) reader_.join();
+  }
+  const std::string& address() const { return address_; }
+
+  // Guarded by CoreWorker::mu_.
+  std::string key, lease_id, worker_id, node_address, actor_id;
+  std::unordered_map<std::string, std::shared_ptr<TaskRecord>> in_flight;
+  Clock::time_point idle_since = Clock::now();
+  bool broken = false;
+  bool returned = false;
+
+ private:
+  void WriteLoop() {
+    while (true) {
+      rpc::TaskBatch batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !q_.empty() || closing_; });
+        if (q_.empty()) break;
+        while (!q_.empty()) {
+          *batch.add_tasks() = std::move(q_.front());
+          q_.pop_front();
+        }
+      }
+      if (!stream_->Write(batch)) {
+        ctx_.TryCancel();
+        return;
+      }
+    }
+    stream_->WritesDone();
+  }
+  void ReadLoop() {
+    rpc::ResultBatch batch;
+    while (stream_->Read(&batch)) {
+      cw_->OnResults(this, batch);
+      batch.Clear();
+    }
+    auto st = stream_->Finish();
+    cw_->OnConnBroken(this, st.ok() ? "stream closed" : st.error_message());
+  }
+
+  CoreWorker* cw_;
+  std::string address_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<rpc::CoreWorker::Stub> stub_;
+  std::unique_ptr<grpc::ClientReaderWriter<rpc::TaskBatch, rpc::ResultBatch>> stream_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<rpc::TaskSpec> q_;
+  bool closing_ = false;
+  std::thread reader_, writer_;
+};
+
+// Runs pushed tasks on 1 thread (ordinary workers, sequential actors) or N (threaded actors).
+class Executor {
+ public:
+  using Done = std::function<void(rpc::TaskResult)>;
+  Executor(CoreWorker* cw, int threads) : cw_(cw) { Resize(threads); }
+  ~Executor() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    for (auto& t : threads_) t.join();
+  }
+  void Resize(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (static_cast<int>(threads_.size()) < n) threads_.emplace_back([this] { Loop(); });
+  }
+  void Submit(rpc::TaskSpec spec, Done done) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.emplace_back(std::move(spec), std::move(done));
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::pair<rpc::TaskSpec, Done> item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty()) return;
+        item = std::move(q_.front());
+        q_.pop_front();
+      }
+      rpc::TaskResult r;
+      cw_->Execute(item.first, &r);
+      item.second(std::move(r));
+    }
+  }
+  CoreWorker* cw_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<rpc::TaskSpec, Done>> q_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+};
+
+// ------------------------------------------------------------------------------- lifecycle
+
+CoreWorker::CoreWorker(CoreWorkerOptions opts) : opts_(std::move(opts)) {}
+
+StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Create(CoreWorkerOptions opts) {
+  if (opts.worker_id.empty()) opts.worker_id = RandomHex(14);
+  std::unique_ptr<CoreWorker> cw(new CoreWorker(std::move(opts)));
+  if (auto s = cw->Connect(); !s.ok()) return s;
+  return cw;
+}
+
+Status CoreWorker::Connect() {
+  executable_ = SelfExecutable();
+  if (opts_.code_search_path.empty()) {
+    runtime_key_ = "exe:" + executable_;
+  } else {
+    runtime_key_ = "code:";
+    for (const auto& p : opts_.code_search_path) runtime_key_ += ":" + p;
+  }
+  int port = 0;
+  server_ = StartServer(opts_.bind_host, &port, {this});
+  if (!server_ || port == 0) return Unavailable("cannot start the core worker's RPC server");
+  address_ = opts_.bind_host + ":" + std::to_string(port);
+  node_ = rpc::Node::NewStub(GetChannel(opts_.node_address));
+  rpc::RegisterWorkerRequest req;
+  req.set_worker_id(opts_.worker_id);
+  req.set_address(address_);
+  req.set_pid(getpid());
+  req.set_is_driver(opts_.is_driver);
+  rpc::RegisterWorkerReply reply;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = node_->RegisterWorker(ctx.get(), req, &reply);
+  if (!st.ok()) return FromGrpc(st, "cannot register with the node at " + opts_.node_address);
+  node_id_ = reply.node_id();
+  shm_prefix_ = reply.shm_prefix();
+  session_dir_ = reply.session_dir();
+  if (opts_.head_address.empty()) opts_.head_address = reply.head_address();
+  head_ = rpc::Head::NewStub(GetChannel(opts_.head_address));
+  if (!opts_.is_driver) executor_ = std::make_unique<Executor>(this, 1);
+  if (opts_.is_driver) {
+    rpc::JobRequest job;
+    job.set_job_id(opts_.job_id);
+    job.set_driver_address(address_);
+    job.set_pid(getpid());
+    job.set_ray_namespace(opts_.ray_namespace);
+    rpc::Empty e;
+    auto jctx = NewContext(opts_.token, 10000);
+    auto js = head_->RegisterJob(jctx.get(), job, &e);
+    if (!js.ok()) return FromGrpc(js, "cannot register the job with the head at " + opts_.head_address);
+  }
+  housekeeping_thread_ = std::thread([this] { HousekeepingLoop(); });
+  return Status::Ok();
+}
+
+CoreWorker::~CoreWorker() { Shutdown(); }
+
+void CoreWorker::Shutdown() {
+  if (shutting_down_.exchange(true)) return;
+  if (opts_.is_driver && head_) {
+    rpc::JobRequest job;
+    job.set_job_id(opts_.job_id);
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 5000);
+    (void)head_->FinishJob(ctx.get(), job, &e);
+  }
+  std::vector<std::unique_ptr<Conn>> conns;
+  std::vector<std::string> free_names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : conns_) {
+      c->Cancel();
+      conns.push_back(std::move(c));
+    }
+    conns_.clear();
+    for (auto& d : dead_conns_) conns.push_back(std::move(d));
+    dead_conns_.clear();
+    for (auto& [id, e] : objects_) {
+      if (e.owned && e.in_shm && e.shm.node_id() == node_id_) free_names.push_back(e.shm.shm_name());
+      if (e.local_copy) free_names.push_back(e.local_copy_name);
+    }
+    objects_.clear();
+    cv_.notify_all();
+  }
+  for (auto& c : conns) c->Join();
+  if (!free_names.empty()) {
+    rpc::FreeObjectsRequest req;
+    for (auto& n : free_names) req.add_shm_names(n);
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 2000);
+    (void)node_->FreeObjects(ctx.get(), req, &e);
+  }
+  if (housekeeping_thread_.joinable()) housekeeping_thread_.join();
+  for (auto& t : aux_threads_) {
+    if (t.joinable()) t.detach();
+  }
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+}
+
+void CoreWorker::RunWorkerLoop() {
+  pid_t parent = getppid();
+  while (!exit_requested_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (getppid() != parent) {
+      TORUS_LOG(WARNING) << "node process went away; worker exiting";
+      break;
+    }
+  }
+  fflush(stdout);
+  fflush(stderr);
+  _exit(0);
+}
+
+std::unique_ptr<rpc::Node::Stub> CoreWorker::NodeStub(const std::string& address) {
+  return rpc::Node::NewStub(GetChannel(address));
+}
+
+void CoreWorker::HousekeepingLoop() {
+  while (!shutting_down_) {
+    std::vector<Conn*> to_return;
+    std::vector<std::unique_ptr<Conn>> to_join;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(2));
+      auto now = Clock::now();
+      for (auto& c : conns_) {
+        if (c->broken || c->returned || !c->actor_id.empty() || !c->in_flight.empty()) continue;
+        auto qit = queues_.find(c->key);
+        bool queue_empty = qit == queues_.end() || qit->second->tasks.empty();
+        if (queue_empty && now - c->idle_since > kLeaseLinger) {
+          c->returned = true;
+          if (qit != queues_.end()) {
+            auto& ls = qit->second->leases;
+            ls.erase(std::remove(ls.begin(), ls.end(), c.get()), ls.end());
+          }
+          to_return.push_back(c.get());
+        }
+      }
+      for (auto& d : dead_conns_) to_join.push_back(std::move(d));
+      dead_conns_.clear();
+    }
+    for (Conn* c : to_return) {
+      c->Close();
+      ReturnLease(c, false);
+    }
+    to_join.clear();  // joins reader/writer threads outside the lock
+  }
+}
+
+// ------------------------------------------------------------------------------- objects
+
+std::string CoreWorker::NewObjectId() {
+  return opts_.worker_id.substr(0, 16) + Hex64(++next_object_) + "@" + address_;
+}
+
+ObjectEntry& CoreWorker::Entry(const std::string& id) { return objects_[id]; }
+
+std::string CoreWorker::Put(std::string bytes) {
+  std::string id;
+  std::unique_ptr<Mapping> seg;
+  std::string shm_name;
+  if (bytes.size() >= kInlineLimit) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = NewObjectId();
+    }
+    shm_name = shm_prefix_ + HexOf(id);
+    auto m = CreateSegment(shm_name, bytes.size());
+    if (!m.ok()) throw internal::RayException("Put failed: " + m.status().message());
+    memcpy((*m)->data(), bytes.data(), bytes.size());
+    rpc::ObjectSealedRequest req;
+    req.set_object_id(id);
+    req.set_shm_name(shm_name);
+    req.set_size(bytes.size());
+    req.set_owner_address(address_);
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 10000);
+    auto st = node_->ObjectSealed(ctx.get(), req, &e);
+    if (!st.ok()) {
+      UnlinkSegment(shm_name);
+      throw internal::RayException("Put failed: the node refused the object: " + st.error_message());
+    }
+    seg = std::move(*m);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id.empty()) id = NewObjectId();
+  ObjectEntry& e = Entry(id);
+  e.owned = true;
+  e.ready = true;
+  e.local_refs = 1;
+  if (seg) {
+    e.in_shm = true;
+    e.shm.set_in_shm(true);
+    e.shm.set_shm_name(shm_name);
+    e.shm.set_size(bytes.size());
+    e.shm.set_node_id(node_id_);
+    e.shm.set_node_address(opts_.node_address);
+  } else {
+    e.inline_data = std::make_shared<const std::string>(std::move(bytes));
+  }
+  return id;
+}
+
+void CoreWorker::AddLocalReference(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ObjectEntry& e = Entry(id);
+  e.local_refs++;
+}
+
+void CoreWorker::RemoveLocalReference(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return;
+  if (--it->second.local_refs <= 0) MaybeFree(id);
+}
+
+void CoreWorker::MaybeFree(const std::string& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return;
+  ObjectEntry& e = it->second;
+  if (e.local_refs > 0 || e.pins > 0) return;
+  if (!e.owned && e.fetching) return;  // the fetch thread will find no entry and drop the value
+  std::vector<std::string> names;
+  if (e.owned && e.in_shm && e.shm.node_id() == node_id_) names.push_back(e.shm.shm_name());
+  std::string remote_node;
+  if (e.owned && e.in_shm && e.shm.node_id() != node_id_) remote_node = e.shm.node_address();
+  if (e.local_copy) names.push_back(e.local_copy_name);
+  std::string remote_name = e.shm.shm_name();
+  objects_.erase(it);
+  if (names.empty() && remote_node.empty()) return;
+  // Free outside the caller's critical path: fire-and-forget RPCs on a helper thread.
+  std::string token = opts_.token, local = opts_.node_address;
+  std::thread([names, remote_node, remote_name, token, local] {
+    if (!names.empty()) {
+      rpc::FreeObjectsRequest req;
+      for (auto& n : names) req.add_shm_names(n);
+      rpc::Empty e;
+      auto ctx = NewContext(token, 5000);
+      (void)rpc::Node::NewStub(GetChannel(local))->FreeObjects(ctx.get(), req, &e);
+    }
+    if (!remote_node.empty()) {
+      rpc::FreeObjectsRequest req;
+      req.add_shm_names(remote_name);
+      rpc::Empty e;
+      auto ctx = NewContext(token, 5000);
+      (void)rpc::Node::NewStub(GetChannel(remote_node))->FreeObjects(ctx.get(), req, &e);
+    }
+  }).detach();
+}
+
+void CoreWorker::StoreResult(const std::string& id, const rpc::TaskResult& r) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) {
+    // Nobody holds a reference any more: drop the value (and its segment).
+    if (!r.is_error() && r.value().in_shm()) {
+      std::string token = opts_.token, addr = r.value().node_address(), name = r.value().shm_name();
+      std::thread([token, addr, name] {
+        rpc::FreeObjectsRequest req;
+        req.add_shm_names(name);
+        rpc::Empty e;
+        auto ctx = NewContext(token, 5000);
+        (void)rpc::Node::NewStub(GetChannel(addr))->FreeObjects(ctx.get(), req, &e);
+      }).detach();
+    }
+    return;
+  }
+  ObjectEntry& e = it->second;
+  e.ready = true;
+  if (r.is_error()) {
+    e.is_error = true;
+    e.error = r.error();
+  } else if (r.value().in_shm()) {
+    e.in_shm = true;
+    e.shm = r.value();
+  } else {
+    e.inline_data = std::make_shared<const std::string>(r.value().inline_data());
+  }
+  OnObjectReady(id);
+}
+
+void CoreWorker::FailObject(const std::string& id, StatusCode code, const std::string& msg) {
+  rpc::TaskResult r;
+  r.set_is_error(true);
+  r.mutable_error()->set_code(static_cast<int>(code));
+  r.mutable_error()->set_message(msg);
+  StoreResult(id, r);
+}
+
+bool CoreWorker::LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
+                            rpc::Error* err) {
+  auto it = objects_.find(id);
+  if (it == objects_.end() || !it->second.ready) return false;
+  const ObjectEntry& e = it->second;
+  *is_error = e.is_error;
+  if (e.is_error) {
+    *err = e.error;
+  } else if (e.in_shm) {
+    *loc = e.shm;
+  } else {
+    loc->set_inline_data(*e.inline_data);
+  }
+  return true;
+}
+
+void CoreWorker::EnsureFetching(const std::string& id) {
+  ObjectEntry& e = Entry(id);
+  if (e.ready || e.fetching || e.owned) return;
+  e.fetching = true;
+  std::thread([this, id] { FetchFromOwner(id); }).detach();
+}
+
+void CoreWorker::FetchFromOwner(const std::string& id) {
+  std::string owner = OwnerOf(id);
+  rpc::GetObjectReply reply;
+  grpc::Status st;
+  if (owner.empty()) {
+    st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed object id '" + id + "'");
+  } else {
+    auto stub = rpc::CoreWorker::NewStub(GetChannel(owner));
+    rpc::GetObjectRequest req;
+    req.set_object_id(id);
+    req.set_timeout_ms(-1);
+    auto ctx = NewContext(opts_.token);
+    st = stub->GetObject(ctx.get(), req, &reply);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return;
+  it->second.fetching = false;
+  rpc::TaskResult r;
+  if (!st.ok()) {
+    r.set_is_error(true);
+    r.mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
+    r.mutable_error()->set_message("the owner of object " + id + " is unreachable (" +
+                                   st.error_message() + "); the object is lost");
+  } else if (reply.is_error()) {
+    r.set_is_error(true);
+    *r.mutable_error() = reply.error();
+  } else {
+    *r.mutable_value() = reply.value();
+  }
+  StoreResult(id, r);
+  if (it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFree(id);
+}
+
+StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::Materialize(const rpc::ObjectLocation& loc,
+                                                                    const std::string& object_id) {
+  if (!loc.in_shm()) {
+    return std::shared_ptr<internal::Buffer>(
+        std::make_shared<InlineBuffer>(std::make_shared<const std::string>(loc.inline_data())));
+  }
+  if (loc.node_id() == node_id_) {
+    auto m = OpenSegment(loc.shm_name());
+    if (!m.ok()) {
+      return Status(StatusCode::kNotFound, "object " + object_id + " is no longer in shared memory (" +
+                                               m.status().message() + ")");
+    }
+    return std::shared_ptr<internal::Buffer>(
+        std::make_shared<MappedBuffer>(std::shared_ptr<Mapping>(std::move(*m))));
+  }
+  // Pull from the node that holds it, in chunks, into a segment of our node.
+  std::string local_name = shm_prefix_ + HexOf(object_id) + "." + RandomHex(4);
+  auto seg = CreateSegment(local_name, loc.size());
+  if (!seg.ok()) return seg.status();
+  auto stub = NodeStub(loc.node_address());
+  rpc::FetchObjectRequest req;
+  req.set_shm_name(loc.shm_name());
+  req.set_chunk_size(4 << 20);
+  auto ctx = NewContext(opts_.token);
+  auto reader = stub->FetchObject(ctx.get(), req);
+  rpc::ObjectChunk chunk;
+  uint64_t got = 0;
+  while (reader->Read(&chunk)) {
+    if (chunk.offset() + chunk.data().size() > loc.size()) break;
+    memcpy((*seg)->data() + chunk.offset(), chunk.data().data(), chunk.data().size());
+    got += chunk.data().size();
+  }
+  auto st = reader->Finish();
+  if (!st.ok() || got != loc.size()) {
+    UnlinkSegment(local_name);
+    return Status(StatusCode::kUnavailable, "cannot pull object " + object_id + " from node " +
+                                                loc.node_address() + ": " +
+                                                (st.ok() ? "short read" : st.error_message()));
+  }
+  rpc::ObjectSealedRequest sreq;
+  sreq.set_object_id(object_id);
+  sreq.set_shm_name(local_name);
+  sreq.set_size(loc.size());
+  sreq.set_owner_address(OwnerOf(object_id));
+  rpc::Empty e;
+  auto sctx = NewContext(opts_.token, 5000);
+  (void)node_->ObjectSealed(sctx.get(), sreq, &e);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(object_id);
+    if (it != objects_.end() && !it->second.local_copy) {
+      it->second.local_copy = true;
+      it->second.local_copy_name = local_name;
+    } else {
+      // Nobody to remember the copy: it lives as long as this mapping, then goes.
+      UnlinkSegment(local_name);
+    }
+  }
+  return std::shared_ptr<internal::Buffer>(
+      std::make_shared<MappedBuffer>(std::shared_ptr<Mapping>(std::move(*seg))));
+}
+
+void CoreWorker::ThrowIfError(const std::string& id, const ObjectEntry& e) {
+  if (!e.is_error) return;
+  auto code = static_cast<StatusCode>(e.error.code());
+  const std::string& msg = e.error.message();
+  switch (code) {
+    case StatusCode::kTaskError: throw internal::RayTaskException(msg);
+    case StatusCode::kActorDied: throw internal::RayActorException(msg);
+    case StatusCode::kWorkerDied: throw internal::RayWorkerException(msg);
+    case StatusCode::kNotFound: throw internal::RayFunctionNotFound(msg);
+    default: throw internal::UnreconstructableException(msg);
+  }
+}
+
+void CoreWorker::SetBlocked(bool blocked) {
+  if (opts_.is_driver) return;
+  rpc::BlockedRequest req;
+  req.set_worker_id(opts_.worker_id);
+  req.set_blocked(blocked);
+  rpc::Empty e;
+  auto ctx = NewContext(opts_.token, 5000);
+  (void)node_->NotifyBlocked(ctx.get(), req, &e);
+}
+
+std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector<std::string>& ids,
+                                                               int timeout_ms) {
+  auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                 : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::vector<std::shared_ptr<internal::Buffer>> out(ids.size());
+  std::vector<std::pair<size_t, rpc::ObjectLocation>> to_map;
+  bool blocked = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto all_ready = [&] {
+      for (const auto& id : ids) {
+        auto it = objects_.find(id);
+        if (it == objects_.end() || !it->second.ready) return false;
+      }
+      return true;
+    };
+    for (const auto& id : ids) {
+      auto it = objects_.find(id);
+      if (it == objects_.end()) {
+        if (OwnerOf(id) == address_) {
+          throw internal::UnreconstructableException(
+              "object " + id + " was freed: no ObjectRef to it was held");
+        }
+        Entry(id);  // a temporary borrowed entry; erased below if nobody refers to it
+      }
+      EnsureFetching(id);
+    }
+    if (!all_ready()) {
+      if (!opts_.is_driver && !blocked) {
+        lock.unlock();
+        SetBlocked(true);
+        blocked = true;
+        lock.lock();
+      }
+      while (!all_ready()) {
+        if (shutting_down_) throw internal::RayException("ray::Shutdown() was called during Get");
+        if (deadline == Clock::time_point::max()) {
+          cv_.wait(lock);
+        } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !all_ready()) {
+          lock.unlock();
+          if (blocked) SetBlocked(false);
+          throw internal::RayTimeoutException("Get timed out: some object(s) not ready after " +
+                                              std::to_string(timeout_ms) + " ms");
+        }
+      }
+    }
+    try {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ObjectEntry& e = objects_[ids[i]];
+        ThrowIfError(ids[i], e);
+        if (e.in_shm) {
+          if (e.mapping) {
+            out[i] = std::make_shared<MappedBuffer>(e.mapping);
+          } else {
+            to_map.emplace_back(i, e.shm);
+          }
+        } else {
+          out[i] = std::make_shared<InlineBuffer>(e.inline_data);
+        }
+      }
+    } catch (...) {
+      for (const auto& id : ids) {
+        auto it = objects_.find(id);
+        if (it != objects_.end() && it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFree(id);
+      }
+      if (blocked) {
+        lock.unlock();
+        SetBlocked(false);
+      }
+      throw;
+    }
+    for (const auto& id : ids) {
+      auto it = objects_.find(id);
+      if (it != objects_.end() && !it->second.in_shm && it->second.local_refs <= 0 &&
+          it->second.pins <= 0 && !it->second.owned) {
+        MaybeFree(id);
+      }
+    }
+  }
+  for (auto& [i, loc] : to_map) {
+    auto b = Materialize(loc, ids[i]);
+    if (!b.ok()) {
+      if (blocked) SetBlocked(false);
+      throw internal::UnreconstructableException(b.status().message());
+    }
+    out[i] = *b;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(ids[i]);
+    if (it != objects_.end() && !it->second.mapping) {
+      if (auto* mb = dynamic_cast<MappedBuffer*>(b->get())) {
+        (void)mb;
+      }
+    }
+  }
+  if (blocked) SetBlocked(false);
+  return out;
+}
+
+std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_objects,
+                                   int timeout_ms) {
+  if (num_objects < 0 || num_objects > static_cast<int>(ids.size())) {
+    throw internal::RayException("Wait: num_objects (" + std::to_string(num_objects) +
+                                 ") must be between 0 and the number of refs (" +
+                                 std::to_string(ids.size()) + ")");
+  }
+  auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                 : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::vector<bool> ready(ids.size(), false);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (const auto& id : ids) {
+    if (!objects_.count(id) && OwnerOf(id) != address_) Entry(id);
+    if (objects_.count(id)) EnsureFetching(id);
+  }
+  while (true) {
+    int n = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = objects_.find(ids[i]);
+      ready[i] = it == objects_.end() ? OwnerOf(ids[i]) == address_ : it->second.ready;
+      n += ready[i];
+    }
+    if (n >= num_objects || shutting_down_) break;
+    if (deadline == Clock::time_point::max()) {
+      cv_.wait(lock);
+    } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto it = objects_.find(ids[i]);
+        ready[i] = it != objects_.end() && it->second.ready;
+      }
+      break;
+    }
+  }
+  return ready;
+}
+
+grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjectRequest* req,
+                                   rpc::GetObjectReply* reply) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  auto deadline = req->timeout_ms() < 0 ? Clock::time_point::max()
+                                        : Clock::now() + std::chrono::milliseconds(req->timeout_ms());
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    auto it = objects_.find(req->object_id());
+    if (it == objects_.end() || !it->second.owned) {
+      reply->set_ready(true);
+      reply->set_is_error(true);
+      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
+      reply->mutable_error()->set_message("object " + req->object_id() +
+                                          " is unknown to its owner (already freed)");
+      return grpc::Status::OK;
+    }
+    bool is_error = false;
+    if (LocationOf(req->object_id(), reply->mutable_value(), &is_error, reply->mutable_error())) {
+      reply->set_ready(true);
+      reply->set_is_error(is_error);
+      return grpc::Status::OK;
+    }
+    if (ctx->IsCancelled() || shutting_down_ || Clock::now() >= deadline) return grpc::Status::OK;
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+// ------------------------------------------------------------------------------- submission
+
+void CoreWorker::PrepareArgs(std::vector<internal::TaskArg>& args, rpc::TaskSpec* spec,
+                             std::vector<std::string>* deps) {
+  for (auto& a : args) {
+    rpc::Arg* out = spec->add_args();
+    if (!a.is_ref && a.value.size() >= kInlineLimit) {
+      // Large by-value arguments go through the object store like any large value.
+      mu_.unlock();
+      std::string id;
+      try {
+        id = Put(std::move(a.value));
+      } catch (...) {
+        mu_.lock();
+        throw;
+      }
+      mu_.lock();
+      a.is_ref = true;
+      a.ref_id = id;
+      objects_[id].local_refs--;  // the task's pin below keeps it alive instead
+    }
+    if (!a.is_ref) {
+      out->set_value(std::move(a.value));
+      continue;
+    }
+    out->set_is_ref(true);
+    out->set_ref_id(a.ref_id);
+    deps->push_back(a.ref_id);
+  }
+}
+
+std::string CoreWorker::SubmitTask(const std::string& function_name,
+                                   std::vector<internal::TaskArg> args,
+                                   const internal::TaskOptions& options) {
+  auto t = std::make_shared<TaskRecord>();
+  rpc::TaskSpec& spec = t->spec;
+  spec.set_function(function_name);
+  spec.set_owner_address(address_);
+  spec.set_job_id(opts_.job_id);
+  spec.set_name(options.name.empty() ? function_name : options.name);
+  ResourceMap res(options.resources.begin(), options.resources.end());
+  if (res.empty()) res["CPU"] = 1;
+  ToProto(res, spec.mutable_resources());
+  t->max_retries = std::max(0, options.max_retries);
+  std::string key = ResourcesToString(res);
+  if (!options.placement_group_id.empty()) {
+    throw internal::RayException(
+        "placement groups are not available in this build of Torus yet (issue #3)");
+  }
+  t->key = key;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
+  std::string rid = NewObjectId();
+  spec.set_task_id(HexOf(rid));
+  spec.set_return_id(rid);
+  ObjectEntry& re = Entry(rid);
+  re.owned = true;
+  re.local_refs = 1;
+  std::vector<std::string> refs;
+  PrepareArgs(args, &spec, &refs);
+  auto& q = queues_[key];
+  if (!q) {
+    q = std::make_unique<SchedulingQueue>();
+    q->key = key;
+    auto& lt = q->lease_template;
+    *lt.mutable_resources() = spec.resources();
+    lt.set_runtime_key(runtime_key_);
+    lt.set_executable(executable_);
+    for (const auto& p : opts_.code_search_path) lt.add_code_search_path(p);
+    lt.set_job_id(opts_.job_id);
+    lt.set_owner_address(address_);
+    lt.set_description("task " + function_name);
+  }
+  for (size_t i = 0; i < refs.size(); ++i) {
+    ObjectEntry& e = Entry(refs[i]);
+    e.pins++;
+    t->pinned.push_back(refs[i]);
+  }
+  // Dependencies: owned objects not yet ready hold the task back.
+  for (int i = 0; i < spec.args_size(); ++i) {
+    if (!spec.args(i).is_ref()) continue;
+    const std::string& id = spec.args(i).ref_id();
+    auto it = objects_.find(id);
+    if (it != objects_.end() && it->second.owned && !it->second.ready) {
+      t->missing++;
+      waiting_on_.emplace(id, t);
+    }
+  }
+  if (t->missing == 0) {
+    FillResolvedArgs(*t);
+    Enqueue(t);
+  }
+  return rid;
+}
+
+void CoreWorker::FillResolvedArgs(TaskRecord& t) {
+  for (int i = 0; i < t.spec.args_size(); ++i) {
+    rpc::Arg* a = t.spec.mutable_args(i);
+    if (!a->is_ref() || a->location_known()) continue;
+    bool is_error = false;
+    rpc::Error err;
+    if (LocationOf(a->ref_id(), a->mutable_location(), &is_error, &err)) {
+      if (is_error) {
+        // A failed dependency fails the task with the same error, as in Ray.
+        a->clear_location();
+        continue;
+      }
+      a->set_location_known(true);
+    }
+  }
+}
+
+void CoreWorker::OnObjectReady(const std::string& id) {
+  auto range = waiting_on_.equal_range(id);
+  std::vector<std::shared_ptr<TaskRecord>> ready;
+  for (auto it = range.first; it != range.second; ++it) {
+    if (--it->second->missing == 0) ready.push_back(it->second);
+  }
+  waiting_on_.erase(range.first, range.second);
+  for (auto& t : ready) {
+    // If a dependency failed, the task fails with that error without running.
+    for (const auto& a : t->spec.args()) {
+      if (!a.is_ref()) continue;
+      auto it = objects_.find(a.ref_id());
+      if (it != objects_.end() && it->second.is_error) {
+        rpc::TaskResult r;
+        r.set_is_error(true);
+        *r.mutable_error() = it->second.error;
+        ReleaseTaskPins(*t);
+        StoreResult(t->spec.return_id(), r);
+        t.reset();
+        break;
+      }
+    }
+    if (!t) continue;
+    FillResolvedArgs(*t);
+    if (!t->actor_id.empty()) {
+      auto ait = actors_.find(t->actor_id);
+      if (ait != actors_.end()) PumpActor(*ait->second);
+    } else {
+      Enqueue(t);
+    }
+  }
+  cv_.notify_all();
+}
+
+void CoreWorker::Enqueue(std::shared_ptr<TaskRecord> t) {
+  auto& q = *queues_[t->key];
+  q.tasks.push_back(std::move(t));
+  PumpQueue(q);
+}
+
+void CoreWorker::PumpQueue(SchedulingQueue& q) {
+  int depth = q.Depth();
+  while (!q.tasks.empty()) {
+    Conn* best = nullptr;
+    for (Conn* c : q.leases) {
+      if (c->broken || c->returned) continue;
+      if (static_cast<int>(c->in_flight.size()) >= depth) continue;
+      if (!best || c->in_flight.size() < best->in_flight.size()) best = c;
+    }
+    if (!best) break;
+    auto t = std::move(q.tasks.front());
+    q.tasks.pop_front();
+    t->conn = best;
+    t->sent_at = Clock::now();
+    best->in_flight[t->spec.task_id()] = t;
+    best->Send(t->spec);
+  }
+  if (!q.tasks.empty() && q.lease_requests < kMaxLeaseRequestsInFlight) RequestLease(q);
+}
+
+void CoreWorker::RequestLease(SchedulingQueue& q) {
+  q.lease_requests++;
+  rpc::LeaseRequest req = q.lease_template;
+  aux_threads_.erase(std::remove_if(aux_threads_.begin(), aux_threads_.end(),
+                                    [](std::thread& t) { return !t.joinable(); }),
+                     aux_threads_.end());
+  std::thread([this, key = q.key, req, addr = opts_.node_address] { LeaseThread(key, req, addr); })
+      .detach();
+}
+
+void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address) {
+  rpc::LeaseReply reply;
+  std::string error;
+  for (int hops = 0; hops < 8; ++hops) {
+    auto stub = NodeStub(node_address);
+    auto ctx = NewContext(opts_.token);
+    reply.Clear();
+    auto st = stub->RequestLease(ctx.get(), req, &reply);
+    if (!st.ok()) {
+      error = "lease request to node " + node_address + " failed: " + st.error_message();
+      break;
+    }
+    if (reply.has_error() && reply.error().code() != 0) {
+      error = reply.error().message();
+      break;
+    }
+    if (reply.granted()) break;
+    if (!reply.spillback_node_address().empty()) {
+      node_address = reply.spillback_node_address();
+      req.set_spilled(true);
+      continue;
+    }
+    error = "node returned an empty lease reply";
+    break;
+  }
+  if (error.empty() && !reply.granted()) error = "lease request bounced too many times";
+  std::unique_ptr<Conn> conn;
+  if (error.empty() && !shutting_down_) {
+    conn = std::make_unique<Conn>(this, reply.worker_address(), opts_.token);
+    conn->key = key;
+    conn->lease_id = reply.lease_id();
+    conn->worker_id = reply.worker_id();
+    conn->node_address = node_address;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& q = *queues_[key];
+  q.lease_requests--;
+  if (shutting_down_) return;
+  if (!error.empty()) {
+    TORUS_LOG(ERROR) << "cannot get a worker for " << q.lease_template.description() << ": " << error;
+    for (auto& t : q.tasks) FailTask(*t, StatusCode::kWorkerDied, "cannot get a worker: " + error);
+    q.tasks.clear();
+    cv_.notify_all();
+    return;
+  }
+  Conn* c = conn.get();
+  conns_.push_back(std::move(conn));
+  q.leases.push_back(c);
+  c->idle_since = Clock::now();
+  PumpQueue(q);
+}
+
+void CoreWorker::ReturnLease(Conn* conn, bool worker_dead) {
+  rpc::ReturnLeaseRequest req;
+  req.set_lease_id(conn->lease_id);
+  req.set_worker_dead(worker_dead);
+  std::string addr = conn->node_address;
+  std::string token = opts_.token;
+  std::thread([req, addr, token] {
+    rpc::Empty e;
+    auto ctx = NewContext(token, 5000);
+    (void)rpc::Node::NewStub(GetChannel(addr))->ReturnLease(ctx.get(), req, &e);
+  }).detach();
+}
+
+void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulingQueue* q = nullptr;
+  if (conn->actor_id.empty()) {
+    auto it = queues_.find(conn->key);
+    if (it != queues_.end()) q = it->second.get();
+  }
+  for (auto& r : *batch.mutable_results()) {
+    auto it = conn->in_flight.find(r.task_id());
+    if (it == conn->in_flight.end()) continue;
+    auto t = it->second;
+    conn->in_flight.erase(it);
+    if (q) {
+      double x = static_cast<double>(r.exec_us());
+      q->avg_exec_us = q->avg_exec_us < 0 ? x : 0.8 * q->avg_exec_us + 0.2 * x;
+    }
+    ReleaseTaskPins(*t);
+    StoreResult(t->spec.return_id(), r);
+  }
+  if (conn->in_flight.empty()) conn->idle_since = Clock::now();
+  if (q) PumpQueue(*q);
+  cv_.notify_all();
+}
+
+void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
+  for (const auto& id : t.pinned) {
+    auto it = objects_.find(id);
+    if (it == objects_.end()) continue;
+    if (--it->second.pins <= 0 && it->second.local_refs <= 0) MaybeFree(id);
+  }
+  t.pinned.clear();
+}
+
+void CoreWorker::FailTask(TaskRecord& t, StatusCode code, const std::string& msg) {
+  ReleaseTaskPins(t);
+  FailObject(t.spec.return_id(), code, msg);
+}
+
+void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
+  std::vector<std::shared_ptr<TaskRecord>> lost;
+  std::string worker_id, node_address, actor_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    conn->broken = true;
+    for (auto& [id, t] : conn->in_flight) lost.push_back(t);
+    conn->in_flight.clear();
+    worker_id = conn->worker_id;
+    node_address = conn->node_address;
+    actor_id = conn->actor_id;
+    if (actor_id.empty()) {
+      auto it = queues_.find(conn->key);
+      if (it != queues_.end()) {
+        auto& ls = it->second->leases;
+        ls.erase(std::remove(ls.begin(), ls.end(), conn), ls.end());
+      }
+    } else {
+      auto it = actors_.find(actor_id);
+      if (it != actors_.end() && it->second->conn == conn) it->second->conn = nullptr;
+    }
+    // Hand the Conn to housekeeping to be joined (we are running on its reader thread).
+    for (auto it = conns_.begin(); it != conns_.end(); ++it) {
+      if (it->get() == conn) {
+        if (!shutting_down_) {
+          dead_conns_.push_back(std::move(*it));
+        } else {
+          it->release();  // Shutdown() owns the join now
+        }
+        conns_.erase(it);
+        break;
+      }
+    }
+  }
+  if (shutting_down_) return;
+  if (!actor_id.empty()) {
+    // Actor: in-flight calls fail; queued ones wait for a restart (or fail if the actor is dead).
+    std::thread([this, actor_id, lost, why] {
+      std::string cause = "the actor's worker stopped (" + why + ")";
+      int restarts = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = actors_.find(actor_id);
+        if (it != actors_.end()) restarts = it->second->known_restarts;
+      }
+      rpc::GetActorRequest req;
+      req.set_actor_id(actor_id);
+      req.set_wait_alive_ms(2000);
+      req.set_min_restarts(restarts + 1);
+      rpc::GetActorReply reply;
+      auto ctx = NewContext(opts_.token, 10000);
+      if (head_->GetActor(ctx.get(), req, &reply).ok() && reply.found()) {
+        const auto& a = reply.actor();
+        if (a.state() == "DEAD") cause = a.death_cause();
+        else cause = "the actor's worker died and the actor was restarted";
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& t : lost) {
+        FailTask(*t, StatusCode::kActorDied, "actor " + actor_id + " died while running " +
+                                                 t->spec.function() + ": " + cause);
+      }
+      auto it = actors_.find(actor_id);
+      if (it != actors_.end()) {
+        it->second->known_restarts = restarts + 1;
+        PumpActor(*it->second);
+      }
+      cv_.notify_all();
+    }).detach();
+    return;
+  }
+  ReturnLease(conn, true);
+  if (lost.empty()) return;
+  // Ask the node how the worker ended, for the error message, then retry or fail.
+  std::thread([this, lost, worker_id, node_address, why] {
+    std::string desc = "its connection broke (" + why + ")";
+    rpc::WorkerExitRequest req;
+    req.set_worker_id(worker_id);
+    rpc::WorkerExitReply reply;
+    auto ctx = NewContext(opts_.token, 3000);
+    if (NodeStub(node_address)->GetWorkerExit(ctx.get(), req, &reply).ok() && reply.exited()) {
+      desc = reply.description();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : lost) RetryOrFail(t, "worker " + worker_id + " " + desc, nullptr);
+    cv_.notify_all();
+  }).detach();
+}
+
+void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*) {
+  if (t->spec.attempt() < t->max_retries) {
+    t->spec.set_attempt(t->spec.attempt() + 1);
+    TORUS_LOG(INFO) << "retrying task " << t->spec.function() << " (attempt "
+                    << t->spec.attempt() + 1 << " of " << t->max_retries + 1 << ") because " << why;
+    t->conn = nullptr;
+    Enqueue(t);
+    return;
+  }
+  FailTask(*t, StatusCode::kWorkerDied,
+           "task " + t->spec.function() + " failed: the worker running it died (" + why + ") after " +
+               std::to_string(t->spec.attempt() + 1) + " attempt(s)");
+}
+
+// ------------------------------------------------------------------------------- actors
+
+std::string CoreWorker::CreateActor(const std::string& factory_name,
+                                    std::vector<internal::TaskArg> args,
+                                    const internal::ActorOptions& options) {
+  if (!options.placement_group_id.empty()) {
+    throw internal::RayException(
+        "placement groups are not available in this build of Torus yet (issue #3)");
+  }
+  rpc::CreateActorRequest req;
+  std::string actor_id = RandomHex(16);
+  rpc::TaskSpec* spec = req.mutable_creation();
+  spec->set_actor_id(actor_id);
+  spec->set_actor_creation(true);
+  spec->set_function(factory_name);
+  spec->set_owner_address(address_);
+  spec->set_job_id(opts_.job_id);
+  spec->set_max_concurrency(std::max(1, options.max_concurrency));
+  spec->set_task_id(actor_id);
+  std::string ns = options.ray_namespace.empty() ? opts_.ray_namespace : options.ray_namespace;
+  spec->set_ray_namespace(ns);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::vector<std::string> refs;
+    PrepareArgs(args, spec, &refs);
+    // Constructor arguments must be values the node can hand over: resolve refs now.
+    lock.unlock();
+    for (int i = 0; i < spec->args_size(); ++i) {
+      rpc::Arg* a = spec->mutable_args(i);
+      if (!a->is_ref()) continue;
+      auto bufs = Get({a->ref_id()}, -1);
+      a->set_is_ref(false);
+      a->set_value(std::string(bufs[0]->data(), bufs[0]->size()));
+    }
+    lock.lock();
+    for (auto& id : refs) {
+      auto it = objects_.find(id);
+      if (it != objects_.end() && it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFree(id);
+    }
+  }
+  req.set_name(options.name);
+  req.set_ray_namespace(ns);
+  req.set_max_restarts(options.max_restarts);
+  req.set_detached(options.detached);
+  req.set_executable(executable_);
+  for (const auto& p : opts_.code_search_path) req.add_code_search_path(p);
+  ResourceMap res(options.resources.begin(), options.resources.end());
+  ToProto(res, req.mutable_resources());
+  rpc::CreateActorReply reply;
+  auto ctx = NewContext(opts_.token, 30000);
+  auto st = head_->CreateActor(ctx.get(), req, &reply);
+  if (!st.ok()) throw internal::RayException("cannot create actor: " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) {
+    throw internal::RayException("cannot create actor: " + reply.error().message());
+  }
+  return actor_id;
+}
+
+std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::string& method_name,
+                                        std::vector<internal::TaskArg> args,
+                                        const internal::TaskOptions& options) {
+  auto t = std::make_shared<TaskRecord>();
+  t->actor_id = actor_id;
+  rpc::TaskSpec& spec = t->spec;
+  spec.set_function(method_name);
+  spec.set_actor_id(actor_id);
+  spec.set_owner_address(address_);
+  spec.set_caller_id(opts_.worker_id);
+  spec.set_job_id(opts_.job_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
+  std::string rid = NewObjectId();
+  spec.set_task_id(HexOf(rid));
+  spec.set_return_id(rid);
+  ObjectEntry& re = Entry(rid);
+  re.owned = true;
+  re.local_refs = 1;
+  std::vector<std::string> refs;
+  PrepareArgs(args, &spec, &refs);
+  for (auto& id : refs) {
+    Entry(id).pins++;
+    t->pinned.push_back(id);
+  }
+  for (int i = 0; i < spec.args_size(); ++i) {
+    if (!spec.args(i).is_ref()) continue;
+    const std::string& id = spec.args(i).ref_id();
+    auto it = objects_.find(id);
+    if (it != objects_.end() && it->second.owned && !it->second.ready) {
+      t->missing++;
+      waiting_on_.emplace(id, t);
+    }
+  }
+  if (t->missing == 0) FillResolvedArgs(*t);
+  auto& a = actors_[actor_id];
+  if (!a) {
+    a = std::make_unique<ActorQueue>();
+    a->actor_id = actor_id;
+  }
+  spec.set_seq(a->next_seq++);
+  a->waiting.push_back(t);
+  PumpActor(*a);
+  return rid;
+}
+
+void CoreWorker::PumpActor(ActorQueue& a) {
+  if (a.dead) {
+    for (auto& t : a.waiting) {
+      FailTask(*t, StatusCode::kActorDied, "actor " + a.actor_id + " is dead: " + a.death_cause);
+    }
+    a.waiting.clear();
+    cv_.notify_all();
+    return;
+  }
+  if (!a.conn) {
+    if (!a.resolving && !a.waiting.empty()) {
+      a.resolving = true;
+      std::thread([this, id = a.actor_id, r = a.known_restarts] { ResolveActor(id, r); }).detach();
+    }
+    return;
+  }
+  // Submission order: stop at the first call whose arguments are not ready yet.
+  while (!a.waiting.empty() && a.waiting.front()->missing == 0) {
+    auto t = std::move(a.waiting.front());
+    a.waiting.pop_front();
+    t->conn = a.conn;
+    a.conn->in_flight[t->spec.task_id()] = t;
+    a.conn->Send(t->spec);
+  }
+}
+
+void CoreWorker::ResolveActor(const std::string& actor_id, int min_restarts) {
+  rpc::GetActorReply reply;
+  grpc::Status st;
+  while (!shutting_down_) {
+    rpc::GetActorRequest req;
+    req.set_actor_id(actor_id);
+    req.set_wait_alive_ms(2000);
+    req.set_min_restarts(min_restarts);
+    reply.Clear();
+    auto ctx = NewContext(opts_.token, 10000);
+    st = head_->GetActor(ctx.get(), req, &reply);
+    if (!st.ok() || !reply.found()) break;
+    const auto& s = reply.actor().state();
+    if (s == "DEAD" || (s == "ALIVE" && reply.actor().num_restarts() >= min_restarts)) break;
+  }
+  std::unique_ptr<Conn> conn;
+  bool alive = st.ok() && reply.found() && reply.actor().state() == "ALIVE";
+  if (alive && !shutting_down_) {
+    conn = std::make_unique<Conn>(this, reply.actor().address(), opts_.token);
+    conn->actor_id = actor_id;
+    conn->worker_id = reply.actor().worker_id();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = actors_.find(actor_id);
+  if (it == actors_.end() || shutting_down_) return;
+  ActorQueue& a = *it->second;
+  a.resolving = false;
+  if (conn) {
+    a.known_restarts = reply.actor().num_restarts();
+    a.conn = conn.get();
+    conns_.push_back(std::move(conn));
+  } else {
+    a.dead = true;
+    if (!st.ok()) {
+      a.death_cause = "the head is unreachable: " + st.error_message();
+    } else if (!reply.found()) {
+      a.death_cause = "no such actor";
+    } else {
+      a.death_cause = reply.actor().death_cause();
+    }
+  }
+  PumpActor(a);
+}
+
+std::string CoreWorker::GetNamedActor(const std::string& name, const std::string& ray_namespace) {
+  rpc::GetActorRequest req;
+  req.set_name(name);
+  req.set_ray_namespace(ray_namespace.empty() ? opts_.ray_namespace : ray_namespace);
+  rpc::GetActorReply reply;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = head_->GetActor(ctx.get(), req, &reply);
+  if (!st.ok()) throw internal::RayException("GetActor failed: " + st.error_message());
+  if (!reply.found() || reply.actor().state() == "DEAD") return "";
+  return reply.actor().actor_id();
+}
+
+void CoreWorker::KillActor(const std::string& actor_id, bool no_restart) {
+  rpc::KillActorRequest req;
+  req.set_actor_id(actor_id);
+  req.set_no_restart(no_restart);
+  rpc::Empty e;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = head_->KillActor(ctx.get(), req, &e);
+  if (!st.ok()) throw internal::RayException("Kill failed: " + st.error_message());
+}
+
+void CoreWorker::ExitActor() {
+  if (actor_id_.empty()) {
+    throw internal::RayException("ray::ExitActor() can only be called inside an actor method");
+  }
+  throw ExitActorSignal{};
+}
+
+bool CoreWorker::WasCurrentActorRestarted() { return actor_restarted_; }
+
+// ------------------------------------------------------------------------------- execution
+
+grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  exit_requested_ = true;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
+                                   grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>* stream) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  if (!executor_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a driver does not run tasks");
+  }
+  // Results of this stream, written back in batches by the writer thread below.
+  struct Sink {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<rpc::TaskResult> q;
+    int outstanding = 0;
+    bool reading_done = false;
+    bool write_failed = false;
+  };
+  auto sink = std::make_shared<Sink>();
+  std::thread writer([sink, stream] {
+    while (true) {
+      rpc::ResultBatch batch;
+      {
+        std::unique_lock<std::mutex> lock(sink->mu);
+        sink->cv.wait(lock, [&] {
+          return !sink->q.empty() || (sink->reading_done && sink->outstanding == 0);
+        });
+        if (sink->q.empty()) return;
+        while (!sink->q.empty()) {
+          *batch.add_results() = std::move(sink->q.front());
+          sink->q.pop_front();
+        }
+      }
+      if (!sink->write_failed && !stream->Write(batch)) sink->write_failed = true;
+    }
+  });
+  rpc::TaskBatch batch;
+  while (stream->Read(&batch)) {
+    for (auto& spec : *batch.mutable_tasks()) {
+      {
+        std::lock_guard<std::mutex> lock(sink->mu);
+        sink->outstanding++;
+      }
+      auto done = [sink](rpc::TaskResult r) {
+        std::lock_guard<std::mutex> lock(sink->mu);
+        sink->q.push_back(std::move(r));
+        sink->outstanding--;
+        sink->cv.notify_one();
+      };
+      if (spec.actor_creation()) {
+        // Constructors run right here, before any method can be read from this stream.
+        rpc::TaskResult r;
+        Execute(spec, &r);
+        if (!r.is_error() && spec.max_concurrency() > 1) {
+          max_concurrency_ = spec.max_concurrency();
+          executor_->Resize(max_concurrency_);
+        }
+        done(std::move(r));
+      } else {
+        executor_->Submit(std::move(spec), done);
+      }
+    }
+    batch.Clear();
+  }
+  {
+    std::lock_guard<std::mutex> lock(sink->mu);
+    sink->reading_done = true;
+    sink->cv.notify_one();
+  }
+  writer.join();
+  return grpc::Status::OK;
+}
+
+void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
+  auto start = Clock::now();
+  result->set_task_id(spec.task_id());
+  result->set_return_id(spec.return_id());
+  result->set_seq(spec.seq());
+  auto fail = [&](StatusCode code, const std::string& msg) {
+    result->set_is_error(true);
+    result->mutable_error()->set_code(static_cast<int>(code));
+    result->mutable_error()->set_message(msg);
+  };
+  const auto& registry = internal::FunctionRegistry::Instance();
+  std::vector<std::shared_ptr<internal::Buffer>> keep;
+  std::vector<internal::ArgView> views;
+  views.reserve(spec.args_size());
+  std::string bytes;
+  try {
+    for (const auto& a : spec.args()) {
+      if (!a.is_ref()) {
+        views.push_back({a.value().data(), a.value().size()});
+      } else if (a.location_known() && !a.location().in_shm()) {
+        views.push_back({a.location().inline_data().data(), a.location().inline_data().size()});
+      } else if (a.location_known()) {
+        auto b = Materialize(a.location(), a.ref_id());
+        if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
+        keep.push_back(*b);
+        views.push_back({(*b)->data(), (*b)->size()});
+      } else {
+        auto b = Get({a.ref_id()}, -1);
+        keep.push_back(b[0]);
+        views.push_back({b[0]->data(), b[0]->size()});
+      }
+    }
+    if (spec.actor_creation()) {
+      const auto* f = registry.FindFactory(spec.function());
+      if (!f) {
+        fail(StatusCode::kNotFound, "actor factory '" + spec.function() +
+                                        "' is not registered in worker executable " + executable_ +
+                                        " (missing RAY_REMOTE?)");
+        return;
+      }
+      actor_ = (*f)(views);
+      actor_id_ = spec.actor_id();
+      actor_restarted_ = spec.restarted();
+      bytes = NilBytes();
+    } else if (!spec.actor_id().empty()) {
+      const auto* m = registry.FindMethod(spec.function());
+      if (!m) {
+        fail(StatusCode::kNotFound, "actor method '" + spec.function() +
+                                        "' is not registered in worker executable " + executable_);
+        return;
+      }
+      bytes = (*m)(actor_.ptr, views);
+    } else {
+      const auto* f = registry.FindFunction(spec.function());
+      if (!f) {
+        fail(StatusCode::kNotFound, "function '" + spec.function() +
+                                        "' is not registered in worker executable " + executable_ +
+                                        " (missing RAY_REMOTE?)");
+        return;
+      }
+      bytes = (*f)(views);
+    }
+  } catch (const ExitActorSignal&) {
+    rpc::ActorWorkerDiedRequest req;
+    req.set_actor_id(actor_id_);
+    req.set_worker_id(opts_.worker_id);
+    req.set_intentional(true);
+    req.set_description("the actor called ray::ExitActor()");
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 5000);
+    (void)head_->ActorWorkerDied(ctx.get(), req, &e);
+    fail(StatusCode::kActorDied, "actor " + actor_id_ + " exited: it called ray::ExitActor()");
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      fflush(stdout);
+      fflush(stderr);
+      _exit(0);
+    }).detach();
+    return;
+  } catch (const internal::RayException& e) {
+    // A system error surfaced inside user code (e.g. a failed nested Get): pass it on.
+    fail(StatusCode::kTaskError, std::string(spec.actor_creation() ? "constructor " : "task ") +
+                                     spec.function() + " failed: " +
+                                     Demangle(typeid(e).name()) + ": " + e.what());
+    return;
+  } catch (const std::exception& e) {
+    fail(StatusCode::kTaskError, std::string(spec.actor_creation() ? "constructor " : "task ") +
+                                     spec.function() + " threw " + Demangle(typeid(e).name()) +
+                                     ": " + e.what());
+    return;
+  } catch (...) {
+    fail(StatusCode::kTaskError, "task " + spec.function() + " threw a non-std::exception value");
+    return;
+  }
+  result->set_exec_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
+  rpc::ObjectLocation* loc = result->mutable_value();
+  if (bytes.size() < kInlineLimit) {
+    loc->set_inline_data(std::move(bytes));
+    return;
+  }
+  std::string name = shm_prefix_ + HexOf(spec.return_id()) + "." + RandomHex(4);
+  auto seg = CreateSegment(name, bytes.size());
+  if (!seg.ok()) {
+    fail(StatusCode::kInternal, "cannot store the result of " + spec.function() + ": " +
+                                    seg.status().message());
+    return;
+  }
+  memcpy((*seg)->data(), bytes.data(), bytes.size());
+  rpc::ObjectSealedRequest req;
+  req.set_object_id(spec.return_id());
+  req.set_shm_name(name);
+  req.set_size(bytes.size());
+  req.set_owner_address(spec.owner_address());
+  rpc::Empty e;
+  auto ctx = NewContext(opts_.token, 10000);
+  (void)node_->ObjectSealed(ctx.get(), req, &e);
+  loc->set_in_shm(true);
+  loc->set_shm_name(name);
+  loc->set_size(bytes.size());
+  loc->set_node_id(node_id_);
+  loc->set_node_address(opts_.node_address);
+}
+
+}  // namespace torus::core

@@ -1,0 +1,187 @@
+// The core library inside every driver and worker process: owns the objects this process
+// creates, submits tasks (leasing workers from nodes, pushing task batches over one stream per
+// leased worker) and actor calls (one stream per actor), and, in workers, executes what is
+// pushed to it. Implements torus::internal::Runtime for the header-only API.
+//
+// THREADS
+//  - user threads call the Runtime methods; state is guarded by mu_ (objects, submit queues).
+//  - one writer and one reader thread per outgoing stream (Conn): the writer drains the
+//    connection's send queue into one TaskBatch per Write (natural batching under load); the
+//    reader stores results and fails/retries in-flight work when the stream breaks.
+//  - lease threads: one per outstanding lease request (RequestLease blocks at the node).
+//  - housekeeping thread: returns leases idle for longer than the linger time.
+//  - workers only: gRPC server threads read pushed batches; an executor thread (or a pool of
+//    max_concurrency threads for a threaded actor) runs user code; one writer per inbound stream.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/resources.h"
+#include "common/shm.h"
+#include "common/status.h"
+#include "proto/torus.grpc.pb.h"
+#include "torus/internal/runtime.h"
+
+namespace torus::core {
+
+struct CoreWorkerOptions {
+  bool is_driver = true;
+  std::string worker_id;          // "" = random
+  std::string node_address;       // the local node
+  std::string head_address;
+  std::string token;
+  std::string job_id;
+  std::string ray_namespace;
+  std::vector<std::string> code_search_path;  // drivers: passed to workers
+  std::string bind_host = "127.0.0.1";
+};
+
+// Values at least this large live in shared memory; smaller ones travel inline.
+inline constexpr size_t kInlineLimit = 100 * 1024;
+
+class Conn;
+struct TaskRecord;
+struct ObjectEntry;
+struct ActorQueue;
+struct SchedulingQueue;
+class Executor;
+
+class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Service {
+ public:
+  static StatusOr<std::unique_ptr<CoreWorker>> Create(CoreWorkerOptions opts);
+  ~CoreWorker() override;
+
+  // Workers: serve pushed tasks until told to exit or the node goes away. Never returns.
+  [[noreturn]] void RunWorkerLoop();
+  // Drivers: finish the job (kills its non-detached actors), stop threads, free owned objects.
+  void Shutdown();
+
+  const std::string& worker_id() const { return opts_.worker_id; }
+  const std::string& address() const { return address_; }
+  const std::string& node_id() const { return node_id_; }
+
+  // internal::Runtime
+  std::string Put(std::string msgpack_bytes) override;
+  std::vector<std::shared_ptr<internal::Buffer>> Get(const std::vector<std::string>& ids,
+                                                     int timeout_ms) override;
+  std::vector<bool> Wait(const std::vector<std::string>& ids, int num_objects,
+                         int timeout_ms) override;
+  std::string SubmitTask(const std::string& function_name, std::vector<internal::TaskArg> args,
+                         const internal::TaskOptions& options) override;
+  std::string CreateActor(const std::string& factory_name, std::vector<internal::TaskArg> args,
+                          const internal::ActorOptions& options) override;
+  std::string SubmitActorTask(const std::string& actor_id, const std::string& method_name,
+                              std::vector<internal::TaskArg> args,
+                              const internal::TaskOptions& options) override;
+  void AddLocalReference(const std::string& id) override;
+  void RemoveLocalReference(const std::string& id) override;
+  std::string GetNamedActor(const std::string& name, const std::string& ray_namespace) override;
+  void KillActor(const std::string& actor_id, bool no_restart) override;
+  void ExitActor() override;
+  bool WasCurrentActorRestarted() override;
+  std::string GetNamespace() override { return opts_.ray_namespace; }
+
+  // rpc::CoreWorker::Service
+  grpc::Status PushTasks(grpc::ServerContext*,
+                         grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>*) override;
+  grpc::Status GetObject(grpc::ServerContext*, const rpc::GetObjectRequest*,
+                         rpc::GetObjectReply*) override;
+  grpc::Status Exit(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
+
+  // Called by Conn threads.
+  void OnResults(Conn* conn, rpc::ResultBatch& batch);
+  void OnConnBroken(Conn* conn, const std::string& why);
+
+  // Executes one task in this worker; fills *result. Called on executor threads.
+  void Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result);
+
+ private:
+  explicit CoreWorker(CoreWorkerOptions opts);
+  Status Connect();
+
+  std::string NewObjectId();
+  // Object store. Require mu_.
+  ObjectEntry& Entry(const std::string& id);
+  void MaybeFree(const std::string& id);
+  void StoreResult(const std::string& id, const rpc::TaskResult& r);
+  void FailObject(const std::string& id, StatusCode code, const std::string& msg);
+  // Location of a value we hold, for an Arg or a GetObject reply. Require mu_.
+  bool LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
+                  rpc::Error* err);
+  // Fetch a borrowed object from its owner in the background (no lock held by caller? holds mu_).
+  void EnsureFetching(const std::string& id);
+  void FetchFromOwner(const std::string& id);
+  // Turns a stored location into readable bytes (maps shm, pulls from other nodes). No lock.
+  StatusOr<std::shared_ptr<internal::Buffer>> Materialize(const rpc::ObjectLocation& loc,
+                                                          const std::string& object_id);
+  void ThrowIfError(const std::string& id, const ObjectEntry& e);
+  void SetBlocked(bool blocked);
+
+  // Submission. Require mu_.
+  void PrepareArgs(std::vector<internal::TaskArg>& args, rpc::TaskSpec* spec,
+                   std::vector<std::string>* deps);
+  bool DepsReady(const TaskRecord& t);
+  void FillResolvedArgs(TaskRecord& t);
+  void OnObjectReady(const std::string& id);
+  void Enqueue(std::shared_ptr<TaskRecord> t);
+  void PumpQueue(SchedulingQueue& q);
+  void RequestLease(SchedulingQueue& q);
+  void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address);
+  void ReturnLease(Conn* conn, bool worker_dead);
+  void RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn* conn);
+  void PumpActor(ActorQueue& a);
+  void ResolveActor(const std::string& actor_id, int min_restarts);
+  void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
+  void ReleaseTaskPins(TaskRecord& t);
+  void HousekeepingLoop();
+  std::unique_ptr<rpc::Node::Stub> NodeStub(const std::string& address);
+
+  // constant after Create
+  CoreWorkerOptions opts_;
+  std::string address_;
+  std::string node_id_;
+  std::string session_dir_;
+  std::string shm_prefix_;
+  std::string executable_;
+  std::string runtime_key_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<rpc::Head::Stub> head_;
+  std::unique_ptr<rpc::Node::Stub> node_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // object readiness, lease/conn changes
+  // guarded by mu_
+  std::unordered_map<std::string, ObjectEntry> objects_;
+  std::unordered_multimap<std::string, std::shared_ptr<TaskRecord>> waiting_on_;  // dep -> task
+  std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
+  std::unordered_map<std::string, std::unique_ptr<ActorQueue>> actors_;
+  std::list<std::unique_ptr<Conn>> conns_;
+  std::vector<std::unique_ptr<Conn>> dead_conns_;
+  uint64_t next_object_ = 0;
+  int blocked_depth_ = 0;
+  std::vector<std::thread> aux_threads_;
+
+  // worker side
+  std::unique_ptr<Executor> executor_;
+  std::atomic<bool> exit_requested_{false};
+  internal::ActorInstance actor_;
+  std::string actor_id_;
+  bool actor_restarted_ = false;
+  int max_concurrency_ = 1;
+
+  std::atomic<bool> shutting_down_{false};
+  std::thread housekeeping_thread_;
+};
+
+}  // namespace torus::core

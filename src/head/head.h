@@ -1,0 +1,109 @@
+// The head daemon (`torus head`): the cluster's control plane. Holds the node table (membership,
+// labels, resources, liveness by heartbeat), the actor directory (placement, names per namespace,
+// restarts, deaths) and the job table. Not on the task hot path: tasks are placed by the nodes.
+//
+// THREADS
+//  - gRPC sync-server threads run the handlers; all state is guarded by mu_.
+//  - monitor thread: declares nodes dead after missed heartbeats, (re)places pending actors.
+//  - one short-lived thread per actor placement attempt, which calls Node.StartActor (blocking,
+//    runs the constructor) without holding mu_.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "common/resources.h"
+#include "common/status.h"
+#include "proto/torus.grpc.pb.h"
+
+namespace torus {
+
+struct HeadConfig {
+  std::string bind_host = "127.0.0.1";
+  int port = 0;
+  std::string session_dir;
+  std::string token;
+  int node_timeout_ms = 5000;  // missed heartbeats for this long => node dead
+};
+
+class Head final : public rpc::Head::Service {
+ public:
+  explicit Head(HeadConfig cfg);
+  ~Head() override;
+
+  Status Start();
+  void Wait();
+  void Stop();
+  std::string address() const { return address_; }
+
+  grpc::Status RegisterNode(grpc::ServerContext*, const rpc::RegisterNodeRequest*,
+                            rpc::RegisterNodeReply*) override;
+  grpc::Status UnregisterNode(grpc::ServerContext*, const rpc::UnregisterNodeRequest*,
+                              rpc::Empty*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const rpc::HeartbeatRequest*,
+                         rpc::HeartbeatReply*) override;
+  grpc::Status CreateActor(grpc::ServerContext*, const rpc::CreateActorRequest*,
+                           rpc::CreateActorReply*) override;
+  grpc::Status ActorStarted(grpc::ServerContext*, const rpc::ActorStartedRequest*,
+                            rpc::Empty*) override;
+  grpc::Status ActorWorkerDied(grpc::ServerContext*, const rpc::ActorWorkerDiedRequest*,
+                               rpc::Empty*) override;
+  grpc::Status GetActor(grpc::ServerContext*, const rpc::GetActorRequest*,
+                        rpc::GetActorReply*) override;
+  grpc::Status KillActor(grpc::ServerContext*, const rpc::KillActorRequest*, rpc::Empty*) override;
+  grpc::Status RegisterJob(grpc::ServerContext*, const rpc::JobRequest*, rpc::Empty*) override;
+  grpc::Status FinishJob(grpc::ServerContext*, const rpc::JobRequest*, rpc::Empty*) override;
+  grpc::Status List(grpc::ServerContext*, const rpc::Empty*, rpc::ListReply*) override;
+  grpc::Status Shutdown(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
+
+ private:
+  struct NodeEntry {
+    rpc::NodeRecord rec;
+    std::chrono::steady_clock::time_point last_heartbeat;
+  };
+  struct ActorEntry {
+    rpc::ActorRecord rec;
+    rpc::CreateActorRequest spec;
+    bool placing = false;      // a placement thread is running
+    bool no_restart = false;   // killed with no_restart
+    std::string pending_reason;
+  };
+
+  // Require mu_.
+  void BumpView() { ++view_version_; }
+  void SchedulePendingActors();
+  void PlaceActor(const std::string& actor_id, const std::string& node_id,
+                  const std::string& node_address);  // runs on its own thread, no lock
+  void OnActorWorkerGone(ActorEntry& a, const std::string& cause, bool intentional);
+  void KillActorWorker(const rpc::ActorRecord& rec);  // fire-and-forget RPC to the node
+  void MonitorLoop();
+
+  HeadConfig cfg_;
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // actor state changes
+  // guarded by mu_
+  std::map<std::string, NodeEntry> nodes_;
+  uint64_t view_version_ = 1;
+  std::unordered_map<std::string, ActorEntry> actors_;
+  std::map<std::pair<std::string, std::string>, std::string> named_actors_;  // (ns, name) -> id
+  std::map<std::string, rpc::JobRequest> jobs_;
+
+  std::atomic<bool> stopping_{false};
+  std::mutex stop_mu_;
+  bool stopped_ = false;
+  std::condition_variable stopped_cv_;
+  std::thread monitor_thread_;
+};
+
+}  // namespace torus

@@ -1,0 +1,769 @@
+#include "node/node.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/ids.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/rpc.h"
+#include "common/shm.h"
+
+namespace torus {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string Key(const rpc::LeaseRequest& r) { return r.runtime_key(); }
+}  // namespace
+
+Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)) {
+  if (cfg_.node_id.empty()) cfg_.node_id = RandomHex(14);
+  if (!cfg_.resources.count("CPU")) {
+    cfg_.resources["CPU"] = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  total_ = cfg_.resources;
+  available_ = total_;
+  shm_prefix_ = "torus." + cfg_.node_id.substr(0, 12) + ".";
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  hostname_ = host;
+  cfg_.labels.emplace("torus.io/node-id", cfg_.node_id);
+  cfg_.labels.emplace("torus.io/hostname", hostname_);
+}
+
+Node::~Node() { Stop(); }
+
+Status Node::Start() {
+  int port = cfg_.port;
+  server_ = StartServer(cfg_.bind_host, &port, {this});
+  if (!server_ || port == 0) {
+    return Unavailable("node cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port));
+  }
+  address_ = cfg_.bind_host + ":" + std::to_string(port);
+  head_ = rpc::Head::NewStub(GetChannel(cfg_.head_address));
+  if (auto s = RegisterWithHead(); !s.ok()) {
+    server_->Shutdown();
+    return s;
+  }
+  TORUS_LOG(INFO) << "node " << cfg_.node_id << " listening on " << address_ << " resources "
+                  << ResourcesToString(total_);
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  reaper_thread_ = std::thread([this] { ReaperLoop(); });
+  return Status::Ok();
+}
+
+Status Node::RegisterWithHead() {
+  rpc::RegisterNodeRequest req;
+  auto* n = req.mutable_node();
+  n->set_node_id(cfg_.node_id);
+  n->set_address(address_);
+  n->set_hostname(hostname_);
+  n->set_pid(getpid());
+  n->set_alive(true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ToProto(total_, n->mutable_total());
+    ToProto(available_, n->mutable_available());
+  }
+  for (const auto& [k, v] : cfg_.labels) (*n->mutable_labels())[k] = v;
+  rpc::RegisterNodeReply reply;
+  auto ctx = NewContext(cfg_.token, 10000);
+  auto st = head_->RegisterNode(ctx.get(), req, &reply);
+  if (!st.ok()) return FromGrpc(st, "cannot register with head at " + cfg_.head_address);
+  if (reply.has_error() && reply.error().code() != 0) {
+    return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
+  }
+  if (cfg_.session_dir.empty()) cfg_.session_dir = reply.session_dir();
+  return Status::Ok();
+}
+
+void Node::Wait() {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  stopped_cv_.wait(lock, [this] { return stopped_; });
+}
+
+void Node::Stop() {
+  if (stopping_.exchange(true)) {
+    Wait();
+    return;
+  }
+  TORUS_LOG(INFO) << "node " << cfg_.node_id << " stopping";
+  std::vector<pid_t> pids;
+  std::vector<std::string> segments;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, w] : workers_) {
+      if (w->pid > 0 && w->state != WorkerState::kDriver) {
+        w->kill_requested = true;
+        pids.push_back(w->pid);
+      }
+    }
+    for (auto& [name, o] : objects_) segments.push_back(name);
+    objects_.clear();
+    for (auto& p : pending_) {
+      p->done = true;
+      p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
+      p->reply.mutable_error()->set_message("node " + cfg_.node_id + " is shutting down");
+    }
+    cv_.notify_all();
+  }
+  for (pid_t p : pids) kill(p, SIGTERM);
+  auto deadline = Clock::now() + std::chrono::milliseconds(1500);
+  for (pid_t p : pids) {
+    while (Clock::now() < deadline) {
+      if (kill(p, 0) != 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(p, SIGKILL);
+  }
+  for (const auto& s : segments) UnlinkSegment(s);
+  UnlinkSegmentsWithPrefix(shm_prefix_);
+  if (head_) {
+    rpc::UnregisterNodeRequest req;
+    req.set_node_id(cfg_.node_id);
+    rpc::Empty e;
+    auto ctx = NewContext(cfg_.token, 1000);
+    (void)head_->UnregisterNode(ctx.get(), req, &e);
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (reaper_thread_.joinable()) reaper_thread_.join();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopped_ = true;
+  }
+  stopped_cv_.notify_all();
+}
+
+// ------------------------------------------------------------------------------- workers
+
+grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterWorkerRequest* req,
+                                  rpc::RegisterWorkerReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(req->worker_id());
+  if (req->is_driver()) {
+    auto w = std::make_unique<Worker>();
+    w->id = req->worker_id();
+    w->pid = req->pid();
+    w->address = req->address();
+    w->state = WorkerState::kDriver;
+    workers_[w->id] = std::move(w);
+  } else if (it == workers_.end()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "worker " + req->worker_id() + " was not started by this node");
+  } else {
+    Worker& w = *it->second;
+    w.address = req->address();
+    if (w.state == WorkerState::kStarting) {
+      w.state = WorkerState::kIdle;
+      w.idle_since = Clock::now();
+      if (--starting_by_key_[w.runtime_key] <= 0) starting_by_key_.erase(w.runtime_key);
+    }
+    TrySchedule();
+    cv_.notify_all();
+  }
+  reply->set_node_id(cfg_.node_id);
+  reply->set_head_address(cfg_.head_address);
+  reply->set_session_dir(cfg_.session_dir);
+  reply->set_shm_prefix(shm_prefix_);
+  reply->set_node_address(address_);
+  return grpc::Status::OK;
+}
+
+Status Node::StartWorker(const std::string& key, const std::string& exe,
+                         const std::vector<std::string>& code_path) {
+  auto w = std::make_unique<Worker>();
+  w->id = RandomHex(14);
+  w->runtime_key = key;
+  SpawnOptions opts;
+  std::string code;
+  for (const auto& p : code_path) code += (code.empty() ? "" : ":") + p;
+  if (code_path.empty()) {
+    opts.argv = {exe};
+  } else {
+    opts.argv = {cfg_.torus_exe, "worker"};
+    opts.env_set["TORUS_CODE_SEARCH_PATH"] = code;
+  }
+  opts.env_set["TORUS_WORKER_MODE"] = "1";
+  opts.env_set["TORUS_NODE_ADDRESS"] = address_;
+  opts.env_set["TORUS_NODE_ID"] = cfg_.node_id;
+  opts.env_set["TORUS_WORKER_ID"] = w->id;
+  opts.env_set["TORUS_TOKEN"] = cfg_.token;
+  opts.env_set["TORUS_SESSION_DIR"] = cfg_.session_dir;
+  opts.env_set["TORUS_HEAD_ADDRESS"] = cfg_.head_address;
+  opts.env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
+  std::string log = cfg_.session_dir + "/logs/worker-" + w->id.substr(0, 12);
+  opts.stdout_path = log + ".out";
+  opts.stderr_path = log + ".err";
+  auto pid = Spawn(opts);
+  if (!pid.ok()) return pid.status();
+  w->pid = *pid;
+  worker_by_pid_[w->pid] = w->id;
+  starting_by_key_[key]++;
+  TORUS_LOG(DEBUG) << "started worker " << w->id << " pid " << w->pid;
+  workers_[w->id] = std::move(w);
+  return Status::Ok();
+}
+
+Node::Worker* Node::FindIdleWorker(const std::string& key) {
+  Worker* best = nullptr;
+  for (auto& [id, w] : workers_) {
+    if (w->state == WorkerState::kIdle && w->runtime_key == key && !w->kill_requested) {
+      if (!best || w->idle_since > best->idle_since) best = w.get();  // most recently used
+    }
+  }
+  return best;
+}
+
+void Node::ReleaseWorkerResources(Worker& w) {
+  ResourceMap r = w.held;
+  if (w.blocked) r.erase("CPU");  // already returned while blocked
+  Add(available_, r);
+  w.held.clear();
+  w.blocked = false;
+}
+
+bool Node::AnyNodeCouldFit(const ResourceMap& res) const {
+  if (Fits(res, total_)) return true;
+  for (const auto& n : view_) {
+    if (n.alive() && n.node_id() != cfg_.node_id && Fits(res, FromProto(n.total()))) return true;
+  }
+  return false;
+}
+
+bool Node::TrySpillback(PendingLease& p) {
+  if (p.req.spilled()) return false;
+  // Prefer a node that can run it now; else, when this node could never run it, one that could.
+  const rpc::NodeRecord* target = nullptr;
+  bool local_feasible = Fits(p.res, total_);
+  for (const auto& n : view_) {
+    if (!n.alive() || n.node_id() == cfg_.node_id) continue;
+    if (Fits(p.res, FromProto(n.available()))) {
+      target = &n;
+      break;
+    }
+    if (!local_feasible && !target && Fits(p.res, FromProto(n.total()))) target = &n;
+  }
+  if (!target) return false;
+  p.reply.set_spillback_node_address(target->address());
+  p.reply.set_spillback_node_id(target->node_id());
+  p.done = true;
+  // Optimistically charge the view so a burst does not all go to the same node.
+  for (auto& n : view_) {
+    if (n.node_id() == target->node_id()) {
+      auto avail = FromProto(n.available());
+      Subtract(avail, p.res);
+      ToProto(avail, n.mutable_available());
+    }
+  }
+  return true;
+}
+
+void Node::TrySchedule() {
+  bool any_done = false;
+  std::map<std::string, int> need_workers;
+  std::map<std::string, const rpc::LeaseRequest*> example;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    PendingLease& p = **it;
+    if (p.done) {
+      it = pending_.erase(it);
+      continue;
+    }
+    if (!p.resources_held) {
+      if (Fits(p.res, available_)) {
+        Subtract(available_, p.res);
+        p.resources_held = true;
+        p.infeasible = false;
+      } else {
+        if (TrySpillback(p)) {
+          any_done = true;
+          it = pending_.erase(it);
+          continue;
+        }
+        if (!AnyNodeCouldFit(p.res)) {
+          if (!p.infeasible) {
+            TORUS_LOG(WARNING) << "infeasible request " << ResourcesToString(p.res) << " for "
+                               << p.req.description()
+                               << ": no node of the cluster has these resources; it stays "
+                                  "pending until such a node joins";
+          }
+          p.infeasible = true;
+        }
+        ++it;
+        continue;
+      }
+    }
+    Worker* w = FindIdleWorker(Key(p.req));
+    if (!w) {
+      need_workers[Key(p.req)]++;
+      example[Key(p.req)] = &p.req;
+      ++it;
+      continue;
+    }
+    w->state = WorkerState::kLeased;
+    w->lease_id = RandomHex(8);
+    w->held = p.res;
+    worker_by_lease_[w->lease_id] = w->id;
+    p.reply.set_granted(true);
+    p.reply.set_lease_id(w->lease_id);
+    p.reply.set_worker_id(w->id);
+    p.reply.set_worker_address(w->address);
+    p.reply.set_node_id(cfg_.node_id);
+    p.done = true;
+    any_done = true;
+    it = pending_.erase(it);
+  }
+  for (const auto& [key, n] : need_workers) {
+    int starting = starting_by_key_.count(key) ? starting_by_key_[key] : 0;
+    for (int i = starting; i < n; ++i) {
+      const auto* r = example[key];
+      std::vector<std::string> code(r->code_search_path().begin(), r->code_search_path().end());
+      if (auto s = StartWorker(key, r->executable(), code); !s.ok()) {
+        TORUS_LOG(ERROR) << "cannot start worker: " << s.ToString();
+        for (auto& p : pending_) {
+          if (Key(p->req) == key && !p->done) {
+            p->done = true;
+            if (p->resources_held) Add(available_, p->res);
+            p->resources_held = false;
+            p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
+            p->reply.mutable_error()->set_message(s.message());
+            any_done = true;
+          }
+        }
+        break;
+      }
+    }
+  }
+  if (any_done) cv_.notify_all();
+}
+
+grpc::Status Node::RequestLease(grpc::ServerContext* ctx, const rpc::LeaseRequest* req,
+                                rpc::LeaseReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  auto p = std::make_shared<PendingLease>();
+  p->req = *req;
+  p->res = FromProto(req->resources());
+  for (auto it = p->res.begin(); it != p->res.end();) {
+    it = it->second <= 0 ? p->res.erase(it) : std::next(it);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down");
+  pending_.push_back(p);
+  TrySchedule();
+  while (!p->done) {
+    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    if (!p->done && ctx->IsCancelled()) {
+      // The requester went away: give back what was set aside for it.
+      if (p->resources_held) Add(available_, p->res);
+      p->resources_held = false;
+      p->done = true;
+      pending_.remove(p);
+      TrySchedule();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "lease request cancelled");
+    }
+  }
+  *reply = p->reply;
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::ReturnLease(grpc::ServerContext* ctx, const rpc::ReturnLeaseRequest* req,
+                               rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = worker_by_lease_.find(req->lease_id());
+  if (it == worker_by_lease_.end()) return grpc::Status::OK;  // worker already died
+  auto wit = workers_.find(it->second);
+  worker_by_lease_.erase(it);
+  if (wit == workers_.end()) return grpc::Status::OK;
+  Worker& w = *wit->second;
+  ReleaseWorkerResources(w);
+  w.lease_id.clear();
+  if (req->worker_dead()) {
+    w.kill_requested = true;
+    if (w.pid > 0) kill(w.pid, SIGKILL);
+  } else {
+    w.state = WorkerState::kIdle;
+    w.idle_since = Clock::now();
+  }
+  TrySchedule();
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::NotifyBlocked(grpc::ServerContext* ctx, const rpc::BlockedRequest* req,
+                                 rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(req->worker_id());
+  if (it == workers_.end()) return grpc::Status::OK;
+  Worker& w = *it->second;
+  if (w.state != WorkerState::kLeased && w.state != WorkerState::kActor) return grpc::Status::OK;
+  double cpu = w.held.count("CPU") ? w.held["CPU"] : 0;
+  if (req->blocked() && !w.blocked) {
+    w.blocked = true;
+    available_["CPU"] += cpu;
+    TrySchedule();
+  } else if (!req->blocked() && w.blocked) {
+    w.blocked = false;
+    available_["CPU"] -= cpu;  // may go below zero briefly: the task resumes regardless
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorRequest* req,
+                              rpc::StartActorReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  ResourceMap res = FromProto(req->resources());
+  std::string key = req->code_search_path_size() ? "code:" : "exe:";
+  key += req->executable();
+  for (const auto& p : req->code_search_path()) key += ":" + p;
+  std::string worker_id, worker_address;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    // An actor with no explicit resources needs 1 CPU to be placed but holds none while alive.
+    ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
+    if (!Fits(placement, available_)) {
+      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
+      reply->mutable_error()->set_message("node " + cfg_.node_id + " has " +
+                                          ResourcesToString(available_) + " available, needs " +
+                                          ResourcesToString(placement));
+      return grpc::Status::OK;
+    }
+    Subtract(available_, res);
+    Worker* w = FindIdleWorker(key);
+    if (!w) {
+      std::vector<std::string> code(req->code_search_path().begin(), req->code_search_path().end());
+      if (auto s = StartWorker(key, req->executable(), code); !s.ok()) {
+        Add(available_, res);
+        reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
+        reply->mutable_error()->set_message(s.message());
+        return grpc::Status::OK;
+      }
+      // Wait for a fresh worker of this key to register, claiming the first that does.
+      auto deadline = Clock::now() + std::chrono::seconds(60);
+      while (!(w = FindIdleWorker(key))) {
+        if (stopping_ || cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+          Add(available_, res);
+          reply->mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
+          reply->mutable_error()->set_message("actor worker did not start within 60 s");
+          return grpc::Status::OK;
+        }
+      }
+    }
+    w->state = WorkerState::kActor;
+    w->actor_id = req->creation().actor_id();
+    w->held = res;
+    worker_id = w->id;
+    worker_address = w->address;
+  }
+  // Run the constructor on the dedicated worker.
+  auto stub = rpc::CoreWorker::NewStub(GetChannel(worker_address));
+  auto cctx = NewContext(cfg_.token);
+  auto stream = stub->PushTasks(cctx.get());
+  rpc::TaskBatch batch;
+  *batch.add_tasks() = req->creation();
+  rpc::ResultBatch results;
+  bool ok = stream->Write(batch) && stream->Read(&results);
+  stream->WritesDone();
+  auto st = stream->Finish();
+  reply->set_worker_id(worker_id);
+  reply->set_worker_address(worker_address);
+  if (!ok || results.results_size() != 1) {
+    reply->mutable_error()->set_code(static_cast<int>(StatusCode::kWorkerDied));
+    reply->mutable_error()->set_message("actor worker died while running the constructor" +
+                                        (st.ok() ? std::string() : ": " + st.error_message()));
+    return grpc::Status::OK;
+  }
+  const auto& r = results.results(0);
+  if (r.is_error()) {
+    *reply->mutable_error() = r.error();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = workers_.find(worker_id);
+    if (it != workers_.end() && it->second->pid > 0) {
+      it->second->kill_requested = true;
+      kill(it->second->pid, SIGKILL);
+    }
+    return grpc::Status::OK;
+  }
+  reply->set_ok(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::KillWorker(grpc::ServerContext* ctx, const rpc::KillWorkerRequest* req,
+                              rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(req->worker_id());
+  if (it == workers_.end() || it->second->state == WorkerState::kDriver) return grpc::Status::OK;
+  it->second->kill_requested = true;
+  if (it->second->pid > 0) kill(it->second->pid, req->force() ? SIGKILL : SIGTERM);
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::GetWorkerExit(grpc::ServerContext* ctx, const rpc::WorkerExitRequest* req,
+                                 rpc::WorkerExitReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::unique_lock<std::mutex> lock(mu_);
+  // The caller usually sees the broken connection before our reaper sees the exit: wait a bit.
+  cv_.wait_for(lock, std::chrono::milliseconds(1000),
+               [&] { return exits_.count(req->worker_id()) > 0; });
+  auto it = exits_.find(req->worker_id());
+  reply->set_known(it != exits_.end() || workers_.count(req->worker_id()));
+  if (it != exits_.end()) {
+    reply->set_exited(true);
+    reply->set_description(it->second);
+  }
+  return grpc::Status::OK;
+}
+
+void Node::HandleWorkerExit(pid_t pid, int status) {
+  std::string desc = DescribeWaitStatus(status);
+  std::string actor_id, worker_id;
+  bool intentional = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto pit = worker_by_pid_.find(pid);
+    if (pit == worker_by_pid_.end()) return;
+    worker_id = pit->second;
+    worker_by_pid_.erase(pit);
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end()) return;
+    Worker& w = *it->second;
+    intentional = w.kill_requested;
+    if (w.state == WorkerState::kStarting) {
+      if (--starting_by_key_[w.runtime_key] <= 0) starting_by_key_.erase(w.runtime_key);
+    }
+    if (w.state == WorkerState::kStarting && !intentional) {
+      TORUS_LOG(ERROR) << "worker " << w.id << " (pid " << pid << ") " << desc
+                       << " before registering; see its log in " << cfg_.session_dir << "/logs";
+    } else if (!intentional) {
+      TORUS_LOG(WARNING) << "worker " << w.id << " (pid " << pid << ") " << desc;
+    }
+    if (!w.lease_id.empty()) worker_by_lease_.erase(w.lease_id);
+    if (w.state == WorkerState::kActor) actor_id = w.actor_id;
+    ReleaseWorkerResources(w);
+    workers_.erase(it);
+    exits_[worker_id] = desc;
+    exit_order_.push_back(worker_id);
+    while (exit_order_.size() > 10000) {
+      exits_.erase(exit_order_.front());
+      exit_order_.pop_front();
+    }
+    TrySchedule();
+    cv_.notify_all();
+  }
+  if (!actor_id.empty() && !stopping_) {
+    rpc::ActorWorkerDiedRequest req;
+    req.set_actor_id(actor_id);
+    req.set_worker_id(worker_id);
+    req.set_description("the actor's worker process " + desc);
+    req.set_intentional(false);
+    rpc::Empty e;
+    auto ctx = NewContext(cfg_.token, 5000);
+    auto st = head_->ActorWorkerDied(ctx.get(), req, &e);
+    if (!st.ok()) TORUS_LOG(WARNING) << "cannot report actor death: " << st.error_message();
+  }
+}
+
+void Node::ReaperLoop() {
+  // waitpid() on our own workers only: an embedded node lives inside a user's driver process,
+  // whose other children are none of our business.
+  auto reap_once = [this] {
+    std::vector<pid_t> pids;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [pid, id] : worker_by_pid_) pids.push_back(pid);
+    }
+    bool any = false;
+    for (pid_t pid : pids) {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        HandleWorkerExit(pid, status);
+        any = true;
+      }
+    }
+    return std::make_pair(any, pids.size());
+  };
+  while (!stopping_) {
+    if (!reap_once().first) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < deadline && reap_once().second > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// ------------------------------------------------------------------------------- heartbeats
+
+std::vector<rpc::PendingDemand> Node::PendingDemands() {
+  std::map<std::string, rpc::PendingDemand> by_shape;
+  for (const auto& p : pending_) {
+    if (p->done || p->resources_held) continue;
+    std::string key = ResourcesToString(p->res) + "|" + p->req.description();
+    auto& d = by_shape[key];
+    if (d.count() == 0) {
+      ToProto(p->res, d.mutable_resources());
+      d.set_description(p->req.description());
+    }
+    d.set_count(d.count() + 1);
+    d.set_infeasible(d.infeasible() || p->infeasible);
+  }
+  std::vector<rpc::PendingDemand> out;
+  for (auto& [k, d] : by_shape) out.push_back(d);
+  return out;
+}
+
+void Node::HeartbeatLoop() {
+  int failures = 0;
+  while (!stopping_) {
+    rpc::HeartbeatRequest req;
+    req.set_node_id(cfg_.node_id);
+    std::vector<pid_t> to_kill;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ToProto(available_, req.mutable_available());
+      for (auto& d : PendingDemands()) *req.add_pending() = d;
+      req.set_view_version(view_version_);
+      // Stop idle workers beyond the CPU count once they have idled long enough.
+      int idle = 0;
+      for (auto& [id, w] : workers_) idle += w->state == WorkerState::kIdle;
+      int keep = static_cast<int>(total_.count("CPU") ? total_["CPU"] : 1);
+      auto now = Clock::now();
+      for (auto& [id, w] : workers_) {
+        if (idle <= keep) break;
+        if (w->state == WorkerState::kIdle && !w->kill_requested &&
+            now - w->idle_since > std::chrono::milliseconds(cfg_.idle_worker_keep_ms)) {
+          w->kill_requested = true;
+          to_kill.push_back(w->pid);
+          --idle;
+        }
+      }
+    }
+    for (pid_t p : to_kill) kill(p, SIGTERM);
+    rpc::HeartbeatReply reply;
+    auto ctx = NewContext(cfg_.token, 2000);
+    auto st = head_->Heartbeat(ctx.get(), req, &reply);
+    if (!st.ok()) {
+      if (++failures % 50 == 1) {
+        TORUS_LOG(WARNING) << "heartbeat to head " << cfg_.head_address
+                           << " failed: " << st.error_message();
+      }
+    } else {
+      failures = 0;
+      if (reply.unknown_node()) {
+        TORUS_LOG(WARNING) << "head does not know this node; registering again";
+        (void)RegisterWithHead();
+      } else if (reply.view_version() != req.view_version()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        view_.assign(reply.nodes().begin(), reply.nodes().end());
+        view_version_ = reply.view_version();
+        TrySchedule();
+      }
+    }
+    for (int i = 0; i < cfg_.heartbeat_ms / 10 && !stopping_; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------- objects
+
+grpc::Status Node::ObjectSealed(grpc::ServerContext* ctx, const rpc::ObjectSealedRequest* req,
+                                rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  if (req->shm_name().rfind(shm_prefix_, 0) != 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "segment " + req->shm_name() + " does not belong to this node");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  objects_[req->shm_name()] = {req->object_id(), req->size(), req->owner_address()};
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::FreeObjects(grpc::ServerContext* ctx, const rpc::FreeObjectsRequest* req,
+                               rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& name : req->shm_names()) {
+    if (name.rfind(shm_prefix_, 0) != 0) continue;  // never touch other nodes' segments
+    objects_.erase(name);
+    UnlinkSegment(name);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::FetchObject(grpc::ServerContext* ctx, const rpc::FetchObjectRequest* req,
+                               grpc::ServerWriter<rpc::ObjectChunk>* writer) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  if (req->shm_name().rfind(shm_prefix_, 0) != 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "segment " + req->shm_name() + " is not on this node");
+  }
+  auto m = OpenSegment(req->shm_name());
+  if (!m.ok()) return ToGrpc(m.status());
+  uint64_t chunk = req->chunk_size() ? req->chunk_size() : (4u << 20);
+  chunk = std::clamp<uint64_t>(chunk, 64 << 10, 64 << 20);
+  uint64_t total = (*m)->size();
+  uint64_t off = 0;
+  do {
+    rpc::ObjectChunk c;
+    c.set_offset(off);
+    c.set_total_size(total);
+    uint64_t n = std::min(chunk, total - off);
+    c.set_data((*m)->data() + off, n);
+    if (!writer->Write(c)) break;
+    off += n;
+  } while (off < total);
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeInfoReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  reply->set_node_id(cfg_.node_id);
+  ToProto(total_, reply->mutable_total());
+  ToProto(available_, reply->mutable_available());
+  uint64_t bytes = 0;
+  for (const auto& [name, o] : objects_) {
+    bytes += o.size;
+    auto* oi = reply->add_objects();
+    oi->set_object_id(o.object_id);
+    oi->set_shm_name(name);
+    oi->set_size(o.size);
+    oi->set_owner_address(o.owner);
+    oi->set_node_id(cfg_.node_id);
+  }
+  reply->set_shm_bytes(bytes);
+  reply->set_shm_objects(objects_.size());
+  int idle = 0, n = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w->state == WorkerState::kDriver) continue;
+    ++n;
+    idle += w->state == WorkerState::kIdle;
+    auto* wi = reply->add_workers();
+    wi->set_worker_id(id);
+    wi->set_pid(w->pid);
+    wi->set_address(w->address);
+    static const char* kNames[] = {"starting", "idle", "leased", "actor", "driver"};
+    wi->set_state(w->blocked ? "blocked" : kNames[static_cast<int>(w->state)]);
+    wi->set_actor_id(w->actor_id);
+  }
+  reply->set_num_workers(n);
+  reply->set_num_idle_workers(idle);
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::thread([this] { Stop(); }).detach();
+  return grpc::Status::OK;
+}
+
+}  // namespace torus

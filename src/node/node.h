@@ -1,0 +1,165 @@
+// The node daemon (`torus node`): one per host. Owns the host's resource ledger, its worker
+// processes, lease grants (with spillback to other nodes), the shared-memory object directory
+// of this host, and heartbeats to the head.
+//
+// THREADS
+//  - gRPC sync-server threads run the handlers. RequestLease and StartActor may block (on cv_)
+//    until a worker is available; everything they touch is guarded by mu_.
+//  - heartbeat thread: reports available resources and pending demands to the head every
+//    heartbeat_ms, receives the cluster view (used for spillback), reaps long-idle workers.
+//  - reaper thread: waitpid() on worker processes; a death releases the worker's resources and,
+//    for an actor, is reported to the head (on a detached thread, never under mu_).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/resources.h"
+#include "common/status.h"
+#include "proto/torus.grpc.pb.h"
+
+namespace torus {
+
+struct NodeConfig {
+  std::string node_id;          // "" = random
+  std::string head_address;     // host:port of the head
+  std::string bind_host = "127.0.0.1";
+  int port = 0;                 // 0 = pick
+  std::string session_dir;
+  std::string token;
+  ResourceMap resources;        // totals; CPU defaults to the number of cores
+  std::map<std::string, std::string> labels;
+  std::string torus_exe;        // the torus binary, for `torus worker` (code search path mode)
+  int heartbeat_ms = 100;
+  int idle_worker_keep_ms = 10000;  // idle workers above the CPU count are stopped after this
+};
+
+class Node final : public rpc::Node::Service {
+ public:
+  explicit Node(NodeConfig cfg);
+  ~Node() override;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Binds the port, registers with the head and starts the threads.
+  Status Start();
+  // Blocks until Stop() has finished.
+  void Wait();
+  // Stops workers, frees this node's shared memory, unregisters. Idempotent, any thread.
+  void Stop();
+
+  const std::string& id() const { return cfg_.node_id; }
+  std::string address() const { return address_; }
+
+  // rpc::Node::Service
+  grpc::Status RegisterWorker(grpc::ServerContext*, const rpc::RegisterWorkerRequest*,
+                              rpc::RegisterWorkerReply*) override;
+  grpc::Status RequestLease(grpc::ServerContext*, const rpc::LeaseRequest*,
+                            rpc::LeaseReply*) override;
+  grpc::Status ReturnLease(grpc::ServerContext*, const rpc::ReturnLeaseRequest*,
+                           rpc::Empty*) override;
+  grpc::Status NotifyBlocked(grpc::ServerContext*, const rpc::BlockedRequest*,
+                             rpc::Empty*) override;
+  grpc::Status StartActor(grpc::ServerContext*, const rpc::StartActorRequest*,
+                          rpc::StartActorReply*) override;
+  grpc::Status KillWorker(grpc::ServerContext*, const rpc::KillWorkerRequest*,
+                          rpc::Empty*) override;
+  grpc::Status GetWorkerExit(grpc::ServerContext*, const rpc::WorkerExitRequest*,
+                             rpc::WorkerExitReply*) override;
+  grpc::Status ObjectSealed(grpc::ServerContext*, const rpc::ObjectSealedRequest*,
+                            rpc::Empty*) override;
+  grpc::Status FreeObjects(grpc::ServerContext*, const rpc::FreeObjectsRequest*,
+                           rpc::Empty*) override;
+  grpc::Status FetchObject(grpc::ServerContext*, const rpc::FetchObjectRequest*,
+                           grpc::ServerWriter<rpc::ObjectChunk>*) override;
+  grpc::Status Info(grpc::ServerContext*, const rpc::Empty*, rpc::NodeInfoReply*) override;
+  grpc::Status Shutdown(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
+
+ private:
+  enum class WorkerState { kStarting, kIdle, kLeased, kActor, kDriver };
+  struct Worker {
+    std::string id;
+    pid_t pid = 0;
+    std::string address;
+    std::string runtime_key;
+    WorkerState state = WorkerState::kStarting;
+    std::string lease_id;
+    std::string actor_id;
+    ResourceMap held;   // resources held by its lease or actor
+    bool blocked = false;
+    bool kill_requested = false;
+    std::chrono::steady_clock::time_point idle_since;
+  };
+  struct PendingLease {
+    rpc::LeaseRequest req;
+    ResourceMap res;
+    bool resources_held = false;
+    bool done = false;
+    bool infeasible = false;
+    rpc::LeaseReply reply;
+  };
+  struct StoredObject {
+    std::string object_id;
+    uint64_t size = 0;
+    std::string owner;
+  };
+
+  // All private helpers below require mu_ held unless said otherwise.
+  void TrySchedule();
+  bool TrySpillback(PendingLease& p);
+  bool AnyNodeCouldFit(const ResourceMap& res) const;
+  Worker* FindIdleWorker(const std::string& key);
+  Status StartWorker(const std::string& key, const std::string& exe,
+                     const std::vector<std::string>& code_path);
+  void ReleaseWorkerResources(Worker& w);
+  void HandleWorkerExit(pid_t pid, int status);
+  void HeartbeatLoop();
+  void ReaperLoop();
+  Status RegisterWithHead();  // no lock
+  std::vector<rpc::PendingDemand> PendingDemands();
+
+  // constant after construction / Start()
+  NodeConfig cfg_;
+  std::string address_;
+  std::string shm_prefix_;
+  std::string hostname_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<rpc::Head::Stub> head_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // guarded by mu_
+  ResourceMap total_;
+  ResourceMap available_;
+  std::unordered_map<std::string, std::unique_ptr<Worker>> workers_;  // by worker id
+  std::unordered_map<pid_t, std::string> worker_by_pid_;
+  std::unordered_map<std::string, std::string> worker_by_lease_;
+  std::list<std::shared_ptr<PendingLease>> pending_;
+  std::map<std::string, std::string> exits_;  // worker id -> how it ended
+  std::deque<std::string> exit_order_;
+  std::map<std::string, StoredObject> objects_;  // by shm name
+  std::vector<rpc::NodeRecord> view_;            // other nodes, from the head
+  uint64_t view_version_ = 0;
+  std::map<std::string, int> starting_by_key_;
+
+  std::atomic<bool> stopping_{false};
+  std::mutex stop_mu_;
+  bool stopped_ = false;
+  std::condition_variable stopped_cv_;
+  std::thread heartbeat_thread_;
+  std::thread reaper_thread_;
+};
+
+}  // namespace torus
