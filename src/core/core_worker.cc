@@ -150,6 +150,11 @@ class Conn {
     cv_.notify_one();
   }
   void Cancel() { ctx_.TryCancel(); }
+  // Lets the worker give the lease back itself if this process dies mid-lease.
+  void SetLease(const std::string& lease_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_id_for_worker_ = lease_id;
+  }
   void Join() {
     Close();
     if (writer_.joinable()) writer_.join();
@@ -172,6 +177,10 @@ class Conn {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return !q_.empty() || closing_; });
         if (q_.empty()) break;
+        if (!first_sent_) {
+          batch.set_lease_id(lease_id_for_worker_);
+          first_sent_ = true;
+        }
         while (!q_.empty()) {
           *batch.add_tasks() = std::move(q_.front());
           q_.pop_front();
@@ -203,6 +212,8 @@ class Conn {
   std::condition_variable cv_;
   std::deque<rpc::TaskSpec> q_;
   bool closing_ = false;
+  bool first_sent_ = false;
+  std::string lease_id_for_worker_;
   std::thread reader_, writer_;
 };
 
@@ -320,9 +331,11 @@ void CoreWorker::Shutdown() {
   }
   std::vector<std::unique_ptr<Conn>> conns;
   std::vector<std::string> free_names;
+  std::vector<std::pair<std::string, std::string>> leases;  // (node address, lease id)
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& c : conns_) {
+      if (!c->lease_id.empty() && !c->returned) leases.emplace_back(c->node_address, c->lease_id);
       c->Cancel();
       conns.push_back(std::move(c));
     }
@@ -337,6 +350,13 @@ void CoreWorker::Shutdown() {
     cv_.notify_all();
   }
   for (auto& c : conns) c->Join();
+  for (const auto& [addr, lease] : leases) {
+    rpc::ReturnLeaseRequest req;
+    req.set_lease_id(lease);
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 2000);
+    (void)NodeStub(addr)->ReturnLease(ctx.get(), req, &e);
+  }
   if (!free_names.empty()) {
     rpc::FreeObjectsRequest req;
     for (auto& n : free_names) req.add_shm_names(n);
@@ -1052,8 +1072,16 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
   }
   if (error.empty() && !reply.granted()) error = "lease request bounced too many times";
   std::unique_ptr<Conn> conn;
+  if (error.empty() && shutting_down_) {
+    rpc::ReturnLeaseRequest rreq;
+    rreq.set_lease_id(reply.lease_id());
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 5000);
+    (void)NodeStub(node_address)->ReturnLease(ctx.get(), rreq, &e);
+  }
   if (error.empty() && !shutting_down_) {
     conn = std::make_unique<Conn>(this, reply.worker_address(), opts_.token);
+    conn->SetLease(reply.lease_id());
     conn->key = key;
     conn->lease_id = reply.lease_id();
     conn->worker_id = reply.worker_id();
@@ -1477,7 +1505,9 @@ grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
     }
   });
   rpc::TaskBatch batch;
+  std::string lease_id;
   while (stream->Read(&batch)) {
+    if (!batch.lease_id().empty()) lease_id = batch.lease_id();
     for (auto& spec : *batch.mutable_tasks()) {
       {
         std::lock_guard<std::mutex> lock(sink->mu);
@@ -1510,6 +1540,14 @@ grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
     sink->cv.notify_one();
   }
   writer.join();
+  if (!lease_id.empty()) {
+    // The lease holder is gone or done with us; returning twice is harmless (ids are unique).
+    rpc::ReturnLeaseRequest req;
+    req.set_lease_id(lease_id);
+    rpc::Empty e;
+    auto rctx = NewContext(opts_.token, 5000);
+    (void)node_->ReturnLease(rctx.get(), req, &e);
+  }
   return grpc::Status::OK;
 }
 

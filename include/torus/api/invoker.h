@@ -56,8 +56,6 @@ template <typename F, size_t... I>
 ValueParams<F> UnpackArgs(const std::string& name, const std::vector<ArgView>& args,
                           std::index_sequence<I...>) {
   CheckArgCount(name, sizeof...(I), args.size());
-  (void)args;
-  (void)name;
   return ValueParams<F>{UnpackArg<std::tuple_element_t<I, ValueParams<F>>>(name, I, args[I])...};
 }
 
