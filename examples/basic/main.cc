@@ -2,14 +2,19 @@
 // find_package(Torus) (see CMakeLists.txt here) or against Ray's C++ package.
 #include <ray/api.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 #include <set>
 #include <string>
 #include <vector>
 
 int Plus(int x, int y) { return x + y; }
 
+// Long enough (100 ms) that the scheduler spreads these over every node instead of packing.
 std::string WhereAmI() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const char* n = std::getenv("TORUS_NODE_ID");
   return n ? n : "?";
 }
@@ -45,7 +50,7 @@ int main(int argc, char** argv) {
 
   // Spread work: report how many distinct nodes ran tasks.
   std::vector<ray::ObjectRef<std::string>> where;
-  for (int i = 0; i < 64; ++i) where.push_back(ray::Task(WhereAmI).Remote());
+  for (int i = 0; i < 12; ++i) where.push_back(ray::Task(WhereAmI).Remote());
   std::set<std::string> nodes;
   for (auto& s : ray::Get(where)) nodes.insert(*s);
   std::cout << "nodes_used = " << nodes.size() << std::endl;

@@ -138,9 +138,30 @@ class Conn {
   }
   ~Conn() { Join(); }
 
-  void Send(rpc::TaskSpec spec) {
-    std::lock_guard<std::mutex> lock(mu_);
-    q_.push_back(std::move(spec));
+  // Writes right away from the caller's thread when the stream is idle (the common case for
+  // synchronous calls: no thread hand-off); otherwise queues for the writer thread, which then
+  // sends everything queued as one batch.
+  // `direct` is the caller's hint that nothing else is in flight (a synchronous pattern); with
+  // work in flight, queueing lets the writer batch.
+  void Send(rpc::TaskSpec spec, bool direct) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!direct || writing_ || !q_.empty() || closing_) {
+      q_.push_back(std::move(spec));
+      cv_.notify_one();
+      return;
+    }
+    writing_ = true;
+    rpc::TaskBatch batch;
+    if (!first_sent_) {
+      batch.set_lease_id(lease_id_for_worker_);
+      first_sent_ = true;
+    }
+    lock.unlock();
+    *batch.add_tasks() = std::move(spec);
+    bool ok = stream_->Write(batch);
+    lock.lock();
+    writing_ = false;
+    if (!ok) ctx_.TryCancel();
     cv_.notify_one();
   }
   // Half-close: no more sends; the reader ends when the worker finishes.
@@ -175,8 +196,9 @@ class Conn {
       rpc::TaskBatch batch;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return !q_.empty() || closing_; });
+        cv_.wait(lock, [&] { return (!q_.empty() || closing_) && !writing_; });
         if (q_.empty()) break;
+        writing_ = true;
         if (!first_sent_) {
           batch.set_lease_id(lease_id_for_worker_);
           first_sent_ = true;
@@ -186,7 +208,12 @@ class Conn {
           q_.pop_front();
         }
       }
-      if (!stream_->Write(batch)) {
+      bool ok = stream_->Write(batch);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        writing_ = false;
+      }
+      if (!ok) {
         ctx_.TryCancel();
         return;
       }
@@ -212,6 +239,7 @@ class Conn {
   std::condition_variable cv_;
   std::deque<rpc::TaskSpec> q_;
   bool closing_ = false;
+  bool writing_ = false;
   bool first_sent_ = false;
   std::string lease_id_for_worker_;
   std::thread reader_, writer_;
@@ -430,48 +458,58 @@ std::string CoreWorker::NewObjectId() {
 ObjectEntry& CoreWorker::Entry(const std::string& id) { return objects_[id]; }
 
 std::string CoreWorker::Put(std::string bytes) {
-  std::string id;
-  std::unique_ptr<Mapping> seg;
-  std::string shm_name;
   if (bytes.size() >= kInlineLimit) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      id = NewObjectId();
-    }
-    shm_name = shm_prefix_ + HexOf(id);
-    auto m = CreateSegment(shm_name, bytes.size());
-    if (!m.ok()) throw internal::RayException("Put failed: " + m.status().message());
-    memcpy((*m)->data(), bytes.data(), bytes.size());
-    rpc::ObjectSealedRequest req;
-    req.set_object_id(id);
-    req.set_shm_name(shm_name);
-    req.set_size(bytes.size());
-    req.set_owner_address(address_);
-    rpc::Empty e;
-    auto ctx = NewContext(opts_.token, 10000);
-    auto st = node_->ObjectSealed(ctx.get(), req, &e);
-    if (!st.ok()) {
-      UnlinkSegment(shm_name);
-      throw internal::RayException("Put failed: the node refused the object: " + st.error_message());
-    }
-    seg = std::move(*m);
+    return PutWith(bytes.size(), [&](char* dst) { memcpy(dst, bytes.data(), bytes.size()); });
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (id.empty()) id = NewObjectId();
+  std::string id = NewObjectId();
   ObjectEntry& e = Entry(id);
   e.owned = true;
   e.ready = true;
   e.local_refs = 1;
-  if (seg) {
-    e.in_shm = true;
-    e.shm.set_in_shm(true);
-    e.shm.set_shm_name(shm_name);
-    e.shm.set_size(bytes.size());
-    e.shm.set_node_id(node_id_);
-    e.shm.set_node_address(opts_.node_address);
-  } else {
-    e.inline_data = std::make_shared<const std::string>(std::move(bytes));
+  e.inline_data = std::make_shared<const std::string>(std::move(bytes));
+  return id;
+}
+
+std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& fill) {
+  if (size < kInlineLimit) {
+    std::string bytes(size, '\0');
+    fill(bytes.data());
+    return Put(std::move(bytes));
   }
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = NewObjectId();
+  }
+  std::string shm_name = shm_prefix_ + HexOf(id);
+  auto m = CreateSegment(shm_name, size);
+  if (!m.ok()) throw internal::RayException("Put failed: " + m.status().message());
+  fill((*m)->data());
+  rpc::ObjectSealedRequest req;
+  req.set_object_id(id);
+  req.set_shm_name(shm_name);
+  req.set_size(size);
+  req.set_owner_address(address_);
+  rpc::Empty e;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = node_->ObjectSealed(ctx.get(), req, &e);
+  if (!st.ok()) {
+    UnlinkSegment(shm_name);
+    throw internal::RayException("Put failed: the node refused the object: " + st.error_message());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ObjectEntry& en = Entry(id);
+  en.owned = true;
+  en.ready = true;
+  en.local_refs = 1;
+  en.in_shm = true;
+  en.shm.set_in_shm(true);
+  en.shm.set_shm_name(shm_name);
+  en.shm.set_size(size);
+  en.shm.set_node_id(node_id_);
+  en.shm.set_node_address(opts_.node_address);
+  en.mapping = std::shared_ptr<Mapping>(std::move(*m));
   return id;
 }
 
@@ -1030,7 +1068,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q) {
     t->conn = best;
     t->sent_at = Clock::now();
     best->in_flight[t->spec.task_id()] = t;
-    best->Send(t->spec);
+    best->Send(t->spec, best->in_flight.size() == 1 && q.tasks.empty());
   }
   if (!q.tasks.empty() && q.lease_requests < kMaxLeaseRequestsInFlight) RequestLease(q);
 }
@@ -1384,7 +1422,7 @@ void CoreWorker::PumpActor(ActorQueue& a) {
     a.waiting.pop_front();
     t->conn = a.conn;
     a.conn->in_flight[t->spec.task_id()] = t;
-    a.conn->Send(t->spec);
+    a.conn->Send(t->spec, a.conn->in_flight.size() == 1 && a.waiting.empty());
   }
 }
 
@@ -1508,6 +1546,25 @@ grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
   std::string lease_id;
   while (stream->Read(&batch)) {
     if (!batch.lease_id().empty()) lease_id = batch.lease_id();
+    if (max_concurrency_ <= 1) {
+      // Sequential worker or actor: run the batch right here, one task at a time (exec_mu_
+      // serialises callers of an actor), and answer the whole batch with one write.
+      rpc::ResultBatch results;
+      for (auto& spec : *batch.mutable_tasks()) {
+        std::lock_guard<std::mutex> exec_lock(exec_mu_);
+        rpc::TaskResult* r = results.add_results();
+        Execute(spec, r);
+        if (spec.actor_creation() && !r->is_error() && spec.max_concurrency() > 1) {
+          executor_->Resize(spec.max_concurrency());
+          max_concurrency_ = spec.max_concurrency();
+        }
+      }
+      // Only this thread writes while the stream is sequential (the writer thread below serves
+      // the pool path), so writing here directly is safe and saves a thread hand-off.
+      if (!sink->write_failed && !stream->Write(results)) sink->write_failed = true;
+      batch.Clear();
+      continue;
+    }
     for (auto& spec : *batch.mutable_tasks()) {
       {
         std::lock_guard<std::mutex> lock(sink->mu);
@@ -1519,18 +1576,7 @@ grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
         sink->outstanding--;
         sink->cv.notify_one();
       };
-      if (spec.actor_creation()) {
-        // Constructors run right here, before any method can be read from this stream.
-        rpc::TaskResult r;
-        Execute(spec, &r);
-        if (!r.is_error() && spec.max_concurrency() > 1) {
-          max_concurrency_ = spec.max_concurrency();
-          executor_->Resize(max_concurrency_);
-        }
-        done(std::move(r));
-      } else {
-        executor_->Submit(std::move(spec), done);
-      }
+      executor_->Submit(std::move(spec), done);
     }
     batch.Clear();
   }

@@ -73,6 +73,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
 
   // internal::Runtime
   std::string Put(std::string msgpack_bytes) override;
+  std::string PutWith(size_t size, const std::function<void(char* dst)>& fill) override;
   std::vector<std::shared_ptr<internal::Buffer>> Get(const std::vector<std::string>& ids,
                                                      int timeout_ms) override;
   std::vector<bool> Wait(const std::vector<std::string>& ids, int num_objects,
@@ -178,7 +179,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   internal::ActorInstance actor_;
   std::string actor_id_;
   bool actor_restarted_ = false;
-  int max_concurrency_ = 1;
+  std::atomic<int> max_concurrency_{1};
+  std::mutex exec_mu_;  // held while a task runs on a sequential worker or actor
 
   std::atomic<bool> shutting_down_{false};
   std::thread housekeeping_thread_;

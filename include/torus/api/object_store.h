@@ -32,7 +32,10 @@ std::vector<std::string> IdsOf(const std::vector<ObjectRef<T>>& refs) {
 // Stores a copy of `obj`, owned by this process, and returns a reference to it.
 template <typename T>
 ObjectRef<T> Put(const T& obj) {
-  std::string id = internal::RequireRuntime().Put(internal::Serializer::Serialize(obj));
+  // Two passes (size, then pack into place) so a large value is copied once, into shared memory.
+  size_t size = internal::Serializer::SerializedSize(obj);
+  std::string id = internal::RequireRuntime().PutWith(
+      size, [&obj](char* dst) { internal::Serializer::SerializeInto(obj, dst); });
   return internal::ObjectRefAccess::Adopt<T>(std::move(id));
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -41,6 +42,20 @@ class Serializer {
   }
 
   static std::string SerializeNil() { return Serialize(msgpack::type::nil_t()); }
+
+  // Size of the msgpack document of `value`, without building it.
+  template <typename T>
+  static size_t SerializedSize(const T& value) {
+    CountingWriter counter;
+    msgpack::pack(counter, value);
+    return counter.size;
+  }
+  // Packs `value` into dst, which must hold SerializedSize(value) bytes.
+  template <typename T>
+  static void SerializeInto(const T& value, char* dst) {
+    PointerWriter writer{dst};
+    msgpack::pack(writer, value);
+  }
 
   // Converts one msgpack document to T. Throws RayException naming T and the reason when the
   // bytes are not msgpack or hold another type.
@@ -80,6 +95,17 @@ class Serializer {
   struct StringWriter {
     std::string* out;
     void write(const char* data, size_t size) { out->append(data, size); }
+  };
+  struct CountingWriter {
+    size_t size = 0;
+    void write(const char*, size_t n) { size += n; }
+  };
+  struct PointerWriter {
+    char* p;
+    void write(const char* data, size_t n) {
+      std::memcpy(p, data, n);
+      p += n;
+    }
   };
 };
 

@@ -105,6 +105,9 @@ class Runtime {
   // Stores a value owned by this process; returns its object id with one local reference
   // already counted for the caller (the caller's ObjectRef adopts it, see ObjectRef).
   virtual std::string Put(std::string msgpack_bytes) = 0;
+  // Same, for a value of exactly `size` bytes that `fill` writes into the destination the runtime
+  // chose (for large values: straight into shared memory, one copy in all).
+  virtual std::string PutWith(size_t size, const std::function<void(char* dst)>& fill) = 0;
   // Blocks until every object is available or timeout_ms passes (-1: forever). Throws
   // RayTimeoutException on timeout, RayTaskException / RayActorException / RayWorkerException
   // when the object holds an error.
