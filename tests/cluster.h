@@ -161,9 +161,10 @@ using ChildScenario = std::function<int()>;
 std::map<std::string, ChildScenario>& ChildScenarios();
 bool RegisterChildScenario(const std::string& name, ChildScenario fn);
 
-// Called first thing by every test binary's main(): worker mode (TORUS_WORKER_MODE, never
-// returns), child scenario (TORUS_TEST_CHILD, exits), or else returns to run the tests.
-void HandleSpecialModes();
+// The crash tests abort and segfault workers on purpose: no core files (inherited by workers).
+void DisableCoreDumps();
+// When TORUS_TEST_CHILD names a child scenario, runs it and exits with its code; else returns.
+void RunChildScenarioIfAsked();
 
 }  // namespace torus_test
 

@@ -520,7 +520,8 @@ int List(const Args& a) {
           j["node_id"] = o.node_id();
           j["size_bytes"] = o.size();
           j["owner_address"] = o.owner_address();
-          j["shm_name"] = o.shm_name();
+          j["store_key"] = o.key();
+          j["offset"] = o.offset();
           out.push_back(j);
         }
       } else {

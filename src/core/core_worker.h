@@ -124,6 +124,9 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void EnsureFetching(const std::string& id);
   void FetchFromOwner(const std::string& id);
   // Turns a stored location into readable bytes (maps shm, pulls from other nodes). No lock.
+  // Reserves `size` bytes under `key` in this node's store. No lock.
+  StatusOr<rpc::ObjectLocation> CreateInStore(const std::string& object_id, const std::string& key,
+                                              uint64_t size, const std::string& owner);
   StatusOr<std::shared_ptr<internal::Buffer>> Materialize(const rpc::ObjectLocation& loc,
                                                           const std::string& object_id);
   void ThrowIfError(const std::string& id, const ObjectEntry& e);
@@ -137,6 +140,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void OnObjectReady(const std::string& id);
   void Enqueue(std::shared_ptr<TaskRecord> t);
   void PumpQueue(SchedulingQueue& q);
+  int PipelineDepth(const std::string& function) const;
   void RequestLease(SchedulingQueue& q);
   void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address);
   void ReturnLease(Conn* conn, bool worker_dead);
@@ -154,6 +158,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::string node_id_;
   std::string session_dir_;
   std::string shm_prefix_;
+  std::shared_ptr<Mapping> arena_;  // this node's object store, mapped read-write
   std::string executable_;
   std::string runtime_key_;
   std::unique_ptr<grpc::Server> server_;
@@ -170,6 +175,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::list<std::unique_ptr<Conn>> conns_;
   std::vector<std::unique_ptr<Conn>> dead_conns_;
   uint64_t next_object_ = 0;
+  std::unordered_map<std::string, double> exec_avg_us_;  // EWMA of user-code time per function
   int blocked_depth_ = 0;
   std::vector<std::thread> aux_threads_;
 

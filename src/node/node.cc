@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,21 @@ Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)) {
 Node::~Node() { Stop(); }
 
 Status Node::Start() {
+  uint64_t cap = cfg_.object_store_bytes;
+  if (cap == 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    cap = static_cast<uint64_t>(pages) * page / 10 * 3;
+    struct statvfs vfs;
+    if (statvfs("/dev/shm", &vfs) == 0) {
+      cap = std::min<uint64_t>(cap, static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 10 * 8);
+    }
+  }
+  UnlinkSegmentsWithPrefix(shm_prefix_);
+  arena_name_ = shm_prefix_ + "arena";
+  auto arena = CreateSparseSegment(arena_name_, cap);
+  if (!arena.ok()) return arena.status();
+  arena_ = std::move(*arena);
+  arena_alloc_ = std::make_unique<ArenaAllocator>(cap, std::min<uint64_t>(cap / 4, 2ull << 30));
   int port = cfg_.port;
   server_ = StartServer(cfg_.bind_host, &port, {this});
   if (!server_ || port == 0) {
@@ -96,7 +112,6 @@ void Node::Stop() {
   }
   TORUS_LOG(INFO) << "node " << cfg_.node_id << " stopping";
   std::vector<pid_t> pids;
-  std::vector<std::string> segments;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, w] : workers_) {
@@ -105,7 +120,6 @@ void Node::Stop() {
         pids.push_back(w->pid);
       }
     }
-    for (auto& [name, o] : objects_) segments.push_back(name);
     objects_.clear();
     for (auto& p : pending_) {
       p->done = true;
@@ -123,7 +137,6 @@ void Node::Stop() {
     }
     kill(p, SIGKILL);
   }
-  for (const auto& s : segments) UnlinkSegment(s);
   UnlinkSegmentsWithPrefix(shm_prefix_);
   if (head_) {
     rpc::UnregisterNodeRequest req;
@@ -175,6 +188,8 @@ grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterW
   reply->set_session_dir(cfg_.session_dir);
   reply->set_shm_prefix(shm_prefix_);
   reply->set_node_address(address_);
+  reply->set_arena_name(arena_name_);
+  reply->set_arena_capacity(arena_ ? arena_->size() : 0);
   return grpc::Status::OK;
 }
 
@@ -675,15 +690,28 @@ void Node::HeartbeatLoop() {
 
 // ------------------------------------------------------------------------------- objects
 
-grpc::Status Node::ObjectSealed(grpc::ServerContext* ctx, const rpc::ObjectSealedRequest* req,
-                                rpc::Empty*) {
+grpc::Status Node::CreateObject(grpc::ServerContext* ctx, const rpc::CreateObjectRequest* req,
+                                rpc::CreateObjectReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  if (req->shm_name().rfind(shm_prefix_, 0) != 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "segment " + req->shm_name() + " does not belong to this node");
+  if (req->key().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "CreateObject needs a key");
   }
   std::lock_guard<std::mutex> lock(mu_);
-  objects_[req->shm_name()] = {req->object_id(), req->size(), req->owner_address()};
+  if (objects_.count(req->key())) {
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "object key " + req->key() + " exists");
+  }
+  auto off = arena_alloc_->Allocate(req->size());
+  if (!off) {
+    reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
+    reply->mutable_error()->set_message(
+        "the object store of node " + cfg_.node_id + " is full: " + std::to_string(req->size()) +
+        " bytes needed, " + std::to_string(arena_alloc_->capacity() - arena_alloc_->used()) +
+        " free of " + std::to_string(arena_alloc_->capacity()) + " (largest free range " +
+        std::to_string(arena_alloc_->largest_free()) + ")");
+    return grpc::Status::OK;
+  }
+  objects_[req->key()] = {req->object_id(), req->size(), *off, req->owner_address()};
+  reply->set_offset(*off);
   return grpc::Status::OK;
 }
 
@@ -691,10 +719,14 @@ grpc::Status Node::FreeObjects(grpc::ServerContext* ctx, const rpc::FreeObjectsR
                                rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& name : req->shm_names()) {
-    if (name.rfind(shm_prefix_, 0) != 0) continue;  // never touch other nodes' segments
-    objects_.erase(name);
-    UnlinkSegment(name);
+  for (const auto& key : req->keys()) {
+    auto it = objects_.find(key);
+    if (it == objects_.end()) continue;
+    arena_alloc_->Free(it->second.offset);
+    objects_.erase(it);
+  }
+  for (const auto& [off, size] : arena_alloc_->TakeRangesToRelease()) {
+    ReleasePages(*arena_, off, size);
   }
   return grpc::Status::OK;
 }
@@ -702,22 +734,27 @@ grpc::Status Node::FreeObjects(grpc::ServerContext* ctx, const rpc::FreeObjectsR
 grpc::Status Node::FetchObject(grpc::ServerContext* ctx, const rpc::FetchObjectRequest* req,
                                grpc::ServerWriter<rpc::ObjectChunk>* writer) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  if (req->shm_name().rfind(shm_prefix_, 0) != 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "segment " + req->shm_name() + " is not on this node");
+  uint64_t offset = 0, total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(req->key());
+    if (it == objects_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "object " + req->key() + " is not in the store of node " + cfg_.node_id);
+    }
+    offset = it->second.offset;
+    total = it->second.size;
   }
-  auto m = OpenSegment(req->shm_name());
-  if (!m.ok()) return ToGrpc(m.status());
   uint64_t chunk = req->chunk_size() ? req->chunk_size() : (4u << 20);
   chunk = std::clamp<uint64_t>(chunk, 64 << 10, 64 << 20);
-  uint64_t total = (*m)->size();
   uint64_t off = 0;
+  const char* base = arena_->data() + offset;
   do {
     rpc::ObjectChunk c;
     c.set_offset(off);
     c.set_total_size(total);
     uint64_t n = std::min(chunk, total - off);
-    c.set_data((*m)->data() + off, n);
+    c.set_data(base + off, n);
     if (!writer->Write(c)) break;
     off += n;
   } while (off < total);
@@ -731,16 +768,18 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
   ToProto(total_, reply->mutable_total());
   ToProto(available_, reply->mutable_available());
   uint64_t bytes = 0;
-  for (const auto& [name, o] : objects_) {
+  for (const auto& [key, o] : objects_) {
     bytes += o.size;
     auto* oi = reply->add_objects();
     oi->set_object_id(o.object_id);
-    oi->set_shm_name(name);
+    oi->set_key(key);
+    oi->set_offset(o.offset);
     oi->set_size(o.size);
     oi->set_owner_address(o.owner);
     oi->set_node_id(cfg_.node_id);
   }
   reply->set_shm_bytes(bytes);
+  reply->set_arena_capacity(arena_->size());
   reply->set_shm_objects(objects_.size());
   int idle = 0, n = 0;
   for (const auto& [id, w] : workers_) {

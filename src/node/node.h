@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "common/resources.h"
+#include "common/shm.h"
+#include "node/arena.h"
 #include "common/status.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -44,6 +46,7 @@ struct NodeConfig {
   std::string torus_exe;        // the torus binary, for `torus worker` (code search path mode)
   int heartbeat_ms = 100;
   int idle_worker_keep_ms = 10000;  // idle workers above the CPU count are stopped after this
+  uint64_t object_store_bytes = 0;  // arena capacity; 0 = 30% of RAM, at most 80% of /dev/shm
 };
 
 class Node final : public rpc::Node::Service {
@@ -78,8 +81,8 @@ class Node final : public rpc::Node::Service {
                           rpc::Empty*) override;
   grpc::Status GetWorkerExit(grpc::ServerContext*, const rpc::WorkerExitRequest*,
                              rpc::WorkerExitReply*) override;
-  grpc::Status ObjectSealed(grpc::ServerContext*, const rpc::ObjectSealedRequest*,
-                            rpc::Empty*) override;
+  grpc::Status CreateObject(grpc::ServerContext*, const rpc::CreateObjectRequest*,
+                            rpc::CreateObjectReply*) override;
   grpc::Status FreeObjects(grpc::ServerContext*, const rpc::FreeObjectsRequest*,
                            rpc::Empty*) override;
   grpc::Status FetchObject(grpc::ServerContext*, const rpc::FetchObjectRequest*,
@@ -113,6 +116,7 @@ class Node final : public rpc::Node::Service {
   struct StoredObject {
     std::string object_id;
     uint64_t size = 0;
+    uint64_t offset = 0;
     std::string owner;
   };
 
@@ -135,6 +139,8 @@ class Node final : public rpc::Node::Service {
   std::string address_;
   std::string shm_prefix_;
   std::string hostname_;
+  std::string arena_name_;
+  std::unique_ptr<Mapping> arena_;  // the object store; every process of the node maps it
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
 
@@ -149,7 +155,8 @@ class Node final : public rpc::Node::Service {
   std::list<std::shared_ptr<PendingLease>> pending_;
   std::map<std::string, std::string> exits_;  // worker id -> how it ended
   std::deque<std::string> exit_order_;
-  std::map<std::string, StoredObject> objects_;  // by shm name
+  std::map<std::string, StoredObject> objects_;  // by key
+  std::unique_ptr<ArenaAllocator> arena_alloc_;
   std::vector<rpc::NodeRecord> view_;            // other nodes, from the head
   uint64_t view_version_ = 0;
   std::map<std::string, int> starting_by_key_;
