@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
-int Plus(int x, int y) { return x + y; }
+int Plus(int x, int y) {
+  std::cout << "Plus(" << x << ", " << y << ") running in a worker" << std::endl;
+  return x + y;
+}
 
 // Long enough (100 ms) that the scheduler spreads these over every node instead of packing.
 std::string WhereAmI() {

@@ -282,6 +282,7 @@ PlacementGroup GetPlacementGroup(const std::string&) {
     g->core = std::move(*cw);
     g_runtime.store(g->core.get(), std::memory_order_release);
   }
+  g->core->CaptureOutput();
   g->core->RunWorkerLoop();
 }
 

@@ -412,6 +412,7 @@ void CoreWorker::RunWorkerLoop() {
   }
   fflush(stdout);
   fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let forwarded output go out
   _exit(0);
 }
 
@@ -949,6 +950,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   rpc::TaskSpec& spec = t->spec;
   spec.set_function(function_name);
   spec.set_owner_address(address_);
+  spec.set_driver_address(DriverAddress());
   spec.set_job_id(opts_.job_id);
   spec.set_name(options.name.empty() ? function_name : options.name);
   ResourceMap res(options.resources.begin(), options.resources.end());
@@ -1330,6 +1332,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   spec->set_actor_creation(true);
   spec->set_function(factory_name);
   spec->set_owner_address(address_);
+  spec->set_driver_address(DriverAddress());
   spec->set_job_id(opts_.job_id);
   spec->set_max_concurrency(std::max(1, options.max_concurrency));
   spec->set_task_id(actor_id);
@@ -1381,6 +1384,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   spec.set_function(method_name);
   spec.set_actor_id(actor_id);
   spec.set_owner_address(address_);
+  spec.set_driver_address(DriverAddress());
   spec.set_caller_id(opts_.worker_id);
   spec.set_job_id(opts_.job_id);
   std::lock_guard<std::mutex> lock(mu_);
@@ -1521,6 +1525,81 @@ bool CoreWorker::WasCurrentActorRestarted() { return actor_restarted_; }
 
 // ------------------------------------------------------------------------------- execution
 
+std::string CoreWorker::DriverAddress() {
+  if (opts_.is_driver) return address_;
+  std::lock_guard<std::mutex> lock(log_mu_);
+  return current_driver_;
+}
+
+grpc::Status CoreWorker::PrintLogs(grpc::ServerContext* ctx, const rpc::LogBatch* req, rpc::Empty*) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  std::string prefix = "(worker " + req->worker_id().substr(0, 8) + " pid=" +
+                       std::to_string(req->pid()) + " node=" + req->node_id().substr(0, 8) + ") ";
+  std::string out, err;
+  for (const auto& l : req->stdout_lines()) out += prefix + l + "\n";
+  for (const auto& l : req->stderr_lines()) err += prefix + l + "\n";
+  if (!out.empty()) (void)!write(STDOUT_FILENO, out.data(), out.size());
+  if (!err.empty()) (void)!write(STDERR_FILENO, err.data(), err.size());
+  return grpc::Status::OK;
+}
+
+void CoreWorker::CaptureOutput() {
+  // fd 1/2 currently point at the worker's log files. Keep them, and put pipes in their place.
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return;
+    int log_fd = dup(fd);
+    dup2(pipefd[1], fd);
+    close(pipefd[1]);
+    bool is_err = fd == STDERR_FILENO;
+    std::thread([this, read_fd = pipefd[0], log_fd, is_err] {
+      char buf[8192];
+      std::string partial;
+      while (true) {
+        ssize_t n = read(read_fd, buf, sizeof buf);
+        if (n <= 0) break;
+        (void)!write(log_fd, buf, n);
+        partial.append(buf, n);
+        size_t pos;
+        std::lock_guard<std::mutex> lock(log_mu_);
+        while ((pos = partial.find('\n')) != std::string::npos) {
+          (is_err ? err_lines_ : out_lines_).push_back(partial.substr(0, pos));
+          partial.erase(0, pos + 1);
+        }
+      }
+    }).detach();
+  }
+  std::thread([this] { ForwardLoop(); }).detach();
+}
+
+void CoreWorker::ForwardLoop() {
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rpc::LogBatch batch;
+    std::string target;
+    {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      if (out_lines_.empty() && err_lines_.empty()) continue;
+      target = current_driver_;
+      if (target.empty()) {  // nobody to show it to yet: it is in the log files already
+        out_lines_.clear();
+        err_lines_.clear();
+        continue;
+      }
+      for (auto& l : out_lines_) batch.add_stdout_lines(std::move(l));
+      for (auto& l : err_lines_) batch.add_stderr_lines(std::move(l));
+      out_lines_.clear();
+      err_lines_.clear();
+    }
+    batch.set_worker_id(opts_.worker_id);
+    batch.set_pid(getpid());
+    batch.set_node_id(node_id_);
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 2000);
+    (void)rpc::CoreWorker::NewStub(GetChannel(target))->PrintLogs(ctx.get(), batch, &e);
+  }
+}
+
 grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
   exit_requested_ = true;
@@ -1617,6 +1696,10 @@ grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
 
 void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   auto start = Clock::now();
+  if (!spec.driver_address().empty()) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    current_driver_ = spec.driver_address();
+  }
   result->set_task_id(spec.task_id());
   result->set_return_id(spec.return_id());
   result->set_seq(spec.seq());

@@ -99,6 +99,11 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   grpc::Status GetObject(grpc::ServerContext*, const rpc::GetObjectRequest*,
                          rpc::GetObjectReply*) override;
   grpc::Status Exit(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
+  grpc::Status PrintLogs(grpc::ServerContext*, const rpc::LogBatch*, rpc::Empty*) override;
+
+  // Workers: sends what user code writes to stdout/stderr (fds 1 and 2) to the driver of the
+  // work being run, besides the worker's log files. Call once, early.
+  void CaptureOutput();
 
   // Called by Conn threads.
   void OnResults(Conn* conn, rpc::ResultBatch& batch);
@@ -187,6 +192,13 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   bool actor_restarted_ = false;
   std::atomic<int> max_concurrency_{1};
   std::mutex exec_mu_;  // held while a task runs on a sequential worker or actor
+
+  // Output forwarding (workers). The driver of the most recent task, guarded by log_mu_.
+  std::string DriverAddress();
+  void ForwardLoop();
+  std::mutex log_mu_;
+  std::string current_driver_;
+  std::vector<std::string> out_lines_, err_lines_;
 
   std::atomic<bool> shutting_down_{false};
   std::thread housekeeping_thread_;
