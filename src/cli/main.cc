@@ -4,7 +4,7 @@
 //   torus start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]
 //   torus stop
 //   torus status [--address A]
-//   torus list nodes|actors|objects|workers [--format table|json] [--address A]
+//   torus list nodes|actors|tasks|objects|workers [--format table|json] [--address A]
 //   torus head ... / torus node ... / torus worker      (daemons; started by `start`)
 //
 // THREADS (daemons): main blocks SIGINT/SIGTERM before any thread starts and waits for them with
@@ -472,7 +472,7 @@ void PrintTable(const std::vector<std::string>& header, const std::vector<std::v
 }
 
 int List(const Args& a) {
-  if (a.positional.empty()) Die("usage: torus list nodes|actors|objects|workers [--format table|json]");
+  if (a.positional.empty()) Die("usage: torus list nodes|actors|tasks|objects|workers [--format table|json]");
   std::string what = a.positional[0];
   std::string format = a.Get("format", "table");
   if (format != "table" && format != "json") Die("--format must be table or json, got '" + format + "'");
@@ -506,6 +506,26 @@ int List(const Args& a) {
       j["job_id"] = ac.job_id();
       out.push_back(j);
     }
+  } else if (what == "tasks") {
+    for (const auto& job : c.list.jobs()) {
+      auto stub = rpc::CoreWorker::NewStub(GetChannel(job.driver_address()));
+      rpc::TaskList tasks;
+      auto ctx = NewContext(c.token, 5000);
+      if (!stub->ListTasks(ctx.get(), rpc::Empty(), &tasks).ok()) continue;
+      for (const auto& t : tasks.tasks()) {
+        nlohmann::json j;
+        j["task_id"] = t.task_id();
+        j["name"] = t.name();
+        j["state"] = t.state();
+        j["job_id"] = t.job_id();
+        j["actor_id"] = t.actor_id();
+        j["worker_id"] = t.worker_id();
+        j["attempt"] = t.attempt();
+        j["error"] = t.error();
+        j["submitted_ms"] = t.submitted_ms();
+        out.push_back(j);
+      }
+    }
   } else if (what == "objects" || what == "workers") {
     for (const auto& n : c.list.nodes()) {
       if (!n.alive()) continue;
@@ -537,7 +557,7 @@ int List(const Args& a) {
       }
     }
   } else {
-    Die("unknown list kind '" + what + "': expected nodes, actors, objects or workers");
+    Die("unknown list kind '" + what + "': expected nodes, actors, tasks, objects or workers");
   }
   if (format == "json") {
     std::cout << out.dump(2) << std::endl;
@@ -568,7 +588,7 @@ void Usage() {
                "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
                "  stop\n"
                "  status [--address A]\n"
-               "  list nodes|actors|objects|workers [--format table|json] [--address A]\n";
+               "  list nodes|actors|tasks|objects|workers [--format table|json] [--address A]\n";
 }
 
 }  // namespace

@@ -310,6 +310,7 @@ Status CoreWorker::Connect() {
     runtime_key_ = "code:";
     for (const auto& p : opts_.code_search_path) runtime_key_ += ":" + p;
   }
+  if (!opts_.is_driver) executor_ = std::make_unique<Executor>(this, 1);
   int port = 0;
   server_ = StartServer(opts_.bind_host, &port, {this});
   if (!server_ || port == 0) return Unavailable("cannot start the core worker's RPC server");
@@ -332,7 +333,6 @@ Status CoreWorker::Connect() {
   session_dir_ = reply.session_dir();
   if (opts_.head_address.empty()) opts_.head_address = reply.head_address();
   head_ = rpc::Head::NewStub(GetChannel(opts_.head_address));
-  if (!opts_.is_driver) executor_ = std::make_unique<Executor>(this, 1);
   if (opts_.is_driver) {
     rpc::JobRequest job;
     job.set_job_id(opts_.job_id);
@@ -345,6 +345,11 @@ Status CoreWorker::Connect() {
     if (!js.ok()) return FromGrpc(js, "cannot register the job with the head at " + opts_.head_address);
   }
   housekeeping_thread_ = std::thread([this] { HousekeepingLoop(); });
+  {
+    std::lock_guard<std::mutex> lock(ready_mu_);
+    ready_ = true;
+  }
+  ready_cv_.notify_all();
   return Status::Ok();
 }
 
@@ -888,6 +893,10 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
 grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjectRequest* req,
                                    rpc::GetObjectReply* reply) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  {
+    std::unique_lock<std::mutex> lock(ready_mu_);
+    ready_cv_.wait(lock, [this] { return ready_; });
+  }
   auto deadline = req->timeout_ms() < 0 ? Clock::time_point::max()
                                         : Clock::now() + std::chrono::milliseconds(req->timeout_ms());
   std::unique_lock<std::mutex> lock(mu_);
@@ -1001,6 +1010,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
       waiting_on_.emplace(id, t);
     }
   }
+  SetTaskState(spec, t->missing ? "PENDING_ARGS" : "PENDING");
   if (t->missing == 0) {
     FillResolvedArgs(*t);
     Enqueue(t);
@@ -1087,6 +1097,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q) {
     t->conn = best;
     t->sent_at = Clock::now();
     best->in_flight[t->spec.task_id()] = t;
+    SetTaskState(t->spec, "RUNNING", best->worker_id);
     best->Send(t->spec, best->in_flight.size() == 1 && q.tasks.empty());
   }
   if (!q.tasks.empty() && q.lease_requests < kMaxLeaseRequestsInFlight) RequestLease(q);
@@ -1193,6 +1204,8 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
       if (!fresh) avg->second = 0.8 * avg->second + 0.2 * x;
     }
     ReleaseTaskPins(*t);
+    SetTaskState(t->spec, r.is_error() ? "FAILED" : "FINISHED", conn->worker_id,
+                 r.is_error() ? r.error().message() : "");
     StoreResult(t->spec.return_id(), r);
   }
   if (conn->in_flight.empty()) conn->idle_since = Clock::now();
@@ -1210,6 +1223,7 @@ void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
 }
 
 void CoreWorker::FailTask(TaskRecord& t, StatusCode code, const std::string& msg) {
+  SetTaskState(t.spec, "FAILED", "", msg);
   ReleaseTaskPins(t);
   FailObject(t.spec.return_id(), code, msg);
 }
@@ -1308,6 +1322,7 @@ void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& w
     TORUS_LOG(INFO) << "retrying task " << t->spec.function() << " (attempt "
                     << t->spec.attempt() + 1 << " of " << t->max_retries + 1 << ") because " << why;
     t->conn = nullptr;
+    SetTaskState(t->spec, "PENDING");
     Enqueue(t);
     return;
   }
@@ -1417,6 +1432,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
     a->actor_id = actor_id;
   }
   spec.set_seq(a->next_seq++);
+  SetTaskState(spec, t->missing ? "PENDING_ARGS" : "PENDING");
   a->waiting.push_back(t);
   PumpActor(*a);
   return rid;
@@ -1444,6 +1460,7 @@ void CoreWorker::PumpActor(ActorQueue& a) {
     a.waiting.pop_front();
     t->conn = a.conn;
     a.conn->in_flight[t->spec.task_id()] = t;
+    SetTaskState(t->spec, "RUNNING", a.conn->worker_id);
     a.conn->Send(t->spec, a.conn->in_flight.size() == 1 && a.waiting.empty());
   }
 }
@@ -1524,6 +1541,39 @@ void CoreWorker::ExitActor() {
 bool CoreWorker::WasCurrentActorRestarted() { return actor_restarted_; }
 
 // ------------------------------------------------------------------------------- execution
+
+void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, const char* state,
+                              const std::string& worker, const std::string& error) {
+  auto [it, fresh] = task_table_.try_emplace(spec.task_id());
+  rpc::TaskInfo& info = it->second;
+  if (fresh) {
+    info.set_task_id(spec.task_id());
+    info.set_name(spec.name().empty() ? spec.function() : spec.name());
+    info.set_actor_id(spec.actor_id());
+    info.set_job_id(spec.job_id());
+    info.set_submitted_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
+  }
+  info.set_state(state);
+  info.set_attempt(spec.attempt());
+  if (!worker.empty()) info.set_worker_id(worker);
+  if (!error.empty()) info.set_error(error);
+  if (state[0] == 'F') {  // FINISHED / FAILED
+    finished_tasks_.push_back(spec.task_id());
+    while (finished_tasks_.size() > 10000) {
+      task_table_.erase(finished_tasks_.front());
+      finished_tasks_.pop_front();
+    }
+  }
+}
+
+grpc::Status CoreWorker::ListTasks(grpc::ServerContext* ctx, const rpc::Empty*, rpc::TaskList* out) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, info] : task_table_) *out->add_tasks() = info;
+  return grpc::Status::OK;
+}
 
 std::string CoreWorker::DriverAddress() {
   if (opts_.is_driver) return address_;
@@ -1611,6 +1661,11 @@ grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
   if (!executor_) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a driver does not run tasks");
+  }
+  {
+    // The node may push work as soon as we registered, before Connect() has finished.
+    std::unique_lock<std::mutex> lock(ready_mu_);
+    ready_cv_.wait(lock, [this] { return ready_; });
   }
   // Results of this stream, written back in batches by the writer thread below.
   struct Sink {

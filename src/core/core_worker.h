@@ -100,6 +100,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
                          rpc::GetObjectReply*) override;
   grpc::Status Exit(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
   grpc::Status PrintLogs(grpc::ServerContext*, const rpc::LogBatch*, rpc::Empty*) override;
+  grpc::Status ListTasks(grpc::ServerContext*, const rpc::Empty*, rpc::TaskList*) override;
 
   // Workers: sends what user code writes to stdout/stderr (fds 1 and 2) to the driver of the
   // work being run, besides the worker's log files. Call once, early.
@@ -181,6 +182,11 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::vector<std::unique_ptr<Conn>> dead_conns_;
   uint64_t next_object_ = 0;
   std::unordered_map<std::string, double> exec_avg_us_;  // EWMA of user-code time per function
+  // What this process submitted, for `torus list tasks`; finished entries are kept up to a bound.
+  void SetTaskState(const rpc::TaskSpec& spec, const char* state, const std::string& worker = "",
+                    const std::string& error = "");
+  std::unordered_map<std::string, rpc::TaskInfo> task_table_;
+  std::deque<std::string> finished_tasks_;
   int blocked_depth_ = 0;
   std::vector<std::thread> aux_threads_;
 
@@ -199,6 +205,11 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::mutex log_mu_;
   std::string current_driver_;
   std::vector<std::string> out_lines_, err_lines_;
+
+  // Set once Connect() has finished; handlers wait for it.
+  std::mutex ready_mu_;
+  std::condition_variable ready_cv_;
+  bool ready_ = false;
 
   std::atomic<bool> shutting_down_{false};
   std::thread housekeeping_thread_;

@@ -420,6 +420,7 @@ grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListRe
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, n] : nodes_) *reply->add_nodes() = n.rec;
   for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
+  for (const auto& [id, j] : jobs_) *reply->add_jobs() = j;
   return grpc::Status::OK;
 }
 
