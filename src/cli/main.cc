@@ -358,7 +358,10 @@ int Stop(const Args&) {
   std::vector<pid_t> pids;
   std::vector<fs::path> files;
   for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
-    if (!s.is_directory() || s.path().filename().string().rfind("session_", 0) != 0) continue;
+    if (s.is_symlink() || !s.is_directory() ||
+        s.path().filename().string().rfind("session_", 0) != 0) {
+      continue;
+    }
     for (const auto& f : fs::directory_iterator(s.path() / "pids", ec)) {
       auto r = ReadFile(f.path().string());
       if (r.ok()) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cstring>
 
@@ -960,12 +961,14 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   spec.set_function(function_name);
   spec.set_owner_address(address_);
   spec.set_driver_address(DriverAddress());
-  spec.set_job_id(opts_.job_id);
+  spec.set_job_id(JobId());
+  spec.set_ray_namespace(GetNamespace());
   spec.set_name(options.name.empty() ? function_name : options.name);
   ResourceMap res(options.resources.begin(), options.resources.end());
   if (res.empty()) res["CPU"] = 1;
   ToProto(res, spec.mutable_resources());
-  t->max_retries = std::max(0, options.max_retries);
+  // Negative means "retry forever", as in Ray.
+  t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
   std::string key = ResourcesToString(res);
   if (!options.placement_group_id.empty()) {
     throw internal::RayException(
@@ -1348,10 +1351,10 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   spec->set_function(factory_name);
   spec->set_owner_address(address_);
   spec->set_driver_address(DriverAddress());
-  spec->set_job_id(opts_.job_id);
+  spec->set_job_id(JobId());
   spec->set_max_concurrency(std::max(1, options.max_concurrency));
   spec->set_task_id(actor_id);
-  std::string ns = options.ray_namespace.empty() ? opts_.ray_namespace : options.ray_namespace;
+  std::string ns = options.ray_namespace.empty() ? GetNamespace() : options.ray_namespace;
   spec->set_ray_namespace(ns);
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -1401,7 +1404,8 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   spec.set_owner_address(address_);
   spec.set_driver_address(DriverAddress());
   spec.set_caller_id(opts_.worker_id);
-  spec.set_job_id(opts_.job_id);
+  spec.set_job_id(JobId());
+  spec.set_ray_namespace(GetNamespace());
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
   std::string rid = NewObjectId();
@@ -1512,7 +1516,7 @@ void CoreWorker::ResolveActor(const std::string& actor_id, int min_restarts) {
 std::string CoreWorker::GetNamedActor(const std::string& name, const std::string& ray_namespace) {
   rpc::GetActorRequest req;
   req.set_name(name);
-  req.set_ray_namespace(ray_namespace.empty() ? opts_.ray_namespace : ray_namespace);
+  req.set_ray_namespace(ray_namespace.empty() ? GetNamespace() : ray_namespace);
   rpc::GetActorReply reply;
   auto ctx = NewContext(opts_.token, 10000);
   auto st = head_->GetActor(ctx.get(), req, &reply);
@@ -1573,6 +1577,18 @@ grpc::Status CoreWorker::ListTasks(grpc::ServerContext* ctx, const rpc::Empty*, 
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, info] : task_table_) *out->add_tasks() = info;
   return grpc::Status::OK;
+}
+
+std::string CoreWorker::JobId() {
+  if (opts_.is_driver) return opts_.job_id;
+  std::lock_guard<std::mutex> lock(log_mu_);
+  return current_job_;
+}
+
+std::string CoreWorker::GetNamespace() {
+  if (opts_.is_driver) return opts_.ray_namespace;
+  std::lock_guard<std::mutex> lock(log_mu_);
+  return current_namespace_;
 }
 
 std::string CoreWorker::DriverAddress() {
@@ -1754,6 +1770,8 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   if (!spec.driver_address().empty()) {
     std::lock_guard<std::mutex> lock(log_mu_);
     current_driver_ = spec.driver_address();
+    current_job_ = spec.job_id();
+    current_namespace_ = spec.ray_namespace();
   }
   result->set_task_id(spec.task_id());
   result->set_return_id(spec.return_id());

@@ -91,7 +91,9 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void KillActor(const std::string& actor_id, bool no_restart) override;
   void ExitActor() override;
   bool WasCurrentActorRestarted() override;
-  std::string GetNamespace() override { return opts_.ray_namespace; }
+  // Drivers: their own; workers: those of the work they are running.
+  std::string GetNamespace() override;
+  std::string JobId();
 
   // rpc::CoreWorker::Service
   grpc::Status PushTasks(grpc::ServerContext*,
@@ -203,7 +205,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::string DriverAddress();
   void ForwardLoop();
   std::mutex log_mu_;
-  std::string current_driver_;
+  std::string current_driver_, current_job_, current_namespace_;
   std::vector<std::string> out_lines_, err_lines_;
 
   // Set once Connect() has finished; handlers wait for it.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 #include <thread>
 
@@ -15,6 +16,9 @@
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/shm.h"
+#include "tpu/node_identity.h"
+
+extern char** environ;
 
 namespace torus {
 
@@ -41,7 +45,40 @@ Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)) {
 
 Node::~Node() { Stop(); }
 
+Status Node::DetectTpu() {
+  // User labels may not claim the TPU identity keys; the node's own identity sets them.
+  std::map<std::string, std::string> user_labels;
+  for (const auto& [k, v] : cfg_.labels) {
+    if (k != "torus.io/node-id" && k != "torus.io/hostname") user_labels[k] = v;
+  }
+  if (auto s = tpu::ValidateUserNodeLabels(user_labels); !s.ok()) return s;
+  tpu::EnvMap env;
+  for (char** e = environ; *e; ++e) {
+    const char* eq = strchr(*e, '=');
+    if (eq) env[std::string(*e, eq - *e)] = eq + 1;
+  }
+  std::optional<double> explicit_tpu;
+  if (auto it = cfg_.resources.find("TPU"); it != cfg_.resources.end()) explicit_tpu = it->second;
+  auto id = tpu::ComputeNodeTpuIdentity(tpu::NodeTpuInputFromEnv(env, explicit_tpu));
+  if (!id.ok()) return id.status();
+  for (const auto& w : id->warnings) TORUS_LOG(WARNING) << "TPU identity: " << w;
+  if (id->chips <= 0) {
+    total_.erase("TPU");
+    return Status::Ok();
+  }
+  for (const auto& [k, v] : id->labels) cfg_.labels[k] = v;
+  for (const auto& [k, v] : id->resources) total_[k] = v;
+  tpu_chip_ids_ = id->chip_ids;
+  TORUS_LOG(INFO) << "TPU node: " << id->chips << " chip(s)"
+                  << (id->slice_name ? ", slice " + *id->slice_name : std::string())
+                  << (id->worker_id ? ", worker " + std::to_string(*id->worker_id) : std::string())
+                  << (id->pod_type ? ", " + id->pod_type->normalized : std::string());
+  return Status::Ok();
+}
+
 Status Node::Start() {
+  if (auto s = DetectTpu(); !s.ok()) return s;
+  available_ = total_;
   uint64_t cap = cfg_.object_store_bytes;
   if (cap == 0) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

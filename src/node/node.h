@@ -120,6 +120,8 @@ class Node final : public rpc::Node::Service {
     std::string owner;
   };
 
+  // Reads the host's TPU identity (spec/tpu.md section 4) into labels and resources. No lock.
+  Status DetectTpu();
   // All private helpers below require mu_ held unless said otherwise.
   void TrySchedule();
   bool TrySpillback(PendingLease& p);
@@ -140,6 +142,7 @@ class Node final : public rpc::Node::Service {
   std::string shm_prefix_;
   std::string hostname_;
   std::string arena_name_;
+  std::vector<int> tpu_chip_ids_;  // physical ids of this host's chips
   std::unique_ptr<Mapping> arena_;  // the object store; every process of the node maps it
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
