@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -424,6 +425,7 @@ NodeInfo TestCluster::AddNode(const NodeSpec& spec) {
 }
 
 void TestCluster::KillNode(const NodeInfo& node) {
+  killed_.push_back(node.node_id);
   if (node.pid > 0) kill(node.pid, SIGKILL);
   for (pid_t p : owned_) {
     if (p == node.pid) {
@@ -484,8 +486,9 @@ std::vector<std::string> TestCluster::Stop() {
     kill(p, SIGKILL);
   }
   for (const auto& n : nodes_) {
+    bool killed = std::find(killed_.begin(), killed_.end(), n.node_id) != killed_.end();
     for (const auto& seg : ShmSegments("torus." + n.node_id.substr(0, 12) + ".")) {
-      leftovers.push_back("shared-memory segment left: /dev/shm/" + seg);
+      if (!killed) leftovers.push_back("shared-memory segment left: /dev/shm/" + seg);
       shm_unlink(("/" + seg).c_str());
     }
   }

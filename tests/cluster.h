@@ -106,7 +106,8 @@ class TestCluster {
                  const std::map<std::string, std::string>& labels = {});
   // Adds a node and waits until the head lists it alive. Throws std::runtime_error on failure.
   NodeInfo AddNode(const NodeSpec& spec);
-  // SIGKILLs a node started by AddNode with block=true (or any node daemon, by pid).
+  // SIGKILLs a node daemon (reaped when it is a --block child of this process). Stop() does not
+  // count the shared memory it leaves as a leftover.
   void KillNode(const NodeInfo& node);
 
   // ray::Init(cfg) with cfg.address = address(); `ray_namespace` may be empty.
@@ -151,6 +152,7 @@ class TestCluster {
   NodeInfo head_node_;
   std::vector<NodeInfo> nodes_;
   std::vector<pid_t> owned_;
+  std::vector<std::string> killed_;  // node ids: their shared memory is not theirs to clean
   bool stopped_ = false;
   int node_counter_ = 0;
 };

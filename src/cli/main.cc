@@ -475,7 +475,7 @@ void PrintTable(const std::vector<std::string>& header, const std::vector<std::v
 }
 
 int List(const Args& a) {
-  if (a.positional.empty()) Die("usage: torus list nodes|actors|tasks|objects|workers [--format table|json]");
+  if (a.positional.empty()) Die("usage: torus list nodes|actors|tasks|objects|workers|placement-groups [--format table|json]");
   std::string what = a.positional[0];
   std::string format = a.Get("format", "table");
   if (format != "table" && format != "json") Die("--format must be table or json, got '" + format + "'");
@@ -507,6 +507,30 @@ int List(const Args& a) {
       j["num_restarts"] = ac.num_restarts();
       j["death_cause"] = ac.death_cause();
       j["job_id"] = ac.job_id();
+      out.push_back(j);
+    }
+  } else if (what == "placement-groups" || what == "placement_groups" || what == "pgs") {
+    for (const auto& pg : c.list.placement_groups()) {
+      nlohmann::json j;
+      j["placement_group_id"] = pg.pg_id();
+      j["name"] = pg.name();
+      j["state"] = pg.state();
+      j["strategy"] = pg.strategy();
+      j["job_id"] = pg.job_id();
+      j["detached"] = pg.detached();
+      j["pending_reason"] = pg.pending_reason();
+      nlohmann::json bundles = nlohmann::json::array();
+      for (const auto& b : pg.bundles()) {
+        nlohmann::json bj;
+        bj["index"] = b.index();
+        bj["resources"] = ResJson(b.resources());
+        bj["node_id"] = b.node_id();
+        nlohmann::json sel = nlohmann::json::object();
+        for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
+        bj["label_selector"] = sel;
+        bundles.push_back(bj);
+      }
+      j["bundles"] = bundles;
       out.push_back(j);
     }
   } else if (what == "tasks") {
@@ -560,7 +584,7 @@ int List(const Args& a) {
       }
     }
   } else {
-    Die("unknown list kind '" + what + "': expected nodes, actors, tasks, objects or workers");
+    Die("unknown list kind '" + what + "': expected nodes, actors, tasks, objects, workers or placement-groups");
   }
   if (format == "json") {
     std::cout << out.dump(2) << std::endl;
@@ -591,7 +615,7 @@ void Usage() {
                "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
                "  stop\n"
                "  status [--address A]\n"
-               "  list nodes|actors|tasks|objects|workers [--format table|json] [--address A]\n";
+               "  list nodes|actors|tasks|objects|workers|placement-groups [--format table|json] [--address A]\n";
 }
 
 }  // namespace

@@ -213,20 +213,73 @@ void ExitActor() { internal::RequireRuntime().ExitActor(); }
 
 bool WasCurrentActorRestarted() { return internal::RequireRuntime().WasCurrentActorRestarted(); }
 
-PlacementGroup CreatePlacementGroup(const PlacementGroupCreationOptions&) {
-  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+namespace {
+const char* StrategyName(PlacementStrategy s) {
+  switch (s) {
+    case PlacementStrategy::PACK: return "PACK";
+    case PlacementStrategy::SPREAD: return "SPREAD";
+    case PlacementStrategy::STRICT_PACK: return "STRICT_PACK";
+    case PlacementStrategy::STRICT_SPREAD: return "STRICT_SPREAD";
+    default: return "UNRECOGNIZED";
+  }
 }
-void RemovePlacementGroup(const std::string&) {
-  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+PlacementStrategy StrategyOf(const std::string& s) {
+  if (s == "PACK") return PlacementStrategy::PACK;
+  if (s == "SPREAD") return PlacementStrategy::SPREAD;
+  if (s == "STRICT_PACK") return PlacementStrategy::STRICT_PACK;
+  if (s == "STRICT_SPREAD") return PlacementStrategy::STRICT_SPREAD;
+  return PlacementStrategy::UNRECOGNIZED;
 }
+PlacementGroupState StateOf(const std::string& s) {
+  if (s == "PENDING") return PlacementGroupState::PENDING;
+  if (s == "CREATED") return PlacementGroupState::CREATED;
+  if (s == "REMOVED") return PlacementGroupState::REMOVED;
+  if (s == "RESCHEDULING") return PlacementGroupState::RESCHEDULING;
+  return PlacementGroupState::UNRECOGNIZED;
+}
+PlacementGroup Wrap(const internal::PlacementGroupInfo& info) {
+  if (!info.found) return PlacementGroup();
+  PlacementGroupCreationOptions o;
+  o.name = info.spec.name;
+  o.bundles = info.spec.bundles;
+  o.strategy = StrategyOf(info.spec.strategy);
+  o.detached = info.spec.detached;
+  bool any_selector = false;
+  for (const auto& s : info.spec.bundle_selectors) any_selector = any_selector || !s.empty();
+  if (any_selector) o.bundle_label_selectors = info.spec.bundle_selectors;
+  PlacementGroup pg(info.id, o, StateOf(info.state));
+  pg.SetWaitCallback([](const std::string& id, int timeout) {
+    return internal::RequireRuntime().WaitPlacementGroup(id, timeout);
+  });
+  return pg;
+}
+}  // namespace
+
+PlacementGroup CreatePlacementGroup(const PlacementGroupCreationOptions& options) {
+  internal::PlacementGroupSpec spec;
+  spec.name = options.name;
+  spec.bundles = options.bundles;
+  spec.strategy = StrategyName(options.strategy);
+  spec.bundle_selectors = options.bundle_label_selectors;
+  spec.detached = options.detached;
+  std::string id = internal::RequireRuntime().CreatePlacementGroup(spec);
+  PlacementGroup pg(id, options, PlacementGroupState::PENDING);
+  pg.SetWaitCallback([](const std::string& pid, int timeout) {
+    return internal::RequireRuntime().WaitPlacementGroup(pid, timeout);
+  });
+  return pg;
+}
+void RemovePlacementGroup(const std::string& id) { internal::RequireRuntime().RemovePlacementGroup(id); }
 std::vector<PlacementGroup> GetAllPlacementGroups() {
-  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+  std::vector<PlacementGroup> out;
+  for (const auto& info : internal::RequireRuntime().GetAllPlacementGroups()) out.push_back(Wrap(info));
+  return out;
 }
-PlacementGroup GetPlacementGroupById(const std::string&) {
-  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+PlacementGroup GetPlacementGroupById(const std::string& id) {
+  return Wrap(internal::RequireRuntime().GetPlacementGroupInfo(id, ""));
 }
-PlacementGroup GetPlacementGroup(const std::string&) {
-  throw internal::RayException("placement groups are not available in this build of Torus yet (issue #3)");
+PlacementGroup GetPlacementGroup(const std::string& name) {
+  return Wrap(internal::RequireRuntime().GetPlacementGroupInfo("", name));
 }
 
 // ------------------------------------------------------------------------------- worker mode

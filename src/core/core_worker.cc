@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/ids.h"
+#include "common/labels.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/rpc.h"
@@ -112,6 +113,7 @@ struct SchedulingQueue {
   std::deque<std::shared_ptr<TaskRecord>> tasks;
   std::vector<Conn*> leases;
   int lease_requests = 0;
+  std::string lease_node;  // "" = the local node
 };
 
 struct ActorQueue {
@@ -344,6 +346,14 @@ Status CoreWorker::Connect() {
     auto jctx = NewContext(opts_.token, 10000);
     auto js = head_->RegisterJob(jctx.get(), job, &e);
     if (!js.ok()) return FromGrpc(js, "cannot register the job with the head at " + opts_.head_address);
+    watch_ctx_ = NewContext(opts_.token);
+    watch_thread_ = std::thread([this, job] {
+      auto reader = head_->WatchJob(watch_ctx_.get(), job);
+      rpc::Empty e;
+      while (reader->Read(&e)) {
+      }
+      (void)reader->Finish();
+    });
   }
   housekeeping_thread_ = std::thread([this] { HousekeepingLoop(); });
   {
@@ -365,6 +375,8 @@ void CoreWorker::Shutdown() {
     auto ctx = NewContext(opts_.token, 5000);
     (void)head_->FinishJob(ctx.get(), job, &e);
   }
+  if (watch_ctx_) watch_ctx_->TryCancel();
+  if (watch_thread_.joinable()) watch_thread_.join();
   std::vector<std::unique_ptr<Conn>> conns;
   std::vector<std::string> free_names;
   std::vector<std::pair<std::string, std::string>> leases;  // (node address, lease id)
@@ -970,9 +982,19 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   // Negative means "retry forever", as in Ray.
   t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
   std::string key = ResourcesToString(res);
+  std::string lease_node;  // placement-group tasks lease straight from their bundle's node
   if (!options.placement_group_id.empty()) {
-    throw internal::RayException(
-        "placement groups are not available in this build of Torus yet (issue #3)");
+    auto node = BundleNode(options.placement_group_id, options.bundle_index, res);
+    if (!node.ok()) throw internal::RayException(node.status().message());
+    lease_node = *node;
+    key += "|pg=" + options.placement_group_id + ":" + std::to_string(options.bundle_index);
+  }
+  std::map<std::string, std::string> selector(options.label_selector.begin(),
+                                              options.label_selector.end());
+  if (!selector.empty()) {
+    auto terms = ParseLabelSelector(selector);
+    if (!terms.ok()) throw internal::RayException(terms.status().message());
+    for (const auto& [k, v] : selector) key += "|" + k + "=" + v;
   }
   t->key = key;
   std::lock_guard<std::mutex> lock(mu_);
@@ -997,6 +1019,17 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
     lt.set_job_id(opts_.job_id);
     lt.set_owner_address(address_);
     lt.set_description("task " + function_name);
+    lt.set_placement_group_id(options.placement_group_id);
+    lt.set_bundle_index(options.bundle_index);
+    for (const auto& [k, v] : selector) {
+      auto* term = lt.add_label_selector();
+      term->set_key(k);
+      term->set_expr(v);
+    }
+    if (!lease_node.empty()) {
+      q->lease_node = lease_node;
+      lt.set_spilled(true);  // the bundle is there: no spillback
+    }
   }
   for (size_t i = 0; i < refs.size(); ++i) {
     ObjectEntry& e = Entry(refs[i]);
@@ -1112,8 +1145,8 @@ void CoreWorker::RequestLease(SchedulingQueue& q) {
   aux_threads_.erase(std::remove_if(aux_threads_.begin(), aux_threads_.end(),
                                     [](std::thread& t) { return !t.joinable(); }),
                      aux_threads_.end());
-  std::thread([this, key = q.key, req, addr = opts_.node_address] { LeaseThread(key, req, addr); })
-      .detach();
+  std::string addr = q.lease_node.empty() ? opts_.node_address : q.lease_node;
+  std::thread([this, key = q.key, req, addr] { LeaseThread(key, req, addr); }).detach();
 }
 
 void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address) {
@@ -1339,11 +1372,14 @@ void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& w
 std::string CoreWorker::CreateActor(const std::string& factory_name,
                                     std::vector<internal::TaskArg> args,
                                     const internal::ActorOptions& options) {
-  if (!options.placement_group_id.empty()) {
-    throw internal::RayException(
-        "placement groups are not available in this build of Torus yet (issue #3)");
-  }
   rpc::CreateActorRequest req;
+  req.set_placement_group_id(options.placement_group_id);
+  req.set_bundle_index(options.bundle_index);
+  for (const auto& [k, v] : options.label_selector) {
+    auto* term = req.add_label_selector();
+    term->set_key(k);
+    term->set_expr(v);
+  }
   std::string actor_id = RandomHex(16);
   rpc::TaskSpec* spec = req.mutable_creation();
   spec->set_actor_id(actor_id);
@@ -1511,6 +1547,156 @@ void CoreWorker::ResolveActor(const std::string& actor_id, int min_restarts) {
     }
   }
   PumpActor(a);
+}
+
+StatusOr<std::string> CoreWorker::BundleNode(const std::string& pg_id, int bundle_index,
+                                             const ResourceMap& res) {
+  rpc::PlacementGroupRequest req;
+  req.set_pg_id(pg_id);
+  req.set_wait_created_ms(0);
+  rpc::GetPlacementGroupReply reply;
+  // Wait for the group to be placed: work submitted into a pending group waits for it.
+  while (true) {
+    reply.Clear();
+    req.set_wait_created_ms(2000);
+    auto ctx = NewContext(opts_.token, 10000);
+    auto st = head_->GetPlacementGroup(ctx.get(), req, &reply);
+    if (!st.ok()) return FromGrpc(st, "cannot look up placement group " + pg_id);
+    if (!reply.found()) return NotFound("placement group " + pg_id + " does not exist");
+    const auto& pg = reply.pg();
+    if (pg.state() == "REMOVED") return NotFound("placement group " + pg_id + " was removed");
+    if (bundle_index >= pg.bundles_size()) {
+      return InvalidArgument("bundle index " + std::to_string(bundle_index) +
+                             " out of range: placement group " + pg_id + " has " +
+                             std::to_string(pg.bundles_size()) + " bundles");
+    }
+    if (pg.state() != "CREATED") {
+      if (shutting_down_) return Unavailable("shutting down");
+      continue;
+    }
+    const rpc::Bundle* fallback = nullptr;
+    for (const auto& b : pg.bundles()) {
+      if (bundle_index >= 0 && b.index() != bundle_index) continue;
+      if (!fallback) fallback = &b;
+      if (Fits(res, FromProto(b.resources()))) return b.node_address();
+    }
+    // Asks more than the bundle holds: send it anyway; it stays pending there and is reported.
+    return fallback->node_address();
+  }
+}
+
+std::string CoreWorker::CreatePlacementGroup(const internal::PlacementGroupSpec& spec) {
+  rpc::PlacementGroupRecord req;
+  req.set_name(spec.name);
+  req.set_ray_namespace(spec.ray_namespace.empty() ? GetNamespace() : spec.ray_namespace);
+  req.set_strategy(spec.strategy);
+  req.set_detached(spec.detached);
+  req.set_job_id(JobId());
+  if (!spec.bundle_selectors.empty() && spec.bundle_selectors.size() != spec.bundles.size()) {
+    throw internal::RayException("bundle_label_selectors has " +
+                                 std::to_string(spec.bundle_selectors.size()) +
+                                 " entries for " + std::to_string(spec.bundles.size()) + " bundles");
+  }
+  for (size_t i = 0; i < spec.bundles.size(); ++i) {
+    auto* b = req.add_bundles();
+    for (const auto& [k, v] : spec.bundles[i]) (*b->mutable_resources()->mutable_amounts())[k] = v;
+    if (!spec.bundle_selectors.empty()) {
+      for (const auto& [k, v] : spec.bundle_selectors[i]) {
+        auto* t = b->add_label_selector();
+        t->set_key(k);
+        t->set_expr(v);
+      }
+    }
+  }
+  rpc::CreatePlacementGroupReply reply;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = head_->CreatePlacementGroup(ctx.get(), req, &reply);
+  if (!st.ok()) throw internal::RayException("CreatePlacementGroup failed: " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) {
+    throw internal::RayException("CreatePlacementGroup: " + reply.error().message());
+  }
+  return reply.pg_id();
+}
+
+void CoreWorker::RemovePlacementGroup(const std::string& id) {
+  rpc::PlacementGroupRequest req;
+  req.set_pg_id(id);
+  rpc::Empty e;
+  auto ctx = NewContext(opts_.token, 30000);
+  auto st = head_->RemovePlacementGroup(ctx.get(), req, &e);
+  if (!st.ok()) throw internal::RayException("RemovePlacementGroup: " + st.error_message());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, q] : queues_) {
+    if (key.find("|pg=" + id + ":") == std::string::npos) continue;
+    for (auto& t : q->tasks) FailTask(*t, StatusCode::kTaskError, "placement group " + id + " was removed");
+    q->tasks.clear();
+  }
+  cv_.notify_all();
+}
+
+namespace {
+internal::PlacementGroupInfo ToInfo(const rpc::PlacementGroupRecord& r) {
+  internal::PlacementGroupInfo info;
+  info.found = true;
+  info.id = r.pg_id();
+  info.state = r.state();
+  info.spec.name = r.name();
+  info.spec.ray_namespace = r.ray_namespace();
+  info.spec.strategy = r.strategy();
+  info.spec.detached = r.detached();
+  for (const auto& b : r.bundles()) {
+    info.spec.bundles.emplace_back(b.resources().amounts().begin(), b.resources().amounts().end());
+    internal::LabelSelector sel;
+    for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
+    info.spec.bundle_selectors.push_back(sel);
+    info.bundle_nodes.push_back(b.node_id());
+  }
+  return info;
+}
+}  // namespace
+
+bool CoreWorker::WaitPlacementGroup(const std::string& id, int timeout_seconds) {
+  auto deadline = Clock::now() + std::chrono::seconds(std::max(0, timeout_seconds));
+  while (true) {
+    rpc::PlacementGroupRequest req;
+    req.set_pg_id(id);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    req.set_wait_created_ms(std::max<int64_t>(0, std::min<int64_t>(left, 5000)));
+    rpc::GetPlacementGroupReply reply;
+    auto ctx = NewContext(opts_.token, 15000);
+    auto st = head_->GetPlacementGroup(ctx.get(), req, &reply);
+    if (!st.ok()) throw internal::RayException("PlacementGroup::Wait: " + st.error_message());
+    if (!reply.found()) throw internal::RayException("PlacementGroup::Wait: no placement group " + id);
+    if (reply.pg().state() == "CREATED") return true;
+    if (reply.pg().state() == "REMOVED") {
+      throw internal::RayException("placement group " + id + " was removed");
+    }
+    if (Clock::now() >= deadline) return false;
+  }
+}
+
+internal::PlacementGroupInfo CoreWorker::GetPlacementGroupInfo(const std::string& id,
+                                                               const std::string& name) {
+  rpc::PlacementGroupRequest req;
+  req.set_pg_id(id);
+  req.set_name(name);
+  req.set_ray_namespace(GetNamespace());
+  rpc::GetPlacementGroupReply reply;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = head_->GetPlacementGroup(ctx.get(), req, &reply);
+  if (!st.ok()) throw internal::RayException("GetPlacementGroup: " + st.error_message());
+  if (!reply.found()) return {};
+  return ToInfo(reply.pg());
+}
+
+std::vector<internal::PlacementGroupInfo> CoreWorker::GetAllPlacementGroups() {
+  rpc::ListReply reply;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = head_->List(ctx.get(), rpc::Empty(), &reply);
+  if (!st.ok()) throw internal::RayException("GetAllPlacementGroups: " + st.error_message());
+  std::vector<internal::PlacementGroupInfo> out;
+  for (const auto& r : reply.placement_groups()) out.push_back(ToInfo(r));
+  return out;
 }
 
 std::string CoreWorker::GetNamedActor(const std::string& name, const std::string& ray_namespace) {

@@ -95,6 +95,13 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::string GetNamespace() override;
   std::string JobId();
 
+  std::string CreatePlacementGroup(const internal::PlacementGroupSpec& spec) override;
+  void RemovePlacementGroup(const std::string& id) override;
+  bool WaitPlacementGroup(const std::string& id, int timeout_seconds) override;
+  internal::PlacementGroupInfo GetPlacementGroupInfo(const std::string& id,
+                                                     const std::string& name) override;
+  std::vector<internal::PlacementGroupInfo> GetAllPlacementGroups() override;
+
   // rpc::CoreWorker::Service
   grpc::Status PushTasks(grpc::ServerContext*,
                          grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>*) override;
@@ -158,6 +165,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
   void ReleaseTaskPins(TaskRecord& t);
   void HousekeepingLoop();
+  // Node address of a bundle able to hold `res` (bundle_index -1: any). No lock; asks the head.
+  StatusOr<std::string> BundleNode(const std::string& pg_id, int bundle_index, const ResourceMap& res);
   std::unique_ptr<rpc::Node::Stub> NodeStub(const std::string& address);
 
   // constant after Create
@@ -215,6 +224,9 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
 
   std::atomic<bool> shutting_down_{false};
   std::thread housekeeping_thread_;
+  // Drivers: a WatchJob call held open so the head notices if this process dies.
+  std::unique_ptr<grpc::ClientContext> watch_ctx_;
+  std::thread watch_thread_;
 };
 
 }  // namespace torus::core

@@ -4,7 +4,9 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include "common/ids.h"
 #include "common/logging.h"
+#include "head/placement.h"
 #include "common/rpc.h"
 
 namespace torus {
@@ -32,6 +34,7 @@ Status Head::Start() {
   address_ = cfg_.bind_host + ":" + std::to_string(port);
   TORUS_LOG(INFO) << "head listening on " << address_ << ", session " << cfg_.session_dir;
   monitor_thread_ = std::thread([this] { MonitorLoop(); });
+  pg_thread_ = std::thread([this] { PgLoop(); });
   return Status::Ok();
 }
 
@@ -48,8 +51,10 @@ void Head::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     cv_.notify_all();
+    pg_cv_.notify_all();
   }
   if (monitor_thread_.joinable()) monitor_thread_.join();
+  if (pg_thread_.joinable()) pg_thread_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   std::lock_guard<std::mutex> lock(stop_mu_);
   stopped_ = true;
@@ -93,6 +98,7 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   it->second.rec.set_alive(false);
   BumpView();
   TORUS_LOG(INFO) << "node left: " << req->node_id();
+  OnNodeLostForPgs(req->node_id());
   for (auto& [id, a] : actors_) {
     if (a.rec.node_id() == req->node_id() &&
         (a.rec.state() == "ALIVE" || a.rec.state() == "PENDING")) {
@@ -130,9 +136,13 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
       r->set_alive(true);
       *r->mutable_total() = n.rec.total();
       *r->mutable_available() = n.rec.available();
+      *r->mutable_labels() = n.rec.labels();
     }
   }
-  if (changed) SchedulePendingActors();
+  if (changed) {
+    SchedulePendingActors();
+    pg_cv_.notify_all();
+  }
   return grpc::Status::OK;
 }
 
@@ -153,6 +163,7 @@ void Head::MonitorLoop() {
             OnActorWorkerGone(a, "its node " + id + " died", false);
           }
         }
+        OnNodeLostForPgs(id);
       }
     }
     SchedulePendingActors();
@@ -183,7 +194,32 @@ grpc::Status Head::CreateActor(grpc::ServerContext* ctx, const rpc::CreateActorR
     }
     named_actors_[key] = id;
   }
+  std::map<std::string, std::string> sel;
+  for (const auto& t : req->label_selector()) sel[t.key()] = t.expr();
+  auto terms = ParseLabelSelector(sel);
+  if (!terms.ok()) {
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, terms.status().message());
+    if (!req->name().empty()) named_actors_.erase({req->ray_namespace(), req->name()});
+    return grpc::Status::OK;
+  }
+  if (!req->placement_group_id().empty()) {
+    auto pit = pgs_.find(req->placement_group_id());
+    if (pit == pgs_.end() || pit->second.rec.state() == "REMOVED") {
+      SetError(reply->mutable_error(), StatusCode::kNotFound,
+               "placement group " + req->placement_group_id() + " does not exist (or was removed)");
+      if (!req->name().empty()) named_actors_.erase({req->ray_namespace(), req->name()});
+      return grpc::Status::OK;
+    }
+    if (req->bundle_index() >= pit->second.rec.bundles_size()) {
+      SetError(reply->mutable_error(), StatusCode::kInvalidArgument,
+               "bundle index " + std::to_string(req->bundle_index()) + " out of range: the group has " +
+                   std::to_string(pit->second.rec.bundles_size()) + " bundles");
+      if (!req->name().empty()) named_actors_.erase({req->ray_namespace(), req->name()});
+      return grpc::Status::OK;
+    }
+  }
   ActorEntry& a = actors_[id];
+  a.selector = *terms;
   a.spec = *req;
   a.rec.set_actor_id(id);
   a.rec.set_name(req->name());
@@ -202,11 +238,45 @@ void Head::SchedulePendingActors() {
     if (a.placing || (a.rec.state() != "PENDING" && a.rec.state() != "RESTARTING")) continue;
     ResourceMap res = FromProto(a.spec.resources());
     ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
+    if (!a.spec.placement_group_id().empty()) {
+      // Inside a placement group: the bundle's node; the node checks the bundle's room.
+      auto pit = pgs_.find(a.spec.placement_group_id());
+      if (pit == pgs_.end() || pit->second.rec.state() == "REMOVED") {
+        a.rec.set_state("DEAD");
+        a.rec.set_death_cause("its placement group was removed");
+        cv_.notify_all();
+        continue;
+      }
+      if (pit->second.rec.state() != "CREATED") continue;  // wait for the group
+      const rpc::Bundle* target = nullptr;
+      for (const auto& b : pit->second.rec.bundles()) {
+        if (a.spec.bundle_index() >= 0 && b.index() != a.spec.bundle_index()) continue;
+        if (Fits(res, FromProto(b.resources()))) {
+          target = &b;
+          break;
+        }
+      }
+      if (!target) {
+        std::string reason = "asks " + ResourcesToString(res) + ", more than its bundle holds";
+        if (reason != a.pending_reason) {
+          TORUS_LOG(WARNING) << "actor " << id << " " << reason << "; it stays pending";
+          a.pending_reason = reason;
+        }
+        continue;
+      }
+      a.placing = true;
+      a.pending_reason.clear();
+      std::thread([this, id = id, nid = target->node_id(), addr = target->node_address()] {
+        PlaceActor(id, nid, addr);
+      }).detach();
+      continue;
+    }
     // Least-loaded feasible node, by free CPU.
     const NodeEntry* best = nullptr;
     bool feasible = false;
     for (const auto& [nid, n] : nodes_) {
       if (!n.rec.alive()) continue;
+      if (!MatchesLabels(a.selector, n.rec.labels())) continue;
       if (Fits(placement, FromProto(n.rec.total()))) feasible = true;
       auto avail = FromProto(n.rec.available());
       if (!Fits(placement, avail)) continue;
@@ -247,6 +317,8 @@ void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
     req.set_executable(spec.executable());
     req.mutable_code_search_path()->CopyFrom(spec.code_search_path());
     *req.mutable_resources() = spec.resources();
+    req.set_placement_group_id(spec.placement_group_id());
+    req.set_bundle_index(spec.bundle_index());
     it->second.rec.set_node_id(node_id);
   }
   auto stub = rpc::Node::NewStub(GetChannel(node_address));
@@ -402,17 +474,42 @@ grpc::Status Head::RegisterJob(grpc::ServerContext* ctx, const rpc::JobRequest* 
 grpc::Status Head::FinishJob(grpc::ServerContext* ctx, const rpc::JobRequest* req, rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  jobs_.erase(req->job_id());
-  // Non-detached actors die with the job that created them.
+  FinishJobLocked(req->job_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status Head::WatchJob(grpc::ServerContext* ctx, const rpc::JobRequest* req,
+                            grpc::ServerWriter<rpc::Empty>*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  while (!ctx->IsCancelled() && !stopping_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (stopping_) return grpc::Status::OK;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.count(req->job_id())) {
+    TORUS_LOG(WARNING) << "driver of job " << req->job_id() << " went away without Shutdown()";
+    FinishJobLocked(req->job_id());
+  }
+  return grpc::Status::OK;
+}
+
+void Head::FinishJobLocked(const std::string& job_id) {
+  jobs_.erase(job_id);
+  // Non-detached actors and placement groups die with the job that created them.
   for (auto& [id, a] : actors_) {
-    if (a.rec.job_id() != req->job_id() || a.rec.detached() || a.rec.state() == "DEAD") continue;
+    if (a.rec.job_id() != job_id || a.rec.detached() || a.rec.state() == "DEAD") continue;
     a.no_restart = true;
     if (a.rec.state() == "ALIVE") KillActorWorker(a.rec);
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("the job that created the actor finished");
   }
+  std::vector<std::pair<std::string, rpc::BundlesRequest>> release;
+  for (auto& [id, e] : pgs_) {
+    if (e.rec.job_id() != job_id || e.rec.detached() || e.rec.state() == "REMOVED") continue;
+    for (auto& r : RemovePgLocked(e, "the job that created it finished")) release.push_back(r);
+  }
   cv_.notify_all();
-  return grpc::Status::OK;
+  if (!release.empty()) std::thread([this, release] { ReleaseOnNodes(release); }).detach();
 }
 
 grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListReply* reply) {
@@ -421,7 +518,324 @@ grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListRe
   for (const auto& [id, n] : nodes_) *reply->add_nodes() = n.rec;
   for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
   for (const auto& [id, j] : jobs_) *reply->add_jobs() = j;
+  for (const auto& [id, e] : pgs_) *reply->add_placement_groups() = e.rec;
   return grpc::Status::OK;
+}
+
+// ------------------------------------------------------------------------------- placement groups
+
+grpc::Status Head::CreatePlacementGroup(grpc::ServerContext* ctx, const rpc::PlacementGroupRecord* req,
+                                        rpc::CreatePlacementGroupReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  auto fail = [&](const std::string& msg) {
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, msg);
+    return grpc::Status::OK;
+  };
+  PgStrategy strategy;
+  if (!ParsePgStrategy(req->strategy(), &strategy)) {
+    return fail("unknown placement strategy '" + req->strategy() +
+                "' (expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD)");
+  }
+  if (req->bundles_size() == 0) return fail("a placement group needs at least one bundle");
+  PgEntry e;
+  e.rec = *req;
+  for (int i = 0; i < req->bundles_size(); ++i) {
+    auto* b = e.rec.mutable_bundles(i);
+    b->set_index(i);
+    b->clear_node_id();
+    b->clear_node_address();
+    auto res = FromProto(b->resources());
+    bool any = false;
+    for (const auto& [k, v] : res) {
+      if (v < 0) return fail("bundle " + std::to_string(i) + ": resource '" + k + "' is negative");
+      any = any || v > 0;
+    }
+    if (!any) return fail("bundle " + std::to_string(i) + " is empty: give it at least one resource");
+    std::map<std::string, std::string> sel;
+    for (const auto& t : b->label_selector()) sel[t.key()] = t.expr();
+    auto terms = ParseLabelSelector(sel);
+    if (!terms.ok()) return fail("bundle " + std::to_string(i) + ": " + terms.status().message());
+    e.selectors.push_back(*terms);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!req->name().empty()) {
+    auto it = named_pgs_.find({req->ray_namespace(), req->name()});
+    if (it != named_pgs_.end() && pgs_.count(it->second) &&
+        pgs_[it->second].rec.state() != "REMOVED") {
+      SetError(reply->mutable_error(), StatusCode::kAlreadyExists,
+               "a placement group named '" + req->name() + "' already exists");
+      return grpc::Status::OK;
+    }
+  }
+  std::string id = RandomHex(14);
+  e.rec.set_pg_id(id);
+  e.rec.set_state("PENDING");
+  e.rec.set_created_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
+  e.pending_since = Clock::now();
+  if (!req->name().empty()) named_pgs_[{req->ray_namespace(), req->name()}] = id;
+  pgs_[id] = std::move(e);
+  pg_queue_.push_back(id);
+  pg_cv_.notify_all();
+  reply->set_pg_id(id);
+  return grpc::Status::OK;
+}
+
+std::vector<std::pair<std::string, rpc::BundlesRequest>> Head::RemovePgLocked(PgEntry& e,
+                                                                              const std::string& why) {
+  std::vector<std::pair<std::string, rpc::BundlesRequest>> out;
+  e.rec.set_state("REMOVED");
+  e.rec.set_pending_reason(why);
+  std::map<std::string, rpc::BundlesRequest> by_node;
+  for (auto& b : *e.rec.mutable_bundles()) {
+    if (b.node_address().empty()) continue;
+    auto& r = by_node[b.node_address()];
+    r.set_pg_id(e.rec.pg_id());
+    *r.add_bundles() = b;
+  }
+  // A group being prepared right now is released by the scheduler thread when it sees REMOVED.
+  if (!e.scheduling) {
+    for (auto& [addr, r] : by_node) out.emplace_back(addr, r);
+  }
+  for (auto& [id, a] : actors_) {
+    if (a.spec.placement_group_id() != e.rec.pg_id() || a.rec.state() == "DEAD") continue;
+    a.no_restart = true;
+    a.rec.set_state("DEAD");
+    a.rec.set_death_cause("its placement group was removed (" + why + ")");
+  }
+  cv_.notify_all();
+  return out;
+}
+
+void Head::ReleaseOnNodes(const std::vector<std::pair<std::string, rpc::BundlesRequest>>& what) {
+  for (const auto& [addr, r] : what) {
+    rpc::Empty e;
+    auto ctx = NewContext(cfg_.token, 5000);
+    auto st = rpc::Node::NewStub(GetChannel(addr))->ReleaseBundles(ctx.get(), r, &e);
+    if (!st.ok()) TORUS_LOG(WARNING) << "cannot release bundles on " << addr << ": " << st.error_message();
+  }
+}
+
+grpc::Status Head::RemovePlacementGroup(grpc::ServerContext* ctx, const rpc::PlacementGroupRequest* req,
+                                        rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::vector<std::pair<std::string, rpc::BundlesRequest>> release;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pgs_.find(req->pg_id());
+    if (it == pgs_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no placement group " + req->pg_id());
+    }
+    if (it->second.rec.state() == "REMOVED") return grpc::Status::OK;
+    release = RemovePgLocked(it->second, "removed by the user");
+  }
+  ReleaseOnNodes(release);  // synchronously: when Remove returns, the resources are free
+  return grpc::Status::OK;
+}
+
+grpc::Status Head::GetPlacementGroup(grpc::ServerContext* ctx, const rpc::PlacementGroupRequest* req,
+                                     rpc::GetPlacementGroupReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::unique_lock<std::mutex> lock(mu_);
+  std::string id = req->pg_id();
+  if (id.empty()) {
+    auto it = named_pgs_.find({req->ray_namespace(), req->name()});
+    if (it == named_pgs_.end()) return grpc::Status::OK;
+    id = it->second;
+  }
+  auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->wait_created_ms()));
+  while (true) {
+    auto it = pgs_.find(id);
+    if (it == pgs_.end()) return grpc::Status::OK;
+    const auto& st = it->second.rec.state();
+    if (st == "CREATED" || st == "REMOVED" || Clock::now() >= deadline || stopping_ ||
+        ctx->IsCancelled()) {
+      reply->set_found(true);
+      *reply->mutable_pg() = it->second.rec;
+      return grpc::Status::OK;
+    }
+    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+  }
+}
+
+void Head::OnNodeLostForPgs(const std::string& node_id) {
+  for (auto& [id, e] : pgs_) {
+    if (e.rec.state() != "CREATED" && e.rec.state() != "RESCHEDULING") continue;
+    bool hit = false;
+    for (auto& b : *e.rec.mutable_bundles()) {
+      if (b.node_id() == node_id) {
+        b.clear_node_id();
+        b.clear_node_address();
+        hit = true;
+      }
+    }
+    if (!hit) continue;
+    TORUS_LOG(WARNING) << "placement group " << id << " lost bundles on node " << node_id
+                       << ": RESCHEDULING";
+    if (e.rec.state() == "CREATED") {
+      e.rec.set_state("RESCHEDULING");
+      e.pending_since = Clock::now();
+      e.tried_view = 0;
+      pg_queue_.push_front(id);  // repairs go first
+    }
+  }
+  pg_cv_.notify_all();
+}
+
+void Head::PgLoop() {
+  constexpr auto kAging = std::chrono::seconds(1);
+  while (!stopping_) {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Pick the first group, in arrival order, that can be placed on the current view. A group
+    // that could fit an idle cluster but has waited longer than kAging blocks the groups behind
+    // it, so a stream of small groups cannot starve a large one.
+    std::string chosen;
+    std::vector<int> placement;
+    std::vector<std::string> node_ids;
+    for (auto it = pg_queue_.begin(); it != pg_queue_.end();) {
+      auto pit = pgs_.find(*it);
+      if (pit == pgs_.end() ||
+          (pit->second.rec.state() != "PENDING" && pit->second.rec.state() != "RESCHEDULING")) {
+        it = pg_queue_.erase(it);
+        continue;
+      }
+      PgEntry& e = pit->second;
+      bool aged = Clock::now() - e.pending_since > kAging;
+      if (e.tried_view == view_version_) {
+        if (aged && e.feasible) break;
+        ++it;
+        continue;
+      }
+      std::vector<NodeView> view;
+      std::map<std::string, int> index_of;
+      for (const auto& [nid, n] : nodes_) {
+        if (!n.rec.alive()) continue;
+        index_of[nid] = static_cast<int>(view.size());
+        view.push_back({nid, FromProto(n.rec.total()), FromProto(n.rec.available()),
+                        std::map<std::string, std::string>(n.rec.labels().begin(), n.rec.labels().end())});
+      }
+      std::vector<BundleDemand> demands;
+      for (int i = 0; i < e.rec.bundles_size(); ++i) {
+        const auto& b = e.rec.bundles(i);
+        BundleDemand d{FromProto(b.resources()), e.selectors[i], -1};
+        if (!b.node_id().empty() && index_of.count(b.node_id())) d.fixed_node = index_of[b.node_id()];
+        demands.push_back(d);
+      }
+      PgStrategy strategy;
+      ParsePgStrategy(e.rec.strategy(), &strategy);
+      std::vector<NodeView> totals = view;
+      e.feasible = PlaceBundles(demands, totals, strategy, /*use_total=*/true).has_value();
+      auto placed = PlaceBundles(demands, view, strategy);
+      if (!placed) {
+        e.tried_view = view_version_;
+        std::string reason = e.feasible ? "waiting for resources"
+                                        : "infeasible: no set of nodes can hold these bundles";
+        if (reason != e.rec.pending_reason()) {
+          TORUS_LOG(INFO) << "placement group " << e.rec.pg_id() << " " << reason;
+        }
+        e.rec.set_pending_reason(reason);
+        if (aged && e.feasible) break;
+        ++it;
+        continue;
+      }
+      chosen = *it;
+      placement = *placed;
+      for (const auto& v : view) node_ids.push_back(v.id);
+      break;
+    }
+    if (chosen.empty()) {
+      pg_cv_.wait_for(lock, std::chrono::milliseconds(100));
+      continue;
+    }
+    PgEntry& e = pgs_[chosen];
+    e.scheduling = true;
+    // Group the new bundles by node.
+    std::map<std::string, rpc::BundlesRequest> by_node;  // node address -> request
+    std::map<std::string, std::string> node_of_addr;
+    for (int i = 0; i < e.rec.bundles_size(); ++i) {
+      if (!e.rec.bundles(i).node_id().empty()) continue;
+      const auto& node = nodes_[node_ids[placement[i]]];
+      auto& r = by_node[node.rec.address()];
+      r.set_pg_id(chosen);
+      *r.add_bundles() = e.rec.bundles(i);
+      node_of_addr[node.rec.address()] = node.rec.node_id();
+    }
+    std::string token = cfg_.token;
+    lock.unlock();
+
+    // Prepare on every node (a single node prepares and commits at once), then commit.
+    bool single = by_node.size() == 1;
+    std::vector<std::string> prepared;
+    std::string failure;
+    for (auto& [addr, r] : by_node) {
+      r.set_commit(single);
+      rpc::PrepareBundlesReply pr;
+      auto ctx = NewContext(token, 5000);
+      auto st = rpc::Node::NewStub(GetChannel(addr))->PrepareBundles(ctx.get(), r, &pr);
+      if (!st.ok() || !pr.ok()) {
+        failure = st.ok() ? pr.error() : st.error_message();
+        break;
+      }
+      prepared.push_back(addr);
+    }
+    if (failure.empty() && !single) {
+      for (auto& [addr, r] : by_node) {
+        rpc::Empty em;
+        auto ctx = NewContext(token, 5000);
+        auto st = rpc::Node::NewStub(GetChannel(addr))->CommitBundles(ctx.get(), r, &em);
+        if (!st.ok()) {
+          failure = "commit on " + addr + " failed: " + st.error_message();
+          break;
+        }
+      }
+    }
+    if (!failure.empty()) {
+      // Roll back every prepared bundle: a group never holds part of its bundles.
+      std::vector<std::pair<std::string, rpc::BundlesRequest>> undo;
+      for (const auto& addr : prepared) undo.emplace_back(addr, by_node[addr]);
+      ReleaseOnNodes(undo);
+    }
+
+    lock.lock();
+    auto pit = pgs_.find(chosen);
+    if (pit == pgs_.end()) continue;
+    PgEntry& done = pit->second;
+    done.scheduling = false;
+    if (done.rec.state() == "REMOVED") {
+      lock.unlock();
+      if (failure.empty()) {
+        std::vector<std::pair<std::string, rpc::BundlesRequest>> undo(by_node.begin(), by_node.end());
+        ReleaseOnNodes(undo);
+      }
+      continue;
+    }
+    if (!failure.empty()) {
+      TORUS_LOG(INFO) << "placement group " << chosen << " not placed yet: " << failure;
+      done.tried_view = view_version_;
+      done.rec.set_pending_reason("waiting for resources (" + failure + ")");
+      continue;
+    }
+    for (auto& [addr, r] : by_node) {
+      for (const auto& b : r.bundles()) {
+        auto* rb = done.rec.mutable_bundles(b.index());
+        rb->set_node_id(node_of_addr[addr]);
+        rb->set_node_address(addr);
+        // Charge our view until the node's next heartbeat reports the truth.
+        auto nit = nodes_.find(node_of_addr[addr]);
+        if (nit != nodes_.end()) {
+          auto avail = FromProto(nit->second.rec.available());
+          Subtract(avail, FromProto(b.resources()));
+          ToProto(avail, nit->second.rec.mutable_available());
+        }
+      }
+    }
+    done.rec.set_state("CREATED");
+    done.rec.clear_pending_reason();
+    BumpView();
+    SchedulePendingActors();
+    cv_.notify_all();
+  }
 }
 
 grpc::Status Head::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {

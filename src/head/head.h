@@ -20,6 +20,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/labels.h"
 #include "common/resources.h"
 #include "common/status.h"
 #include "proto/torus.grpc.pb.h"
@@ -61,10 +62,34 @@ class Head final : public rpc::Head::Service {
   grpc::Status KillActor(grpc::ServerContext*, const rpc::KillActorRequest*, rpc::Empty*) override;
   grpc::Status RegisterJob(grpc::ServerContext*, const rpc::JobRequest*, rpc::Empty*) override;
   grpc::Status FinishJob(grpc::ServerContext*, const rpc::JobRequest*, rpc::Empty*) override;
+  grpc::Status WatchJob(grpc::ServerContext*, const rpc::JobRequest*,
+                        grpc::ServerWriter<rpc::Empty>*) override;
   grpc::Status List(grpc::ServerContext*, const rpc::Empty*, rpc::ListReply*) override;
   grpc::Status Shutdown(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
+  grpc::Status CreatePlacementGroup(grpc::ServerContext*, const rpc::PlacementGroupRecord*,
+                                    rpc::CreatePlacementGroupReply*) override;
+  grpc::Status RemovePlacementGroup(grpc::ServerContext*, const rpc::PlacementGroupRequest*,
+                                    rpc::Empty*) override;
+  grpc::Status GetPlacementGroup(grpc::ServerContext*, const rpc::PlacementGroupRequest*,
+                                 rpc::GetPlacementGroupReply*) override;
 
  private:
+  struct PgEntry {
+    rpc::PlacementGroupRecord rec;
+    std::vector<LabelSelectorTerms> selectors;  // per bundle
+    std::chrono::steady_clock::time_point pending_since;
+    bool scheduling = false;     // the scheduler thread is preparing it on nodes
+    uint64_t tried_view = 0;     // view version of the last failed attempt
+    bool feasible = true;        // could be placed on the cluster's totals
+  };
+  // Placement-group scheduler thread: one group at a time, in arrival order (docs/placement_groups.md).
+  void PgLoop();
+  // Marks a group REMOVED (require mu_); returns the (node address, bundles) to release.
+  std::vector<std::pair<std::string, rpc::BundlesRequest>> RemovePgLocked(PgEntry& e,
+                                                                           const std::string& why);
+  void ReleaseOnNodes(const std::vector<std::pair<std::string, rpc::BundlesRequest>>& what);  // no lock
+  void OnNodeLostForPgs(const std::string& node_id);  // require mu_
+  void FinishJobLocked(const std::string& job_id);     // require mu_
   struct NodeEntry {
     rpc::NodeRecord rec;
     std::chrono::steady_clock::time_point last_heartbeat;
@@ -75,6 +100,7 @@ class Head final : public rpc::Head::Service {
     bool placing = false;      // a placement thread is running
     bool no_restart = false;   // killed with no_restart
     std::string pending_reason;
+    LabelSelectorTerms selector;
   };
 
   // Require mu_.
@@ -98,6 +124,11 @@ class Head final : public rpc::Head::Service {
   std::unordered_map<std::string, ActorEntry> actors_;
   std::map<std::pair<std::string, std::string>, std::string> named_actors_;  // (ns, name) -> id
   std::map<std::string, rpc::JobRequest> jobs_;
+  std::map<std::string, PgEntry> pgs_;
+  std::deque<std::string> pg_queue_;  // PENDING / RESCHEDULING groups, arrival order
+  std::map<std::pair<std::string, std::string>, std::string> named_pgs_;  // (ns, name) -> id
+  std::condition_variable pg_cv_;
+  std::thread pg_thread_;
 
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <cstring>
 #include <thread>
 
@@ -278,15 +279,64 @@ Node::Worker* Node::FindIdleWorker(const std::string& key) {
 void Node::ReleaseWorkerResources(Worker& w) {
   ResourceMap r = w.held;
   if (w.blocked) r.erase("CPU");  // already returned while blocked
-  Add(available_, r);
+  if (!w.pg_id.empty()) {
+    // Back to its bundle; if the group was removed meanwhile, the bundle's whole total has
+    // already gone back to the node.
+    auto pit = bundles_.find(w.pg_id);
+    if (pit != bundles_.end()) {
+      auto bit = pit->second.find(w.bundle_index);
+      if (bit != pit->second.end()) Add(bit->second.available, r);
+    }
+  } else {
+    Add(available_, r);
+  }
   w.held.clear();
+  w.pg_id.clear();
+  w.bundle_index = -1;
   w.blocked = false;
 }
 
-bool Node::AnyNodeCouldFit(const ResourceMap& res) const {
-  if (Fits(res, total_)) return true;
+bool Node::AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const {
+  if (Fits(res, total_) && MatchesLabels(selector, cfg_.labels)) return true;
   for (const auto& n : view_) {
-    if (n.alive() && n.node_id() != cfg_.node_id && Fits(res, FromProto(n.total()))) return true;
+    if (n.alive() && n.node_id() != cfg_.node_id && Fits(res, FromProto(n.total())) &&
+        MatchesLabels(selector, n.labels())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Node::TakeFromBundle(PendingLease& p, std::string* error) {
+  auto pit = bundles_.find(p.req.placement_group_id());
+  if (pit == bundles_.end()) {
+    *error = "placement group " + p.req.placement_group_id() + " has no bundle on node " +
+             cfg_.node_id + " (removed, or not placed here)";
+    return false;
+  }
+  bool any_could = false;
+  for (auto& [idx, b] : pit->second) {
+    if (p.req.bundle_index() >= 0 && idx != p.req.bundle_index()) continue;
+    if (!b.committed) continue;
+    if (Fits(p.res, b.total)) any_could = true;
+    if (Fits(p.res, b.available)) {
+      Subtract(b.available, p.res);
+      p.bundle = idx;
+      return true;
+    }
+  }
+  if (p.req.bundle_index() >= 0 && !pit->second.count(p.req.bundle_index())) {
+    *error = "bundle " + std::to_string(p.req.bundle_index()) + " of placement group " +
+             p.req.placement_group_id() + " is not on node " + cfg_.node_id;
+    return false;
+  }
+  if (!any_could && !p.infeasible) {
+    TORUS_LOG(WARNING) << "request " << ResourcesToString(p.res) << " for " << p.req.description()
+                       << " asks more than bundle "
+                       << (p.req.bundle_index() >= 0 ? std::to_string(p.req.bundle_index()) : "(any)")
+                       << " of placement group " << p.req.placement_group_id()
+                       << " holds; it stays pending";
+    p.infeasible = true;
   }
   return false;
 }
@@ -295,9 +345,10 @@ bool Node::TrySpillback(PendingLease& p) {
   if (p.req.spilled()) return false;
   // Prefer a node that can run it now; else, when this node could never run it, one that could.
   const rpc::NodeRecord* target = nullptr;
-  bool local_feasible = Fits(p.res, total_);
+  bool local_feasible = Fits(p.res, total_) && MatchesLabels(p.selector, cfg_.labels);
   for (const auto& n : view_) {
     if (!n.alive() || n.node_id() == cfg_.node_id) continue;
+    if (!MatchesLabels(p.selector, n.labels())) continue;
     if (Fits(p.res, FromProto(n.available()))) {
       target = &n;
       break;
@@ -329,8 +380,24 @@ void Node::TrySchedule() {
       it = pending_.erase(it);
       continue;
     }
+    if (!p.resources_held && !p.req.placement_group_id().empty()) {
+      std::string error;
+      if (TakeFromBundle(p, &error)) {
+        p.resources_held = true;
+      } else if (!error.empty()) {
+        p.reply.mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
+        p.reply.mutable_error()->set_message(error);
+        p.done = true;
+        any_done = true;
+        it = pending_.erase(it);
+        continue;
+      } else {
+        ++it;
+        continue;
+      }
+    }
     if (!p.resources_held) {
-      if (Fits(p.res, available_)) {
+      if (Fits(p.res, available_) && MatchesLabels(p.selector, cfg_.labels)) {
         Subtract(available_, p.res);
         p.resources_held = true;
         p.infeasible = false;
@@ -340,12 +407,13 @@ void Node::TrySchedule() {
           it = pending_.erase(it);
           continue;
         }
-        if (!AnyNodeCouldFit(p.res)) {
+        if (!AnyNodeCouldFit(p.res, p.selector)) {
           if (!p.infeasible) {
             TORUS_LOG(WARNING) << "infeasible request " << ResourcesToString(p.res) << " for "
                                << p.req.description()
-                               << ": no node of the cluster has these resources; it stays "
-                                  "pending until such a node joins";
+                               << ": no node of the cluster has these resources"
+                               << (p.selector.empty() ? "" : " and matching labels")
+                               << "; it stays pending until such a node joins";
           }
           p.infeasible = true;
         }
@@ -363,6 +431,10 @@ void Node::TrySchedule() {
     w->state = WorkerState::kLeased;
     w->lease_id = RandomHex(8);
     w->held = p.res;
+    if (p.bundle >= 0) {
+      w->pg_id = p.req.placement_group_id();
+      w->bundle_index = p.bundle;
+    }
     worker_by_lease_[w->lease_id] = w->id;
     p.reply.set_granted(true);
     p.reply.set_lease_id(w->lease_id);
@@ -383,7 +455,7 @@ void Node::TrySchedule() {
         for (auto& p : pending_) {
           if (Key(p->req) == key && !p->done) {
             p->done = true;
-            if (p->resources_held) Add(available_, p->res);
+            if (p->resources_held && p->bundle < 0) Add(available_, p->res);
             p->resources_held = false;
             p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
             p->reply.mutable_error()->set_message(s.message());
@@ -403,6 +475,17 @@ grpc::Status Node::RequestLease(grpc::ServerContext* ctx, const rpc::LeaseReques
   auto p = std::make_shared<PendingLease>();
   p->req = *req;
   p->res = FromProto(req->resources());
+  if (req->label_selector_size() > 0) {
+    std::map<std::string, std::string> sel;
+    for (const auto& t : req->label_selector()) sel[t.key()] = t.expr();
+    auto terms = ParseLabelSelector(sel);
+    if (!terms.ok()) {
+      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInvalidArgument));
+      reply->mutable_error()->set_message(terms.status().message());
+      return grpc::Status::OK;
+    }
+    p->selector = *terms;
+  }
   for (auto it = p->res.begin(); it != p->res.end();) {
     it = it->second <= 0 ? p->res.erase(it) : std::next(it);
   }
@@ -414,7 +497,16 @@ grpc::Status Node::RequestLease(grpc::ServerContext* ctx, const rpc::LeaseReques
     cv_.wait_for(lock, std::chrono::milliseconds(200));
     if (!p->done && ctx->IsCancelled()) {
       // The requester went away: give back what was set aside for it.
-      if (p->resources_held) Add(available_, p->res);
+      if (p->resources_held) {
+        if (p->bundle >= 0) {
+          auto pit = bundles_.find(p->req.placement_group_id());
+          if (pit != bundles_.end() && pit->second.count(p->bundle)) {
+            Add(pit->second[p->bundle].available, p->res);
+          }
+        } else {
+          Add(available_, p->res);
+        }
+      }
       p->resources_held = false;
       p->done = true;
       pending_.remove(p);
@@ -477,23 +569,57 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
   key += req->executable();
   for (const auto& p : req->code_search_path()) key += ":" + p;
   std::string worker_id, worker_address;
+  int pg_bundle = -1;
   {
     std::unique_lock<std::mutex> lock(mu_);
     // An actor with no explicit resources needs 1 CPU to be placed but holds none while alive.
     ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
-    if (!Fits(placement, available_)) {
+    ResourceMap* pool = &available_;
+    if (!req->placement_group_id().empty()) {
+      auto pit = bundles_.find(req->placement_group_id());
+      BundleState* b = nullptr;
+      if (pit != bundles_.end()) {
+        for (auto& [idx, st] : pit->second) {
+          if ((req->bundle_index() < 0 || idx == req->bundle_index()) && Fits(res, st.available)) {
+            b = &st;
+            pg_bundle = idx;
+            break;
+          }
+        }
+      }
+      if (!b) {
+        reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
+        reply->mutable_error()->set_message("no bundle of placement group " +
+                                            req->placement_group_id() + " on node " +
+                                            cfg_.node_id + " has " + ResourcesToString(res));
+        return grpc::Status::OK;
+      }
+      pool = &b->available;
+      placement = res;  // inside a bundle, only what the actor asked for
+    }
+    if (!Fits(placement, *pool)) {
       reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
       reply->mutable_error()->set_message("node " + cfg_.node_id + " has " +
                                           ResourcesToString(available_) + " available, needs " +
                                           ResourcesToString(placement));
       return grpc::Status::OK;
     }
-    Subtract(available_, res);
+    Subtract(*pool, res);
+    auto give_back = [&] {
+      if (pg_bundle < 0) {
+        Add(available_, res);
+        return;
+      }
+      auto pit = bundles_.find(req->placement_group_id());
+      if (pit != bundles_.end() && pit->second.count(pg_bundle)) {
+        Add(pit->second[pg_bundle].available, res);
+      }
+    };
     Worker* w = FindIdleWorker(key);
     if (!w) {
       std::vector<std::string> code(req->code_search_path().begin(), req->code_search_path().end());
       if (auto s = StartWorker(key, req->executable(), code); !s.ok()) {
-        Add(available_, res);
+        give_back();
         reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
         reply->mutable_error()->set_message(s.message());
         return grpc::Status::OK;
@@ -502,7 +628,7 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
       auto deadline = Clock::now() + std::chrono::seconds(60);
       while (!(w = FindIdleWorker(key))) {
         if (stopping_ || cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
-          Add(available_, res);
+          give_back();
           reply->mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
           reply->mutable_error()->set_message("actor worker did not start within 60 s");
           return grpc::Status::OK;
@@ -512,6 +638,10 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
     w->state = WorkerState::kActor;
     w->actor_id = req->creation().actor_id();
     w->held = res;
+    if (pg_bundle >= 0) {
+      w->pg_id = req->placement_group_id();
+      w->bundle_index = pg_bundle;
+    }
     worker_id = w->id;
     worker_address = w->address;
   }
@@ -833,6 +963,115 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
   }
   reply->set_num_workers(n);
   reply->set_num_idle_workers(idle);
+  for (const auto& [pg, bs] : bundles_) {
+    for (const auto& [idx, b] : bs) {
+      auto* bi = reply->add_bundles();
+      bi->set_pg_id(pg);
+      bi->set_index(idx);
+      ToProto(b.total, bi->mutable_total());
+      ToProto(b.available, bi->mutable_available());
+      bi->set_committed(b.committed);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
+                                  rpc::PrepareBundlesReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& mine = bundles_[req->pg_id()];
+  ResourceMap sum;
+  for (const auto& b : req->bundles()) {
+    if (mine.count(b.index())) continue;  // a repeated prepare
+    Add(sum, FromProto(b.resources()));
+    std::map<std::string, std::string> sel;
+    for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
+    auto terms = ParseLabelSelector(sel);
+    if (!terms.ok() || !MatchesLabels(*terms, cfg_.labels)) {
+      if (mine.empty()) bundles_.erase(req->pg_id());
+      reply->set_error("bundle " + std::to_string(b.index()) + "'s label selector does not match node " +
+                       cfg_.node_id);
+      return grpc::Status::OK;
+    }
+  }
+  if (!Fits(sum, available_)) {
+    if (mine.empty()) bundles_.erase(req->pg_id());
+    reply->set_error("node " + cfg_.node_id + " has " + ResourcesToString(available_) +
+                     " available, the bundles need " + ResourcesToString(sum));
+    return grpc::Status::OK;
+  }
+  Subtract(available_, sum);
+  for (const auto& b : req->bundles()) {
+    if (mine.count(b.index())) continue;
+    BundleState st;
+    st.total = FromProto(b.resources());
+    st.available = st.total;
+    st.committed = req->commit();
+    mine[b.index()] = st;
+  }
+  reply->set_ok(true);
+  if (req->commit()) TrySchedule();
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::CommitBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
+                                 rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto pit = bundles_.find(req->pg_id());
+  if (pit == bundles_.end()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no prepared bundles of " + req->pg_id());
+  }
+  for (const auto& b : req->bundles()) {
+    auto bit = pit->second.find(b.index());
+    if (bit != pit->second.end()) bit->second.committed = true;
+  }
+  TrySchedule();
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::ReleaseBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
+                                  rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::vector<pid_t> to_kill;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto pit = bundles_.find(req->pg_id());
+    if (pit == bundles_.end()) return grpc::Status::OK;
+    std::set<int> which;
+    for (const auto& b : req->bundles()) which.insert(b.index());
+    for (auto bit = pit->second.begin(); bit != pit->second.end();) {
+      if (!which.empty() && !which.count(bit->first)) {
+        ++bit;
+        continue;
+      }
+      // Work running in the bundle ends with it; its resources come back with the bundle's.
+      for (auto& [id, w] : workers_) {
+        if (w->pg_id == req->pg_id() && w->bundle_index == bit->first) {
+          w->kill_requested = true;
+          w->held.clear();
+          w->pg_id.clear();
+          if (w->pid > 0) to_kill.push_back(w->pid);
+        }
+      }
+      Add(available_, bit->second.total);
+      bit = pit->second.erase(bit);
+    }
+    if (pit->second.empty()) bundles_.erase(pit);
+    // Pending leases for the removed group fail now rather than wait forever.
+    for (auto& p : pending_) {
+      if (p->req.placement_group_id() == req->pg_id() && !p->done && !bundles_.count(req->pg_id())) {
+        p->done = true;
+        p->resources_held = false;
+        p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
+        p->reply.mutable_error()->set_message("placement group " + req->pg_id() + " was removed");
+      }
+    }
+    TrySchedule();
+    cv_.notify_all();
+  }
+  for (pid_t p : to_kill) kill(p, SIGKILL);
   return grpc::Status::OK;
 }
 

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/labels.h"
 #include "common/resources.h"
 #include "common/shm.h"
 #include "node/arena.h"
@@ -89,6 +90,12 @@ class Node final : public rpc::Node::Service {
                            grpc::ServerWriter<rpc::ObjectChunk>*) override;
   grpc::Status Info(grpc::ServerContext*, const rpc::Empty*, rpc::NodeInfoReply*) override;
   grpc::Status Shutdown(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
+  grpc::Status PrepareBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
+                              rpc::PrepareBundlesReply*) override;
+  grpc::Status CommitBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
+                             rpc::Empty*) override;
+  grpc::Status ReleaseBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
+                              rpc::Empty*) override;
 
  private:
   enum class WorkerState { kStarting, kIdle, kLeased, kActor, kDriver };
@@ -101,6 +108,8 @@ class Node final : public rpc::Node::Service {
     std::string lease_id;
     std::string actor_id;
     ResourceMap held;   // resources held by its lease or actor
+    std::string pg_id;  // when `held` came from a placement-group bundle
+    int bundle_index = -1;
     bool blocked = false;
     bool kill_requested = false;
     std::chrono::steady_clock::time_point idle_since;
@@ -108,6 +117,8 @@ class Node final : public rpc::Node::Service {
   struct PendingLease {
     rpc::LeaseRequest req;
     ResourceMap res;
+    LabelSelectorTerms selector;
+    int bundle = -1;  // the bundle the resources were taken from
     bool resources_held = false;
     bool done = false;
     bool infeasible = false;
@@ -125,7 +136,10 @@ class Node final : public rpc::Node::Service {
   // All private helpers below require mu_ held unless said otherwise.
   void TrySchedule();
   bool TrySpillback(PendingLease& p);
-  bool AnyNodeCouldFit(const ResourceMap& res) const;
+  bool AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const;
+  // Takes a placement-group lease's resources from its bundle. False: must wait (or, with
+  // *error set, can never be served here).
+  bool TakeFromBundle(PendingLease& p, std::string* error);
   Worker* FindIdleWorker(const std::string& key);
   Status StartWorker(const std::string& key, const std::string& exe,
                      const std::vector<std::string>& code_path);
@@ -159,6 +173,12 @@ class Node final : public rpc::Node::Service {
   std::map<std::string, std::string> exits_;  // worker id -> how it ended
   std::deque<std::string> exit_order_;
   std::map<std::string, StoredObject> objects_;  // by key
+  struct BundleState {
+    ResourceMap total;
+    ResourceMap available;
+    bool committed = false;
+  };
+  std::map<std::string, std::map<int, BundleState>> bundles_;  // pg id -> index -> state
   std::unique_ptr<ArenaAllocator> arena_alloc_;
   std::vector<rpc::NodeRecord> view_;            // other nodes, from the head
   uint64_t view_version_ = 0;

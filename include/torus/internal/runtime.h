@@ -58,6 +58,23 @@ struct ActorOptions {
   LabelSelector label_selector;
 };
 
+// A placement group as the runtime sees it (the API wraps it in torus::PlacementGroup).
+struct PlacementGroupSpec {
+  std::string name;
+  std::string ray_namespace;
+  std::vector<std::unordered_map<std::string, double>> bundles;
+  std::string strategy;  // PACK, SPREAD, STRICT_PACK, STRICT_SPREAD
+  std::vector<LabelSelector> bundle_selectors;  // empty, or one per bundle
+  bool detached = false;
+};
+struct PlacementGroupInfo {
+  bool found = false;
+  std::string id;
+  std::string state;  // PENDING, CREATED, REMOVED, RESCHEDULING
+  PlacementGroupSpec spec;
+  std::vector<std::string> bundle_nodes;  // node id per bundle ("" while not placed)
+};
+
 // Runs a registered remote function: each element of `args` is one argument's msgpack bytes.
 // Returns the msgpack bytes of the result (nil for void). User exceptions propagate.
 struct ArgView {
@@ -137,6 +154,16 @@ class Runtime {
   virtual void ExitActor() = 0;  // only inside an actor; never returns
   virtual bool WasCurrentActorRestarted() = 0;
   virtual std::string GetNamespace() = 0;
+
+  // Placement groups. Create returns the id at once (the group is PENDING until placed).
+  virtual std::string CreatePlacementGroup(const PlacementGroupSpec& spec) = 0;
+  virtual void RemovePlacementGroup(const std::string& id) = 0;
+  // True once CREATED within timeout_seconds; false on timeout; throws if removed.
+  virtual bool WaitPlacementGroup(const std::string& id, int timeout_seconds) = 0;
+  // By id, or by name (in the current namespace) when id is empty.
+  virtual PlacementGroupInfo GetPlacementGroupInfo(const std::string& id,
+                                                   const std::string& name) = 0;
+  virtual std::vector<PlacementGroupInfo> GetAllPlacementGroups() = 0;
 };
 
 // The runtime of this process, or nullptr before Init / after Shutdown.

@@ -1,0 +1,75 @@
+#include "common/labels.h"
+
+#include "tpu/topology.h"
+
+namespace torus {
+
+namespace {
+std::string Trim(std::string s) {
+  while (!s.empty() && isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
+  while (!s.empty() && isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+// "a, b" -> {"a", "b"}; empty items are an error.
+StatusOr<std::vector<std::string>> SplitList(const std::string& key, const std::string& inner) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= inner.size()) {
+    size_t end = inner.find(',', start);
+    if (end == std::string::npos) end = inner.size();
+    std::string v = Trim(inner.substr(start, end - start));
+    if (v.empty()) return InvalidArgument("label selector '" + key + "': empty value in list '" + inner + "'");
+    out.push_back(v);
+    start = end + 1;
+  }
+  return out;
+}
+}  // namespace
+
+StatusOr<LabelSelectorTerms> ParseLabelSelector(const std::map<std::string, std::string>& selector) {
+  auto normalized = tpu::NormalizeSelectorKeys(selector);
+  if (!normalized.ok()) return normalized.status();
+  LabelSelectorTerms terms;
+  std::map<std::string, std::string> aliased;
+  for (const auto& [k, v] : *normalized) {
+    // Every ray.io/ key is an alias of the torus.io/ key of the same name.
+    std::string key = k.rfind("ray.io/", 0) == 0 ? "torus.io/" + k.substr(7) : k;
+    auto [it, fresh] = aliased.emplace(key, v);
+    if (!fresh && it->second != v) {
+      return InvalidArgument("label selector gives '" + key + "' twice with different values ('" +
+                             it->second + "' and '" + v + "')");
+    }
+  }
+  for (const auto& [key, raw] : aliased) {
+    if (key.empty()) return InvalidArgument("label selector has an empty key");
+    std::string expr = Trim(raw);
+    LabelCondition c;
+    c.key = key;
+    bool neg = !expr.empty() && expr[0] == '!';
+    std::string body = neg ? Trim(expr.substr(1)) : expr;
+    if (body == "exists()") {
+      c.op = neg ? LabelCondition::Op::kNotExists : LabelCondition::Op::kExists;
+    } else if (body.rfind("in(", 0) == 0) {
+      if (body.back() != ')') {
+        return InvalidArgument("label selector '" + key + "': '" + raw + "' lacks a closing ')'");
+      }
+      auto values = SplitList(key, body.substr(3, body.size() - 4));
+      if (!values.ok()) return values.status();
+      c.op = neg ? LabelCondition::Op::kNotIn : LabelCondition::Op::kIn;
+      c.values = *values;
+    } else {
+      if (body.empty()) return InvalidArgument("label selector '" + key + "' has an empty value");
+      if (body.find_first_of("(),") != std::string::npos) {
+        return InvalidArgument("label selector '" + key + "': cannot parse '" + raw +
+                               "' (expected v, !v, in(a,b), !in(a,b), exists(), !exists())");
+      }
+      c.op = neg ? LabelCondition::Op::kNe : LabelCondition::Op::kEq;
+      c.values = {body};
+    }
+    terms.push_back(std::move(c));
+  }
+  return terms;
+}
+
+}  // namespace torus

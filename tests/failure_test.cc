@@ -1,0 +1,277 @@
+// Failures: task exceptions, actor method exceptions, worker processes that die (SIGKILL, abort,
+// SIGSEGV) and the retries that follow, unregistered functions, and a node that dies.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <ray/api.h>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster_fixture.h"
+
+namespace {
+
+// Claims the next attempt number in `dir` (attempt-0, attempt-1, ...) and records this worker's
+// pid in pid-<n>. Returns n.
+int RecordAttempt(const std::string& dir) {
+  for (int n = 0;; ++n) {
+    std::string claim = dir + "/attempt-" + std::to_string(n);
+    int fd = open(claim.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd < 0) continue;
+    close(fd);
+    std::string tmp = dir + "/.pid-" + std::to_string(n);
+    {
+      std::ofstream out(tmp);
+      out << getpid();
+    }
+    rename(tmp.c_str(), (dir + "/pid-" + std::to_string(n)).c_str());
+    return n;
+  }
+}
+
+int CountAttempts(const std::string& dir) {
+  int n = 0;
+  while (access((dir + "/attempt-" + std::to_string(n)).c_str(), F_OK) == 0) ++n;
+  return n;
+}
+
+std::string ThisNode() {
+  const char* v = std::getenv("TORUS_NODE_ID");
+  return v ? v : "";
+}
+
+}  // namespace
+
+int FailBoom(int) { throw std::runtime_error("boom"); }
+
+int FailIdentity(int x) { return x; }
+
+// First attempt: records its pid and sleeps (to be killed); later attempts return `value`.
+int FailSleepFirstAttempt(std::string dir, int value) {
+  if (RecordAttempt(dir) == 0) std::this_thread::sleep_for(std::chrono::seconds(120));
+  return value;
+}
+
+int FailAbortAlways(std::string dir) {
+  RecordAttempt(dir);
+  std::abort();
+}
+
+// Crashes with SIGSEGV on the first `crashes` attempts, then returns `value`.
+int FailSegvTimes(std::string dir, int crashes, int value) {
+  if (RecordAttempt(dir) < crashes) raise(SIGSEGV);
+  return value;
+}
+
+// Records the node that runs it, then sleeps until killed or `sleep_s` passes.
+std::string FailWhereSleep(std::string dir, int sleep_s) {
+  int n = RecordAttempt(dir);
+  {
+    std::ofstream out(dir + "/.node-" + std::to_string(n));
+    out << ThisNode();
+  }
+  rename((dir + "/.node-" + std::to_string(n)).c_str(),
+         (dir + "/node-" + std::to_string(n)).c_str());
+  if (n == 0) std::this_thread::sleep_for(std::chrono::seconds(sleep_s));
+  return ThisNode();
+}
+
+int FailNotRegistered(int x) { return x; }  // deliberately not in RAY_REMOTE
+
+class FailActor {
+ public:
+  static FailActor* Create() { return new FailActor(); }
+  static FailActor* CreateThrowing() { throw std::runtime_error("constructor boom"); }
+  int Echo(int x) {
+    if (x < 0) throw std::out_of_range("negative input " + std::to_string(x));
+    ++calls_;
+    return x;
+  }
+  int Calls() { return calls_; }
+  int NotRegisteredMethod() { return 0; }  // deliberately not in RAY_REMOTE
+
+ private:
+  int calls_ = 0;
+};
+
+RAY_REMOTE(FailBoom, FailIdentity, FailSleepFirstAttempt, FailAbortAlways, FailSegvTimes,
+           FailWhereSleep, FailActor::Create, FailActor::CreateThrowing, &FailActor::Echo,
+           &FailActor::Calls);
+
+namespace torus_test {
+namespace {
+
+struct FailureTest : ClusterTest<FailureTest> {
+  static constexpr const char* kName = "failure";
+  static void Build(TestCluster& c) {
+    c.StartHead(2);
+    NodeSpec s;
+    s.num_cpus = 2;
+    c.AddNode(s);
+  }
+};
+
+TEST_F(FailureTest, TaskExceptionCarriesTypeAndMessage) {
+  auto ref = ray::Task(FailBoom).Remote(1);
+  try {
+    ref.Get(kGetTimeoutMs);
+    FAIL() << "Get returned for a task that threw";
+  } catch (const ray::internal::RayTaskException& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("runtime_error"), std::string::npos) << what;
+    EXPECT_NE(what.find("boom"), std::string::npos) << what;
+    EXPECT_EQ(e.msg_, what);
+  }
+}
+
+TEST_F(FailureTest, FailedDependencyFailsTheDependentTask) {
+  auto failed = ray::Task(FailBoom).Remote(1);
+  auto dependent = ray::Task(FailIdentity).Remote(failed);
+  try {
+    dependent.Get(kGetTimeoutMs);
+    FAIL() << "Get returned for a task whose argument failed";
+  } catch (const ray::internal::RayTaskException& e) {
+    EXPECT_NE(std::string(e.what()).find("boom"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(FailureTest, ActorMethodExceptionAndTheActorKeepsServing) {
+  auto actor = ray::Actor(FailActor::Create).Remote();
+  EXPECT_EQ(*actor.Task(&FailActor::Echo).Remote(1).Get(kGetTimeoutMs), 1);
+  auto bad = actor.Task(&FailActor::Echo).Remote(-5);
+  try {
+    bad.Get(kGetTimeoutMs);
+    FAIL() << "Get returned for a method that threw";
+  } catch (const ray::internal::RayTaskException& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("out_of_range"), std::string::npos) << what;
+    EXPECT_NE(what.find("negative input -5"), std::string::npos) << what;
+  }
+  EXPECT_EQ(*actor.Task(&FailActor::Echo).Remote(2).Get(kGetTimeoutMs), 2);
+  EXPECT_EQ(*actor.Task(&FailActor::Calls).Remote().Get(kGetTimeoutMs), 2);
+}
+
+TEST_F(FailureTest, ActorWhoseConstructorThrows) {
+  auto actor = ray::Actor(FailActor::CreateThrowing).Remote();
+  try {
+    actor.Task(&FailActor::Echo).Remote(1).Get(kGetTimeoutMs);
+    FAIL() << "a call on an actor whose constructor threw returned";
+  } catch (const ray::internal::RayActorException& e) {
+    EXPECT_NE(std::string(e.what()).find("constructor boom"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(FailureTest, WorkerSigkilledMidTaskIsRetried) {
+  std::string dir = ScratchDir(cluster(), "sigkill");
+  auto ref = ray::Task(FailSleepFirstAttempt).Remote(dir, 42);
+  ASSERT_TRUE(WaitUntil([&] { return !ReadFileOr(dir + "/pid-0").empty(); }))
+      << "the task never started";
+  pid_t pid = std::atoi(ReadFileOr(dir + "/pid-0").c_str());
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  EXPECT_EQ(*ref.Get(kGetTimeoutMs), 42);
+  EXPECT_EQ(CountAttempts(dir), 2);
+  EXPECT_NE(ReadFileOr(dir + "/pid-1"), ReadFileOr(dir + "/pid-0"));
+}
+
+TEST_F(FailureTest, AbortingTaskFailsAfterItsRetriesSayingTheWorkerDied) {
+  std::string dir = ScratchDir(cluster(), "abort");
+  auto ref = ray::Task(FailAbortAlways).SetMaxRetries(1).Remote(dir);
+  try {
+    ref.Get(kGetTimeoutMs);
+    FAIL() << "Get returned for a task whose worker always aborts";
+  } catch (const ray::internal::RayWorkerException& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("died"), std::string::npos) << what;
+    EXPECT_NE(what.find("SIGABRT"), std::string::npos) << what;
+  }
+  EXPECT_EQ(CountAttempts(dir), 2) << "SetMaxRetries(1): one run and one retry";
+}
+
+TEST_F(FailureTest, DefaultMaxRetriesIsThree) {
+  std::string dir = ScratchDir(cluster(), "segv3");
+  EXPECT_EQ(*ray::Task(FailSegvTimes).Remote(dir, 3, 7).Get(kGetTimeoutMs), 7);
+  EXPECT_EQ(CountAttempts(dir), 4);
+
+  std::string dir4 = ScratchDir(cluster(), "segv4");
+  EXPECT_THROW(ray::Task(FailSegvTimes).Remote(dir4, 4, 7).Get(kGetTimeoutMs),
+               ray::internal::RayWorkerException);
+  EXPECT_EQ(CountAttempts(dir4), 4);
+}
+
+TEST_F(FailureTest, MaxRetriesZeroFailsOnTheFirstCrash) {
+  std::string dir = ScratchDir(cluster(), "segv0");
+  try {
+    ray::Task(FailSegvTimes).SetMaxRetries(0).Remote(dir, 1, 7).Get(kGetTimeoutMs);
+    FAIL() << "Get returned for a crashed task with no retries";
+  } catch (const ray::internal::RayWorkerException& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("died"), std::string::npos) << what;
+    EXPECT_NE(what.find("SIGSEGV"), std::string::npos) << what;
+  }
+  EXPECT_EQ(CountAttempts(dir), 1);
+  // The cluster still runs tasks.
+  EXPECT_EQ(*ray::Task(FailIdentity).Remote(3).Get(kGetTimeoutMs), 3);
+}
+
+TEST_F(FailureTest, UnregisteredFunctionIsAnErrorAtSubmit) {
+  try {
+    ray::Task(FailNotRegistered).Remote(1);
+    FAIL() << "submitting an unregistered function did not throw";
+  } catch (const ray::internal::RayFunctionNotFound& e) {
+    EXPECT_NE(std::string(e.what()).find("RAY_REMOTE"), std::string::npos) << e.what();
+  }
+  auto actor = ray::Actor(FailActor::Create).Remote();
+  EXPECT_THROW(actor.Task(&FailActor::NotRegisteredMethod).Remote(),
+               ray::internal::RayFunctionNotFound);
+}
+
+// A node that dies (SIGKILL of the node daemon) while running a task: the task is retried on
+// another node.
+struct NodeFailureTest : ClusterTest<NodeFailureTest> {
+  static constexpr const char* kName = "nodefail";
+  static void Build(TestCluster& c) {
+    c.StartHead(1);
+    for (int i = 0; i < 2; ++i) {
+      NodeSpec s;
+      s.num_cpus = 1;
+      s.resources = {{"spare", 1}};
+      c.AddNode(s);
+    }
+  }
+};
+
+TEST_F(NodeFailureTest, TaskOnAKilledNodeIsRetriedElsewhere) {
+  std::string dir = ScratchDir(cluster(), "nodekill");
+  auto ref = ray::Task(FailWhereSleep).SetResource("spare", 1).Remote(dir, 120);
+  ASSERT_TRUE(WaitUntil([&] { return !ReadFileOr(dir + "/node-0").empty(); }));
+  std::string first_node = ReadFileOr(dir + "/node-0");
+  const NodeInfo* victim = nullptr;
+  for (const auto& n : cluster().nodes()) {
+    if (n.node_id == first_node) victim = &n;
+  }
+  ASSERT_NE(victim, nullptr) << "task ran on unknown node " << first_node;
+  ASSERT_TRUE(victim->owned);
+  cluster().KillNode(*victim);
+  std::string second_node = *ref.Get(kGetTimeoutMs);
+  EXPECT_NE(second_node, first_node);
+  EXPECT_EQ(CountAttempts(dir), 2);
+  // The head notices the node is gone.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& n : cluster().ListJson("nodes")) {
+          if (n.value("node_id", "") == first_node) return n.value("state", "") == "DEAD";
+        }
+        return false;
+      },
+      std::chrono::seconds(20)));
+}
+
+}  // namespace
+}  // namespace torus_test
