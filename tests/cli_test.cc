@@ -297,7 +297,11 @@ TEST_F(CliStartTest, BlockingNodeLeavesTheClusterOnSigterm) {
   bool exited = WaitUntil([&] { return waitpid(n.pid, &status, WNOHANG) == n.pid; },
                           std::chrono::seconds(10));
   EXPECT_TRUE(exited) << "torus start --block ignored SIGTERM";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "torus start --block did not exit cleanly on SIGTERM: wait status " << status
+      << (WIFSIGNALED(status) ? " (killed by the signal: it was not handled)" : "");
+  EXPECT_TRUE(ShmSegments("torus." + n.node_id.substr(0, 12) + ".").empty())
+      << "the node's shared memory is still in /dev/shm";
   EXPECT_TRUE(WaitUntil([&] {
     for (const auto& j : c.ListJson("nodes")) {
       if (j.value("node_id", "") == n.node_id) return j.value("state", "") == "DEAD";

@@ -82,13 +82,15 @@ struct NodeSpec {
   nlohmann::json resources = nlohmann::json::object();  // extra resources, e.g. {"custom": 1}
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> env;  // added to the node's (and so its workers') env
-  bool block = true;  // `torus start --address ... --block` as a child of this process
+  // true: `torus start --address ... --block`, a child of this process (stopped with SIGTERM);
+  // false: `torus start --address ...`, a daemon that `torus stop` stops.
+  bool block = false;
 };
 
 struct NodeInfo {
   std::string node_id;
   std::string address;  // host:port of the node daemon
-  pid_t pid = 0;        // the node daemon
+  pid_t pid = 0;        // the node daemon (from the head's node table)
   bool owned = false;   // a --block child of this process
 };
 
@@ -104,7 +106,8 @@ class TestCluster {
   // when it does not come up.
   void StartHead(double num_cpus = 1, const nlohmann::json& resources = nlohmann::json::object(),
                  const std::map<std::string, std::string>& labels = {});
-  // Adds a node and waits until the head lists it alive. Throws std::runtime_error on failure.
+  // Adds a node and waits until the head lists it alive (`torus start` with the node's env added
+  // to this process' environment). Throws std::runtime_error on failure.
   NodeInfo AddNode(const NodeSpec& spec);
   // SIGKILLs a node daemon (reaped when it is a --block child of this process). Stop() does not
   // count the shared memory it leaves as a leftover.

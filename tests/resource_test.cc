@@ -137,7 +137,7 @@ TEST_F(ResourceTest, InfeasibleActorIsReported) {
 TEST_F(ResourceTest, MemoryResourceCanBeRequested) {
   // Ray's nodes advertise "memory"; a task asking for some runs.
   auto ref = ray::Task(ResNodeId).SetResource("memory", 64.0 * 1024 * 1024).Remote();
-  EXPECT_FALSE(ref.Get(kGetTimeoutMs)->empty());
+  EXPECT_FALSE(ref.Get(20000)->empty());
 }
 
 // One CPU: tasks that each need it run one after the other; tasks needing half of it share it.

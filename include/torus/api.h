@@ -42,6 +42,7 @@
 #include "torus/api/config.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/init.h"
+#include "torus/tpu.h"
 #include "torus/api/invoker.h"
 #include "torus/api/logging.h"
 #include "torus/api/object_ref.h"

@@ -475,7 +475,7 @@ void PrintTable(const std::vector<std::string>& header, const std::vector<std::v
 }
 
 int List(const Args& a) {
-  if (a.positional.empty()) Die("usage: torus list nodes|actors|tasks|objects|workers|placement-groups [--format table|json]");
+  if (a.positional.empty()) Die("usage: torus list nodes|actors|tasks|objects|workers|placement-groups|slices [--format table|json]");
   std::string what = a.positional[0];
   std::string format = a.Get("format", "table");
   if (format != "table" && format != "json") Die("--format must be table or json, got '" + format + "'");
@@ -533,6 +533,24 @@ int List(const Args& a) {
       j["bundles"] = bundles;
       out.push_back(j);
     }
+  } else if (what == "slices") {
+    auto stub = rpc::Head::NewStub(GetChannel(c.address));
+    rpc::SliceQueryReply reply;
+    auto ctx = NewContext(c.token, 5000);
+    auto st = stub->QuerySlices(ctx.get(), rpc::SliceQueryRequest(), &reply);
+    if (!st.ok()) Die("slice query failed: " + st.error_message());
+    for (const auto& sl : reply.slices()) {
+      nlohmann::json j;
+      j["slice_name"] = sl.name();
+      j["pod_type"] = sl.pod_type();
+      j["topology"] = sl.topology();
+      j["hosts_alive"] = sl.hosts_alive();
+      j["hosts_expected"] = sl.hosts_expected();
+      j["state"] = sl.state();
+      j["holder"] = sl.holder();
+      j["node_ids"] = std::vector<std::string>(sl.node_ids().begin(), sl.node_ids().end());
+      out.push_back(j);
+    }
   } else if (what == "tasks") {
     for (const auto& job : c.list.jobs()) {
       auto stub = rpc::CoreWorker::NewStub(GetChannel(job.driver_address()));
@@ -584,7 +602,7 @@ int List(const Args& a) {
       }
     }
   } else {
-    Die("unknown list kind '" + what + "': expected nodes, actors, tasks, objects, workers or placement-groups");
+    Die("unknown list kind '" + what + "': expected nodes, actors, tasks, objects, workers, placement-groups or slices");
   }
   if (format == "json") {
     std::cout << out.dump(2) << std::endl;
@@ -615,7 +633,7 @@ void Usage() {
                "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
                "  stop\n"
                "  status [--address A]\n"
-               "  list nodes|actors|tasks|objects|workers|placement-groups [--format table|json] [--address A]\n";
+               "  list nodes|actors|tasks|objects|workers|placement-groups|slices [--format table|json] [--address A]\n";
 }
 
 }  // namespace

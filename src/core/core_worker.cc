@@ -113,7 +113,6 @@ struct SchedulingQueue {
   std::deque<std::shared_ptr<TaskRecord>> tasks;
   std::vector<Conn*> leases;
   int lease_requests = 0;
-  std::string lease_node;  // "" = the local node
 };
 
 struct ActorQueue {
@@ -764,6 +763,7 @@ void CoreWorker::ThrowIfError(const std::string& id, const ObjectEntry& e) {
     case StatusCode::kActorDied: throw internal::RayActorException(msg);
     case StatusCode::kWorkerDied: throw internal::RayWorkerException(msg);
     case StatusCode::kNotFound: throw internal::RayFunctionNotFound(msg);
+    case StatusCode::kSliceLost: throw internal::RaySliceLostException(msg);
     default: throw internal::UnreconstructableException(msg);
   }
 }
@@ -982,11 +982,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   // Negative means "retry forever", as in Ray.
   t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
   std::string key = ResourcesToString(res);
-  std::string lease_node;  // placement-group tasks lease straight from their bundle's node
   if (!options.placement_group_id.empty()) {
-    auto node = BundleNode(options.placement_group_id, options.bundle_index, res);
-    if (!node.ok()) throw internal::RayException(node.status().message());
-    lease_node = *node;
     key += "|pg=" + options.placement_group_id + ":" + std::to_string(options.bundle_index);
   }
   std::map<std::string, std::string> selector(options.label_selector.begin(),
@@ -1026,10 +1022,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
       term->set_key(k);
       term->set_expr(v);
     }
-    if (!lease_node.empty()) {
-      q->lease_node = lease_node;
-      lt.set_spilled(true);  // the bundle is there: no spillback
-    }
+    if (!options.placement_group_id.empty()) lt.set_spilled(true);  // the bundle decides: no spillback
   }
   for (size_t i = 0; i < refs.size(); ++i) {
     ObjectEntry& e = Entry(refs[i]);
@@ -1145,14 +1138,21 @@ void CoreWorker::RequestLease(SchedulingQueue& q) {
   aux_threads_.erase(std::remove_if(aux_threads_.begin(), aux_threads_.end(),
                                     [](std::thread& t) { return !t.joinable(); }),
                      aux_threads_.end());
-  std::string addr = q.lease_node.empty() ? opts_.node_address : q.lease_node;
-  std::thread([this, key = q.key, req, addr] { LeaseThread(key, req, addr); }).detach();
+  std::thread([this, key = q.key, req, addr = opts_.node_address] { LeaseThread(key, req, addr); })
+      .detach();
 }
 
 void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address) {
   rpc::LeaseReply reply;
   std::string error;
-  for (int hops = 0; hops < 8; ++hops) {
+  if (!req.placement_group_id().empty()) {
+    // Lease straight from the node of the bundle (waits while the group is not CREATED, e.g.
+    // while a lost slice is re-granted).
+    auto node = BundleNode(req.placement_group_id(), req.bundle_index(), FromProto(req.resources()));
+    if (!node.ok()) error = node.status().message();
+    else node_address = *node;
+  }
+  for (int hops = 0; hops < 8 && error.empty(); ++hops) {
     auto stub = NodeStub(node_address);
     auto ctx = NewContext(opts_.token);
     reply.Clear();
@@ -1343,16 +1343,25 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
     req.set_worker_id(worker_id);
     rpc::WorkerExitReply reply;
     auto ctx = NewContext(opts_.token, 3000);
+    bool slice_lost = false;
     if (NodeStub(node_address)->GetWorkerExit(ctx.get(), req, &reply).ok() && reply.exited()) {
       desc = reply.description();
+      slice_lost = reply.code() == static_cast<int>(StatusCode::kSliceLost);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& t : lost) RetryOrFail(t, "worker " + worker_id + " " + desc, nullptr);
+    for (auto& t : lost) {
+      if (slice_lost) {
+        RetryOrFail(t, desc, nullptr, StatusCode::kSliceLost);
+      } else {
+        RetryOrFail(t, "worker " + worker_id + " " + desc, nullptr);
+      }
+    }
     cv_.notify_all();
   }).detach();
 }
 
-void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*) {
+void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*,
+                             StatusCode code) {
   if (t->spec.attempt() < t->max_retries) {
     t->spec.set_attempt(t->spec.attempt() + 1);
     TORUS_LOG(INFO) << "retrying task " << t->spec.function() << " (attempt "
@@ -1360,6 +1369,11 @@ void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& w
     t->conn = nullptr;
     SetTaskState(t->spec, "PENDING");
     Enqueue(t);
+    return;
+  }
+  if (code == StatusCode::kSliceLost) {
+    FailTask(*t, code, "task " + t->spec.function() + " failed: " + why + " (after " +
+                           std::to_string(t->spec.attempt() + 1) + " attempt(s))");
     return;
   }
   FailTask(*t, StatusCode::kWorkerDied,
@@ -1592,6 +1606,14 @@ std::string CoreWorker::CreatePlacementGroup(const internal::PlacementGroupSpec&
   req.set_strategy(spec.strategy);
   req.set_detached(spec.detached);
   req.set_job_id(JobId());
+  if (spec.num_slices > 0) {
+    auto* sl = req.mutable_slice();
+    sl->set_topology(spec.slice_topology);
+    sl->set_accelerator_version(spec.slice_version);
+    sl->set_num_slices(spec.num_slices);
+    sl->set_chips_per_vm(spec.chips_per_vm);
+    sl->set_timeout_ms(spec.slice_timeout_ms);
+  }
   if (!spec.bundle_selectors.empty() && spec.bundle_selectors.size() != spec.bundles.size()) {
     throw internal::RayException("bundle_label_selectors has " +
                                  std::to_string(spec.bundle_selectors.size()) +
@@ -1651,6 +1673,15 @@ internal::PlacementGroupInfo ToInfo(const rpc::PlacementGroupRecord& r) {
     info.spec.bundle_selectors.push_back(sel);
     info.bundle_nodes.push_back(b.node_id());
   }
+  info.slice_names.assign(r.slice_names().begin(), r.slice_names().end());
+  info.epoch = r.epoch();
+  info.pending_reason = r.pending_reason();
+  if (r.has_slice()) {
+    info.spec.num_slices = r.slice().num_slices();
+    info.spec.slice_topology = r.slice().topology();
+    info.spec.slice_version = r.slice().accelerator_version();
+    info.spec.chips_per_vm = r.slice().chips_per_host();
+  }
   return info;
 }
 }  // namespace
@@ -1669,7 +1700,9 @@ bool CoreWorker::WaitPlacementGroup(const std::string& id, int timeout_seconds) 
     if (!reply.found()) throw internal::RayException("PlacementGroup::Wait: no placement group " + id);
     if (reply.pg().state() == "CREATED") return true;
     if (reply.pg().state() == "REMOVED") {
-      throw internal::RayException("placement group " + id + " was removed");
+      const std::string& why = reply.pg().pending_reason();
+      throw internal::RayException("placement group " + id + " was removed" +
+                                   (why.empty() ? std::string() : ": " + why));
     }
     if (Clock::now() >= deadline) return false;
   }
@@ -1696,6 +1729,29 @@ std::vector<internal::PlacementGroupInfo> CoreWorker::GetAllPlacementGroups() {
   if (!st.ok()) throw internal::RayException("GetAllPlacementGroups: " + st.error_message());
   std::vector<internal::PlacementGroupInfo> out;
   for (const auto& r : reply.placement_groups()) out.push_back(ToInfo(r));
+  return out;
+}
+
+internal::SliceQueryResult CoreWorker::QuerySlices(const std::string& topology,
+                                                   const std::string& version, int chips_per_vm,
+                                                   const std::string& slice_name) {
+  rpc::SliceQueryRequest req;
+  req.set_topology(topology);
+  req.set_accelerator_version(version);
+  req.set_chips_per_vm(chips_per_vm);
+  req.set_slice_name(slice_name);
+  rpc::SliceQueryReply reply;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = head_->QuerySlices(ctx.get(), req, &reply);
+  if (!st.ok()) throw internal::RayException("slice query failed: " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) {
+    throw internal::RayException(std::string(StatusCodeName(static_cast<StatusCode>(reply.error().code()))) +
+                                 ": " + reply.error().message());
+  }
+  internal::SliceQueryResult out;
+  out.intact = reply.intact();
+  out.ready = reply.ready();
+  out.node_ids.assign(reply.node_ids().begin(), reply.node_ids().end());
   return out;
 }
 

@@ -101,6 +101,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   internal::PlacementGroupInfo GetPlacementGroupInfo(const std::string& id,
                                                      const std::string& name) override;
   std::vector<internal::PlacementGroupInfo> GetAllPlacementGroups() override;
+  internal::SliceQueryResult QuerySlices(const std::string& topology, const std::string& version,
+                                         int chips_per_vm, const std::string& slice_name) override;
 
   // rpc::CoreWorker::Service
   grpc::Status PushTasks(grpc::ServerContext*,
@@ -159,7 +161,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void RequestLease(SchedulingQueue& q);
   void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address);
   void ReturnLease(Conn* conn, bool worker_dead);
-  void RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn* conn);
+  void RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn* conn,
+                   StatusCode code = StatusCode::kWorkerDied);
   void PumpActor(ActorQueue& a);
   void ResolveActor(const std::string& actor_id, int min_restarts);
   void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);

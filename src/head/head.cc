@@ -1,12 +1,15 @@
 #include "head/head.h"
 
 #include <algorithm>
+#include <set>
 
 #include <google/protobuf/util/message_differencer.h>
 
 #include "common/ids.h"
 #include "common/logging.h"
 #include "head/placement.h"
+#include "head/slices.h"
+#include "tpu/topology.h"
 #include "common/rpc.h"
 
 namespace torus {
@@ -557,6 +560,23 @@ grpc::Status Head::CreatePlacementGroup(grpc::ServerContext* ctx, const rpc::Pla
     if (!terms.ok()) return fail("bundle " + std::to_string(i) + ": " + terms.status().message());
     e.selectors.push_back(*terms);
   }
+  if (req->has_slice() && req->slice().num_slices() > 0) {
+    const auto& sl = req->slice();
+    auto shape = tpu::ComputeSliceShape(sl.accelerator_version(), sl.topology(),
+                                        sl.chips_per_vm() > 0 ? std::optional<int>(sl.chips_per_vm())
+                                                              : std::nullopt);
+    if (!shape.ok()) return fail(shape.status().message());
+    if (req->bundles_size() % sl.num_slices() != 0) return fail("slice bundles do not divide evenly");
+    auto* out = e.rec.mutable_slice();
+    out->set_pod_type(shape->pod_type);
+    out->set_hosts_per_slice(shape->hosts);
+    out->set_chips_per_host(shape->chips_per_host);
+    out->set_bundles_per_slice(req->bundles_size() / sl.num_slices());
+    out->set_bundles_per_host(std::max(1, out->bundles_per_slice() / shape->hosts));
+    e.rec.clear_slice_names();
+    for (int i = 0; i < sl.num_slices(); ++i) e.rec.add_slice_names("");
+    if (sl.timeout_ms() >= 0) e.deadline = Clock::now() + std::chrono::milliseconds(sl.timeout_ms());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!req->name().empty()) {
     auto it = named_pgs_.find({req->ray_namespace(), req->name()});
@@ -587,6 +607,10 @@ std::vector<std::pair<std::string, rpc::BundlesRequest>> Head::RemovePgLocked(Pg
   std::vector<std::pair<std::string, rpc::BundlesRequest>> out;
   e.rec.set_state("REMOVED");
   e.rec.set_pending_reason(why);
+  for (const auto& name : e.rec.slice_names()) {
+    auto h = slice_holder_.find(name);
+    if (h != slice_holder_.end() && h->second == e.rec.pg_id()) slice_holder_.erase(h);
+  }
   std::map<std::string, rpc::BundlesRequest> by_node;
   for (auto& b : *e.rec.mutable_bundles()) {
     if (b.node_address().empty()) continue;
@@ -631,6 +655,20 @@ grpc::Status Head::RemovePlacementGroup(grpc::ServerContext* ctx, const rpc::Pla
     release = RemovePgLocked(it->second, "removed by the user");
   }
   ReleaseOnNodes(release);  // synchronously: when Remove returns, the resources are free
+  {
+    // Credit our view now rather than at the nodes' next heartbeats.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [addr, r] : release) {
+      for (auto& [nid, n] : nodes_) {
+        if (n.rec.address() != addr) continue;
+        auto avail = FromProto(n.rec.available());
+        for (const auto& b : r.bundles()) Add(avail, FromProto(b.resources()));
+        ToProto(avail, n.rec.mutable_available());
+      }
+    }
+    BumpView();
+    pg_cv_.notify_all();
+  }
   return grpc::Status::OK;
 }
 
@@ -660,8 +698,56 @@ grpc::Status Head::GetPlacementGroup(grpc::ServerContext* ctx, const rpc::Placem
 }
 
 void Head::OnNodeLostForPgs(const std::string& node_id) {
+  std::vector<std::pair<std::string, rpc::BundlesRequest>> release;
   for (auto& [id, e] : pgs_) {
     if (e.rec.state() != "CREATED" && e.rec.state() != "RESCHEDULING") continue;
+    if (e.rec.has_slice() && e.rec.slice().num_slices() > 0) {
+      // A slice is granted, lost and re-granted whole (spec/tpu.md section 6 "Failure").
+      int per = e.rec.slice().bundles_per_slice();
+      std::set<int> lost;
+      for (const auto& b : e.rec.bundles()) {
+        if (b.node_id() == node_id) lost.insert(b.index() / per);
+      }
+      if (lost.empty()) continue;
+      e.rec.set_epoch(e.rec.epoch() + 1);
+      std::map<std::string, rpc::BundlesRequest> by_node;
+      for (int si : lost) {
+        std::string slice = e.rec.slice_names(si);
+        std::string reason = "SliceLost: slice '" + slice + "' (slice index " + std::to_string(si) +
+                             ") of reservation " + id + " lost node " + node_id + "; epoch " +
+                             std::to_string(e.rec.epoch());
+        TORUS_LOG(WARNING) << reason;
+        for (auto& b : *e.rec.mutable_bundles()) {
+          if (b.index() / per != si) continue;
+          if (!b.node_address().empty() && b.node_id() != node_id) {
+            auto& r = by_node[b.node_address()];
+            r.set_pg_id(id);
+            r.set_reason(reason);
+            *r.add_bundles() = b;
+          }
+          b.clear_node_id();
+          b.clear_node_address();
+        }
+        auto h = slice_holder_.find(slice);
+        if (h != slice_holder_.end() && h->second == id) slice_holder_.erase(h);
+        e.rec.set_slice_names(si, "");
+      }
+      for (auto& [addr, r] : by_node) release.emplace_back(addr, r);
+      // Every task and actor of a slice reservation fails: the program cannot go on without
+      // the lost slice. Actors in it die (restartable ones come back after the re-grant).
+      for (auto& [aid, a] : actors_) {
+        if (a.spec.placement_group_id() == id && a.rec.state() == "ALIVE") {
+          KillActorWorker(a.rec);
+        }
+      }
+      if (e.rec.state() == "CREATED") {
+        e.rec.set_state("RESCHEDULING");
+        e.pending_since = Clock::now();
+        e.tried_view = 0;
+        pg_queue_.push_front(id);
+      }
+      continue;
+    }
     bool hit = false;
     for (auto& b : *e.rec.mutable_bundles()) {
       if (b.node_id() == node_id) {
@@ -680,7 +766,145 @@ void Head::OnNodeLostForPgs(const std::string& node_id) {
       pg_queue_.push_front(id);  // repairs go first
     }
   }
+  if (!release.empty()) std::thread([this, release] { ReleaseOnNodes(release); }).detach();
   pg_cv_.notify_all();
+}
+
+std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of) {
+  std::vector<NodeView> view;
+  for (const auto& [nid, n] : nodes_) {
+    if (!n.rec.alive()) continue;
+    (*index_of)[nid] = static_cast<int>(view.size());
+    view.push_back({nid, FromProto(n.rec.total()), FromProto(n.rec.available()),
+                    std::map<std::string, std::string>(n.rec.labels().begin(), n.rec.labels().end())});
+  }
+  return view;
+}
+
+std::optional<std::vector<int>> Head::PlaceSlices(PgEntry& e, std::vector<NodeView>& view,
+                                                  const std::map<std::string, int>& index_of,
+                                                  std::vector<std::string>* slice_names,
+                                                  std::string* reason) {
+  const auto& sl = e.rec.slice();
+  auto shape = tpu::ComputeSliceShape(sl.accelerator_version(), sl.topology(),
+                                      sl.chips_per_vm() > 0 ? std::optional<int>(sl.chips_per_vm())
+                                                            : std::nullopt);
+  if (!shape.ok()) {
+    *reason = shape.status().message();
+    return std::nullopt;
+  }
+  auto slices = FindSlices(view, *shape, sl.chips_per_vm() > 0 ? std::optional<int>(sl.chips_per_vm())
+                                                              : std::nullopt);
+  int per = sl.bundles_per_slice(), b_per_host = sl.bundles_per_host();
+  std::vector<int> out(e.rec.bundles_size(), -1);
+  *slice_names = std::vector<std::string>(e.rec.slice_names().begin(), e.rec.slice_names().end());
+  std::set<std::string> used(slice_names->begin(), slice_names->end());
+  int intact = 0, ready = 0;
+  for (const auto& s : slices) {
+    intact += s.intact;
+    ready += s.idle && !slice_holder_.count(s.name);
+  }
+  for (int si = 0; si < sl.num_slices(); ++si) {
+    if (!(*slice_names)[si].empty()) {
+      for (int k = 0; k < per; ++k) {
+        const auto& b = e.rec.bundles(si * per + k);
+        auto it = index_of.find(b.node_id());
+        if (it != index_of.end()) out[si * per + k] = it->second;
+      }
+      continue;
+    }
+    // The user may pin slice index si to a named slice.
+    std::string wanted;
+    for (int k = 0; k < per; ++k) {
+      for (const auto& t : e.selectors[si * per + k]) {
+        if (t.key == tpu::kLabelSliceName && t.op == LabelCondition::Op::kEq) wanted = t.values[0];
+      }
+    }
+    bool found = false;
+    for (const auto& s : slices) {
+      if (!s.idle || slice_holder_.count(s.name) || used.count(s.name)) continue;
+      if (!wanted.empty() && s.name != wanted) continue;
+      bool match = true;
+      for (int k = 0; k < per && match; ++k) {
+        int host = k / b_per_host;
+        match = MatchesLabels(e.selectors[si * per + k], view[s.hosts[host]].labels);
+      }
+      if (!match) continue;
+      for (int k = 0; k < per; ++k) out[si * per + k] = s.hosts[k / b_per_host];
+      (*slice_names)[si] = s.name;
+      used.insert(s.name);
+      found = true;
+      break;
+    }
+    if (!found) {
+      *reason = "waiting for " + std::to_string(sl.num_slices()) + " idle " + shape->pod_type +
+                " slice(s) (" + sl.topology() + "): " + std::to_string(intact) + " intact, " +
+                std::to_string(ready) + " ready";
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRequest* req,
+                               rpc::SliceQueryReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, int> index_of;
+  auto view = ViewOfNodes(&index_of);
+  if (!req->topology().empty() || !req->accelerator_version().empty()) {
+    auto shape = tpu::ComputeSliceShape(req->accelerator_version(), req->topology(),
+                                        req->chips_per_vm() > 0 ? std::optional<int>(req->chips_per_vm())
+                                                                : std::nullopt);
+    if (!shape.ok()) {
+      SetError(reply->mutable_error(), StatusCode::kInvalidArgument, shape.status().message());
+      return grpc::Status::OK;
+    }
+    for (const auto& s : FindSlices(view, *shape, req->chips_per_vm() > 0
+                                                      ? std::optional<int>(req->chips_per_vm())
+                                                      : std::nullopt)) {
+      reply->set_intact(reply->intact() + s.intact);
+      reply->set_ready(reply->ready() + (s.idle && !slice_holder_.count(s.name)));
+    }
+  }
+  for (const auto& s : AllSlices(view)) {
+    auto* out = reply->add_slices();
+    out->set_name(s.name);
+    out->set_pod_type(s.pod_type);
+    out->set_topology(s.topology);
+    out->set_hosts_expected(s.hosts_expected);
+    int alive = 0;
+    for (int h : s.hosts) {
+      alive += h >= 0;
+      out->add_node_ids(h >= 0 ? view[h].id : "");
+    }
+    out->set_hosts_alive(alive);
+    auto holder = slice_holder_.find(s.name);
+    out->set_holder(holder == slice_holder_.end() ? "" : holder->second);
+    out->set_state(!s.intact ? "broken" : holder != slice_holder_.end() ? "reserved" : "free");
+    if (s.name == req->slice_name()) {
+      for (int h : s.hosts) {
+        if (h >= 0) reply->add_node_ids(view[h].id);
+      }
+    }
+  }
+  // A slice with a name the head knows only partially (e.g. missing hosts) still lists its nodes.
+  if (!req->slice_name().empty() && reply->node_ids_size() == 0) {
+    std::map<int, std::string> by_worker;
+    for (const auto& v : view) {
+      auto it = v.labels.find(std::string(tpu::kLabelSliceName));
+      if (it == v.labels.end() || it->second != req->slice_name()) continue;
+      auto w = v.labels.find(std::string(tpu::kLabelWorkerId));
+      int wid = 0;
+      try {
+        wid = w == v.labels.end() ? 0 : std::stoi(w->second);
+      } catch (...) {
+      }
+      by_worker[wid] = v.id;
+    }
+    for (const auto& [w, id] : by_worker) reply->add_node_ids(id);
+  }
+  return grpc::Status::OK;
 }
 
 void Head::PgLoop() {
@@ -701,19 +925,40 @@ void Head::PgLoop() {
         continue;
       }
       PgEntry& e = pit->second;
+      if (e.rec.state() == "PENDING" && Clock::now() >= e.deadline) {
+        std::string why = "DeadlineExceeded: not granted within the timeout (" + e.rec.pending_reason() + ")";
+        TORUS_LOG(INFO) << "reservation " << e.rec.pg_id() << ": " << why;
+        RemovePgLocked(e, why);  // a pending group holds nothing: no bundles to release
+        it = pg_queue_.erase(it);
+        continue;
+      }
       bool aged = Clock::now() - e.pending_since > kAging;
       if (e.tried_view == view_version_) {
         if (aged && e.feasible) break;
         ++it;
         continue;
       }
-      std::vector<NodeView> view;
       std::map<std::string, int> index_of;
-      for (const auto& [nid, n] : nodes_) {
-        if (!n.rec.alive()) continue;
-        index_of[nid] = static_cast<int>(view.size());
-        view.push_back({nid, FromProto(n.rec.total()), FromProto(n.rec.available()),
-                        std::map<std::string, std::string>(n.rec.labels().begin(), n.rec.labels().end())});
+      std::vector<NodeView> view = ViewOfNodes(&index_of);
+      if (e.rec.has_slice() && e.rec.slice().num_slices() > 0) {
+        std::string reason;
+        std::vector<std::string> names;
+        auto placed = PlaceSlices(e, view, index_of, &names, &reason);
+        if (!placed) {
+          e.tried_view = view_version_;
+          e.feasible = false;  // slices never block other requests (spec: no anti-starvation)
+          e.rec.set_pending_reason(reason);
+          ++it;
+          continue;
+        }
+        for (int i = 0; i < static_cast<int>(names.size()); ++i) {
+          if (e.rec.slice_names(i).empty()) slice_holder_[names[i]] = e.rec.pg_id();
+          e.rec.set_slice_names(i, names[i]);
+        }
+        chosen = *it;
+        placement = *placed;
+        for (const auto& v : view) node_ids.push_back(v.id);
+        break;
       }
       std::vector<BundleDemand> demands;
       for (int i = 0; i < e.rec.bundles_size(); ++i) {
@@ -811,6 +1056,20 @@ void Head::PgLoop() {
       continue;
     }
     if (!failure.empty()) {
+      if (done.rec.has_slice()) {
+        for (int i = 0; i < done.rec.slice_names_size(); ++i) {
+          bool placed_here = false;
+          for (const auto& b : done.rec.bundles()) {
+            placed_here = placed_here || (b.index() / std::max(1, done.rec.slice().bundles_per_slice()) == i &&
+                                          !b.node_id().empty());
+          }
+          if (!placed_here) {
+            auto h = slice_holder_.find(done.rec.slice_names(i));
+            if (h != slice_holder_.end() && h->second == chosen) slice_holder_.erase(h);
+            done.rec.set_slice_names(i, "");
+          }
+        }
+      }
       TORUS_LOG(INFO) << "placement group " << chosen << " not placed yet: " << failure;
       done.tried_view = view_version_;
       done.rec.set_pending_reason("waiting for resources (" + failure + ")");

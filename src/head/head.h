@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +73,8 @@ class Head final : public rpc::Head::Service {
                                     rpc::Empty*) override;
   grpc::Status GetPlacementGroup(grpc::ServerContext*, const rpc::PlacementGroupRequest*,
                                  rpc::GetPlacementGroupReply*) override;
+  grpc::Status QuerySlices(grpc::ServerContext*, const rpc::SliceQueryRequest*,
+                           rpc::SliceQueryReply*) override;
 
  private:
   struct PgEntry {
@@ -81,6 +84,7 @@ class Head final : public rpc::Head::Service {
     bool scheduling = false;     // the scheduler thread is preparing it on nodes
     uint64_t tried_view = 0;     // view version of the last failed attempt
     bool feasible = true;        // could be placed on the cluster's totals
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   };
   // Placement-group scheduler thread: one group at a time, in arrival order (docs/placement_groups.md).
   void PgLoop();
@@ -90,6 +94,14 @@ class Head final : public rpc::Head::Service {
   void ReleaseOnNodes(const std::vector<std::pair<std::string, rpc::BundlesRequest>>& what);  // no lock
   void OnNodeLostForPgs(const std::string& node_id);  // require mu_
   void FinishJobLocked(const std::string& job_id);     // require mu_
+  // Alive nodes as placement views (require mu_); index_of maps node id -> index.
+  std::vector<struct NodeView> ViewOfNodes(std::map<std::string, int>* index_of);
+  // Node index per bundle for a slice reservation, choosing whole idle slices for the slice
+  // indices not granted yet; fills *slice_names. Require mu_.
+  std::optional<std::vector<int>> PlaceSlices(PgEntry& e, std::vector<struct NodeView>& view,
+                                              const std::map<std::string, int>& index_of,
+                                              std::vector<std::string>* slice_names,
+                                              std::string* reason);
   struct NodeEntry {
     rpc::NodeRecord rec;
     std::chrono::steady_clock::time_point last_heartbeat;
@@ -127,6 +139,7 @@ class Head final : public rpc::Head::Service {
   std::map<std::string, PgEntry> pgs_;
   std::deque<std::string> pg_queue_;  // PENDING / RESCHEDULING groups, arrival order
   std::map<std::pair<std::string, std::string>, std::string> named_pgs_;  // (ns, name) -> id
+  std::map<std::string, std::string> slice_holder_;  // slice name -> reservation (pg) id
   std::condition_variable pg_cv_;
   std::thread pg_thread_;
 

@@ -701,6 +701,8 @@ grpc::Status Node::GetWorkerExit(grpc::ServerContext* ctx, const rpc::WorkerExit
   if (it != exits_.end()) {
     reply->set_exited(true);
     reply->set_description(it->second);
+    auto c = exit_codes_.find(req->worker_id());
+    if (c != exit_codes_.end()) reply->set_code(c->second);
   }
   return grpc::Status::OK;
 }
@@ -731,10 +733,15 @@ void Node::HandleWorkerExit(pid_t pid, int status) {
     if (!w.lease_id.empty()) worker_by_lease_.erase(w.lease_id);
     if (w.state == WorkerState::kActor) actor_id = w.actor_id;
     ReleaseWorkerResources(w);
+    if (!w.end_reason.empty()) {
+      desc = w.end_reason;
+      if (desc.rfind("SliceLost", 0) == 0) exit_codes_[worker_id] = static_cast<int>(StatusCode::kSliceLost);
+    }
     workers_.erase(it);
     exits_[worker_id] = desc;
     exit_order_.push_back(worker_id);
     while (exit_order_.size() > 10000) {
+      exit_codes_.erase(exit_order_.front());
       exits_.erase(exit_order_.front());
       exit_order_.pop_front();
     }
@@ -1050,6 +1057,7 @@ grpc::Status Node::ReleaseBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
       for (auto& [id, w] : workers_) {
         if (w->pg_id == req->pg_id() && w->bundle_index == bit->first) {
           w->kill_requested = true;
+          w->end_reason = req->reason();
           w->held.clear();
           w->pg_id.clear();
           if (w->pid > 0) to_kill.push_back(w->pid);

@@ -112,6 +112,7 @@ class Node final : public rpc::Node::Service {
     int bundle_index = -1;
     bool blocked = false;
     bool kill_requested = false;
+    std::string end_reason;  // why the node ended it ("SliceLost: ..."), reported to its users
     std::chrono::steady_clock::time_point idle_since;
   };
   struct PendingLease {
@@ -171,6 +172,7 @@ class Node final : public rpc::Node::Service {
   std::unordered_map<std::string, std::string> worker_by_lease_;
   std::list<std::shared_ptr<PendingLease>> pending_;
   std::map<std::string, std::string> exits_;  // worker id -> how it ended
+  std::map<std::string, int> exit_codes_;      // worker id -> StatusCode when ended for a reason
   std::deque<std::string> exit_order_;
   std::map<std::string, StoredObject> objects_;  // by key
   struct BundleState {

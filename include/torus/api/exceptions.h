@@ -56,6 +56,13 @@ class RayRuntimeEnvException : public RayException {
 };
 
 // Get gave up after its timeout_ms.
+// Torus extension: a host of the TPU slice reserved for this work was lost (spec/tpu.md
+// section 6 "Failure"); the message names the slice, slice index, lost node and epoch.
+class RaySliceLostException : public RayException {
+ public:
+  explicit RaySliceLostException(const std::string& msg) : RayException(msg) {}
+};
+
 class RayTimeoutException : public RayException {
  public:
   using RayException::RayException;

@@ -66,6 +66,12 @@ struct PlacementGroupSpec {
   std::string strategy;  // PACK, SPREAD, STRICT_PACK, STRICT_SPREAD
   std::vector<LabelSelector> bundle_selectors;  // empty, or one per bundle
   bool detached = false;
+  // TPU slice reservation (num_slices > 0): whole slices chosen by the head.
+  std::string slice_topology;
+  std::string slice_version;
+  int num_slices = 0;
+  int chips_per_vm = 0;
+  int64_t slice_timeout_ms = -1;
 };
 struct PlacementGroupInfo {
   bool found = false;
@@ -73,6 +79,15 @@ struct PlacementGroupInfo {
   std::string state;  // PENDING, CREATED, REMOVED, RESCHEDULING
   PlacementGroupSpec spec;
   std::vector<std::string> bundle_nodes;  // node id per bundle ("" while not placed)
+  std::vector<std::string> slice_names;   // slice reservations: granted slice per index
+  int epoch = 0;
+  std::string pending_reason;             // why it is pending, or why it was removed
+};
+
+struct SliceQueryResult {
+  int intact = 0;
+  int ready = 0;
+  std::vector<std::string> node_ids;
 };
 
 // Runs a registered remote function: each element of `args` is one argument's msgpack bytes.
@@ -164,6 +179,9 @@ class Runtime {
   virtual PlacementGroupInfo GetPlacementGroupInfo(const std::string& id,
                                                    const std::string& name) = 0;
   virtual std::vector<PlacementGroupInfo> GetAllPlacementGroups() = 0;
+  // TPU slice counts for a shape (topology/version may be empty) and the nodes of a slice.
+  virtual SliceQueryResult QuerySlices(const std::string& topology, const std::string& version,
+                                       int chips_per_vm, const std::string& slice_name) = 0;
 };
 
 // The runtime of this process, or nullptr before Init / after Shutdown.
