@@ -11,6 +11,7 @@
 
 #include "common/ids.h"
 #include "common/labels.h"
+#include "tpu/chip_visibility.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/rpc.h"
@@ -978,6 +979,11 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   spec.set_name(options.name.empty() ? function_name : options.name);
   ResourceMap res(options.resources.begin(), options.resources.end());
   if (res.empty()) res["CPU"] = 1;
+  if (auto it = res.find("TPU"); it != res.end()) {
+    if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
+      throw internal::RayException(st.ToString());
+    }
+  }
   ToProto(res, spec.mutable_resources());
   // Negative means "retry forever", as in Ray.
   t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
@@ -1432,6 +1438,11 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   req.set_executable(executable_);
   for (const auto& p : opts_.code_search_path) req.add_code_search_path(p);
   ResourceMap res(options.resources.begin(), options.resources.end());
+  if (auto it = res.find("TPU"); it != res.end()) {
+    if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
+      throw internal::RayException(st.ToString());
+    }
+  }
   ToProto(res, req.mutable_resources());
   rpc::CreateActorReply reply;
   auto ctx = NewContext(opts_.token, 30000);

@@ -17,6 +17,7 @@
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/shm.h"
+#include "tpu/chip_visibility.h"
 #include "tpu/node_identity.h"
 
 extern char** environ;
@@ -70,6 +71,7 @@ Status Node::DetectTpu() {
   for (const auto& [k, v] : id->labels) cfg_.labels[k] = v;
   for (const auto& [k, v] : id->resources) total_[k] = v;
   tpu_chip_ids_ = id->chip_ids;
+  free_chips_ = std::set<int>(tpu_chip_ids_.begin(), tpu_chip_ids_.end());
   TORUS_LOG(INFO) << "TPU node: " << id->chips << " chip(s)"
                   << (id->slice_name ? ", slice " + *id->slice_name : std::string())
                   << (id->worker_id ? ", worker " + std::to_string(*id->worker_id) : std::string())
@@ -231,8 +233,24 @@ grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterW
   return grpc::Status::OK;
 }
 
+std::vector<int> Node::TakeChips(int n) {
+  std::vector<int> out;
+  for (auto it = free_chips_.begin(); it != free_chips_.end() && static_cast<int>(out.size()) < n;) {
+    out.push_back(*it);
+    it = free_chips_.erase(it);
+  }
+  return out;
+}
+
+std::string Node::ChipKey(const std::string& key, const std::vector<int>& chips) {
+  if (chips.empty()) return key;
+  std::string k = key + "|tpu=";
+  for (int c : chips) k += std::to_string(c) + ",";
+  return k;
+}
+
 Status Node::StartWorker(const std::string& key, const std::string& exe,
-                         const std::vector<std::string>& code_path) {
+                         const std::vector<std::string>& code_path, const std::vector<int>& chips) {
   auto w = std::make_unique<Worker>();
   w->id = RandomHex(14);
   w->runtime_key = key;
@@ -253,6 +271,18 @@ Status Node::StartWorker(const std::string& key, const std::string& exe,
   opts.env_set["TORUS_SESSION_DIR"] = cfg_.session_dir;
   opts.env_set["TORUS_HEAD_ADDRESS"] = cfg_.head_address;
   opts.env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
+  if (!chips.empty()) {
+    // spec/tpu.md section 7: which chips this worker may use.
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const char* eq = strchr(*e, '=');
+      if (eq) env[std::string(*e, eq - *e)] = eq + 1;
+    }
+    auto changes = tpu::ComputeChipVisibility(static_cast<int>(tpu_chip_ids_.size()), chips,
+                                              tpu::VisibilityOptOut(env));
+    for (const auto& [k, v] : changes.set) opts.env_set[k] = v;
+    for (const auto& k : changes.unset) opts.env_unset.push_back(k);
+  }
   std::string log = cfg_.session_dir + "/logs/worker-" + w->id.substr(0, 12);
   opts.stdout_path = log + ".out";
   opts.stderr_path = log + ".err";
@@ -294,6 +324,8 @@ void Node::ReleaseWorkerResources(Worker& w) {
   w.pg_id.clear();
   w.bundle_index = -1;
   w.blocked = false;
+  // The chips go back to the pool; the worker keeps their env and is reused for the same chips.
+  for (int c : w.chips) free_chips_.insert(c);
 }
 
 bool Node::AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const {
@@ -374,6 +406,7 @@ void Node::TrySchedule() {
   bool any_done = false;
   std::map<std::string, int> need_workers;
   std::map<std::string, const rpc::LeaseRequest*> example;
+  std::map<std::string, std::vector<int>> chips_of;
   for (auto it = pending_.begin(); it != pending_.end();) {
     PendingLease& p = **it;
     if (p.done) {
@@ -384,6 +417,7 @@ void Node::TrySchedule() {
       std::string error;
       if (TakeFromBundle(p, &error)) {
         p.resources_held = true;
+        p.chips = TakeChips(static_cast<int>(p.res.count("TPU") ? p.res["TPU"] : 0));
       } else if (!error.empty()) {
         p.reply.mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
         p.reply.mutable_error()->set_message(error);
@@ -401,6 +435,7 @@ void Node::TrySchedule() {
         Subtract(available_, p.res);
         p.resources_held = true;
         p.infeasible = false;
+        p.chips = TakeChips(static_cast<int>(p.res.count("TPU") ? p.res["TPU"] : 0));
       } else {
         if (TrySpillback(p)) {
           any_done = true;
@@ -421,13 +456,16 @@ void Node::TrySchedule() {
         continue;
       }
     }
-    Worker* w = FindIdleWorker(Key(p.req));
+    std::string wkey = ChipKey(Key(p.req), p.chips);
+    Worker* w = FindIdleWorker(wkey);
     if (!w) {
-      need_workers[Key(p.req)]++;
-      example[Key(p.req)] = &p.req;
+      need_workers[wkey]++;
+      example[wkey] = &p.req;
+      chips_of[wkey] = p.chips;
       ++it;
       continue;
     }
+    w->chips = p.chips;
     w->state = WorkerState::kLeased;
     w->lease_id = RandomHex(8);
     w->held = p.res;
@@ -450,10 +488,12 @@ void Node::TrySchedule() {
     for (int i = starting; i < n; ++i) {
       const auto* r = example[key];
       std::vector<std::string> code(r->code_search_path().begin(), r->code_search_path().end());
-      if (auto s = StartWorker(key, r->executable(), code); !s.ok()) {
+      if (auto s = StartWorker(key, r->executable(), code, chips_of[key]); !s.ok()) {
         TORUS_LOG(ERROR) << "cannot start worker: " << s.ToString();
         for (auto& p : pending_) {
-          if (Key(p->req) == key && !p->done) {
+          if (ChipKey(Key(p->req), p->chips) == key && !p->done) {
+            for (int c : p->chips) free_chips_.insert(c);
+            p->chips.clear();
             p->done = true;
             if (p->resources_held && p->bundle < 0) Add(available_, p->res);
             p->resources_held = false;
@@ -497,6 +537,7 @@ grpc::Status Node::RequestLease(grpc::ServerContext* ctx, const rpc::LeaseReques
     cv_.wait_for(lock, std::chrono::milliseconds(200));
     if (!p->done && ctx->IsCancelled()) {
       // The requester went away: give back what was set aside for it.
+      for (int c : p->chips) free_chips_.insert(c);
       if (p->resources_held) {
         if (p->bundle >= 0) {
           auto pit = bundles_.find(p->req.placement_group_id());
@@ -605,7 +646,10 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
       return grpc::Status::OK;
     }
     Subtract(*pool, res);
+    std::vector<int> chips = TakeChips(static_cast<int>(res.count("TPU") ? res["TPU"] : 0));
+    key = ChipKey(key, chips);
     auto give_back = [&] {
+      for (int c : chips) free_chips_.insert(c);
       if (pg_bundle < 0) {
         Add(available_, res);
         return;
@@ -618,7 +662,7 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
     Worker* w = FindIdleWorker(key);
     if (!w) {
       std::vector<std::string> code(req->code_search_path().begin(), req->code_search_path().end());
-      if (auto s = StartWorker(key, req->executable(), code); !s.ok()) {
+      if (auto s = StartWorker(key, req->executable(), code, chips); !s.ok()) {
         give_back();
         reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
         reply->mutable_error()->set_message(s.message());
@@ -638,6 +682,7 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
     w->state = WorkerState::kActor;
     w->actor_id = req->creation().actor_id();
     w->held = res;
+    w->chips = chips;
     if (pg_bundle >= 0) {
       w->pg_id = req->placement_group_id();
       w->bundle_index = pg_bundle;

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <deque>
 #include <list>
+#include <set>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -113,6 +114,7 @@ class Node final : public rpc::Node::Service {
     bool blocked = false;
     bool kill_requested = false;
     std::string end_reason;  // why the node ended it ("SliceLost: ..."), reported to its users
+    std::vector<int> chips;  // TPU chips granted to it (its TPU_VISIBLE_CHIPS)
     std::chrono::steady_clock::time_point idle_since;
   };
   struct PendingLease {
@@ -120,6 +122,7 @@ class Node final : public rpc::Node::Service {
     ResourceMap res;
     LabelSelectorTerms selector;
     int bundle = -1;  // the bundle the resources were taken from
+    std::vector<int> chips;  // TPU chips set aside with the resources
     bool resources_held = false;
     bool done = false;
     bool infeasible = false;
@@ -143,7 +146,12 @@ class Node final : public rpc::Node::Service {
   bool TakeFromBundle(PendingLease& p, std::string* error);
   Worker* FindIdleWorker(const std::string& key);
   Status StartWorker(const std::string& key, const std::string& exe,
-                     const std::vector<std::string>& code_path);
+                     const std::vector<std::string>& code_path,
+                     const std::vector<int>& chips = {});
+  // Picks `n` free chips (lowest ids first); empty when n <= 0. Require mu_.
+  std::vector<int> TakeChips(int n);
+  // Worker key for a lease/actor holding `chips`: workers are started with their chips' env.
+  static std::string ChipKey(const std::string& key, const std::vector<int>& chips);
   void ReleaseWorkerResources(Worker& w);
   void HandleWorkerExit(pid_t pid, int status);
   void HeartbeatLoop();
@@ -158,6 +166,7 @@ class Node final : public rpc::Node::Service {
   std::string hostname_;
   std::string arena_name_;
   std::vector<int> tpu_chip_ids_;  // physical ids of this host's chips
+  std::set<int> free_chips_;       // guarded by mu_
   std::unique_ptr<Mapping> arena_;  // the object store; every process of the node maps it
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
