@@ -144,6 +144,19 @@ int main(int argc, char** argv) {
       return 1;
     });
   }
+  if (want("placement_group_create/removal")) {
+    Row("placement_group_create/removal", [] {
+      for (int i = 0; i < 20; ++i) {
+        ray::PlacementGroupCreationOptions o;
+        o.bundles = {{{"CPU", 0.01}}};
+        o.strategy = ray::PlacementStrategy::PACK;
+        auto pg = ray::CreatePlacementGroup(o);
+        pg.Wait(60);
+        ray::RemovePlacementGroup(pg.GetID());
+      }
+      return 20;
+    });
+  }
   ray::Shutdown();
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ray/api.h>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,8 +24,9 @@ class CliActor {
 };
 
 int CliPlus(int a, int b) { return a + b; }
+int CliFail(int) { throw std::runtime_error("cli failure"); }
 
-RAY_REMOTE(CliActor::Create, &CliActor::Ping, CliPlus);
+RAY_REMOTE(CliActor::Create, &CliActor::Ping, CliPlus, CliFail);
 
 namespace torus_test {
 namespace {
@@ -103,7 +105,7 @@ TEST_F(CliTest, ListObjectsJson) {
   ASSERT_TRUE(objects.is_array());
   bool found = false;
   for (const auto& o : objects) {
-    ExpectFields(o, {"object_id", "node_id", "size_bytes", "owner_address"});
+    ExpectFields(o, {"object_id", "node_id", "size_bytes", "owner_address", "store_key", "offset"});
     if (o.value("object_id", "") == big.ID()) {
       found = true;
       EXPECT_GE(o.value("size_bytes", 0ll), 1 << 20);
@@ -133,12 +135,33 @@ TEST_F(CliTest, ListWorkersJson) {
 }
 
 TEST_F(CliTest, ListTasksJson) {
-  ASSERT_EQ(*ray::Task(CliPlus).Remote(2, 2).Get(kGetTimeoutMs), 4);
+  ray::ObjectRef<int> done = ray::Task(CliPlus).Remote(2, 2);
+  ASSERT_EQ(*done.Get(kGetTimeoutMs), 4);
+  ray::ObjectRef<int> failed = ray::Task(CliFail).Remote(0);
+  EXPECT_THROW(failed.Get(kGetTimeoutMs), ray::internal::RayTaskException);
   RunResult r = cluster().Torus({"list", "tasks", "--format", "json"});
   ASSERT_EQ(r.exit_code, 0) << "`torus list tasks` (issue 2: list nodes|actors|tasks|objects)\n"
                             << r.Describe();
   nlohmann::json tasks = nlohmann::json::parse(r.out, nullptr, false);
-  EXPECT_TRUE(tasks.is_array()) << r.out;
+  ASSERT_TRUE(tasks.is_array()) << r.out;
+  auto hex_of = [](const std::string& id) { return id.substr(0, id.find('@')); };
+  nlohmann::json done_entry, failed_entry;
+  for (const auto& t : tasks) {
+    ExpectFields(t, {"task_id", "name", "state", "job_id", "actor_id", "worker_id", "attempt",
+                     "error", "submitted_ms"});
+    if (t.value("task_id", "") == hex_of(done.ID())) done_entry = t;
+    if (t.value("task_id", "") == hex_of(failed.ID())) failed_entry = t;
+  }
+  ASSERT_FALSE(done_entry.is_null()) << "task " << done.ID() << " not in\n" << tasks.dump(2);
+  EXPECT_EQ(done_entry.value("name", ""), "CliPlus");
+  EXPECT_EQ(done_entry.value("state", ""), "FINISHED");
+  EXPECT_EQ(done_entry.value("attempt", -1), 0);
+  EXPECT_FALSE(done_entry.value("worker_id", "").empty());
+  EXPECT_EQ(done_entry.value("job_id", "").size(), 8u) << done_entry.dump();
+  ASSERT_FALSE(failed_entry.is_null()) << tasks.dump(2);
+  EXPECT_EQ(failed_entry.value("state", ""), "FAILED");
+  EXPECT_NE(failed_entry.value("error", "").find("cli failure"), std::string::npos)
+      << failed_entry.dump();
 }
 
 TEST_F(CliTest, ListTableFormat) {
@@ -273,9 +296,12 @@ TEST_F(CliStartTest, BackgroundNodeOutlivesTheCommandAndStopStopsEverything) {
   EXPECT_TRUE(found) << nodes.dump(2);
   EXPECT_GE(c.ClusterProcesses().size(), 3u) << "head, its node, the added node";
 
+  size_t running = c.ClusterProcesses().size();
   RunResult stop = c.Torus({"stop"});
   EXPECT_EQ(stop.exit_code, 0) << stop.Describe();
-  EXPECT_NE(stop.out.find("Stopped"), std::string::npos) << stop.Describe();
+  EXPECT_NE(stop.out.find("Stopped " + std::to_string(running) + " Torus process"),
+            std::string::npos)
+      << running << " processes were running\n" << stop.Describe();
   std::vector<pid_t> left;
   EXPECT_TRUE(WaitUntil([&] { return (left = c.ClusterProcesses()).empty(); },
                         std::chrono::seconds(10)));

@@ -40,6 +40,21 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// With TORUS_TEST_TIMING set, prints how long each phase of a cluster's life took (stderr).
+class Phase {
+ public:
+  explicit Phase(std::string what) : what_(std::move(what)), start_(Clock::now()) {}
+  ~Phase() {
+    if (!std::getenv("TORUS_TEST_TIMING")) return;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_).count();
+    std::cerr << "[timing] " << what_ << ": " << ms << " ms\n";
+  }
+
+ private:
+  std::string what_;
+  Clock::time_point start_;
+};
+
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
   return s;
@@ -167,9 +182,14 @@ pid_t SpawnProcess(const std::vector<std::string>& argv,
 RunResult RunProcess(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& env_set,
                      const std::vector<std::string>& env_unset, double timeout_s) {
-  char dir_template[] = "/tmp/torus-test-run-XXXXXX";
-  if (!mkdtemp(dir_template)) throw std::runtime_error("mkdtemp failed");
-  std::string dir = dir_template;
+  // Inside the cluster's directory when there is one, so that the watchdog cleans it up too.
+  const char* root = std::getenv("TORUS_TMPDIR");
+  std::string tmpl = root && fs::is_directory(root) ? std::string(root) + "/run-XXXXXX"
+                                                    : std::string("/tmp/torus-test-run-XXXXXX");
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed: " + tmpl);
+  std::string dir = buf.data();
   pid_t pid = Spawn(argv, BuildEnv(env_set, env_unset), dir + "/out", dir + "/err");
   RunResult r;
   int status = 0;
@@ -295,16 +315,84 @@ TestCluster::TestCluster(const std::string& name) : name_(name) {
   unsetenv("TORUS_ADDRESS");
   unsetenv("RAY_ADDRESS");
   unsetenv("TORUS_TOKEN");
+  StartWatchdog();
+}
+
+// The watchdog: a shell that waits for EOF on a pipe whose only write end is this process' (the
+// end is close-on-exec, so no child inherits it). EOF comes when Stop() closes it or when this
+// process dies, e.g. when the runtime crashes it: then the watchdog stops the cluster, kills
+// what is left of it, removes its nodes' shared memory and the temporary directory, so that a
+// crashed test leaves nothing running.
+void TestCluster::StartWatchdog() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  const std::string script = R"SH(
+    read -r _ignored
+    dir="$1"; torus="$2"; keep="$3"
+    [ -d "$dir" ] || exit 0
+    TORUS_TMPDIR="$dir" "$torus" stop >/dev/null 2>&1
+    for p in /proc/[0-9]*; do
+      if cat "$p/environ" 2>/dev/null | tr '\0' '\n' | grep -qxF "TORUS_TMPDIR=$dir"; then
+        kill -9 "${p#/proc/}" 2>/dev/null
+      fi
+    done
+    if [ -f "$dir/node_ids" ]; then
+      while read -r id; do
+        [ -n "$id" ] && rm -f /dev/shm/torus."$(printf %.12s "$id")".* 2>/dev/null
+      done < "$dir/node_ids"
+    fi
+    [ -z "$keep" ] && rm -rf "$dir"
+    exit 0
+  )SH";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[0], STDIN_FILENO);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Its own session: a signal meant for the test's process group does not reach it.
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  const char* keep = std::getenv("TORUS_TEST_KEEP_TMP");
+  std::vector<std::string> args = {"/bin/sh", "-c", script, "torus-test-watchdog", tmpdir_,
+                                   TORUS_BIN, keep ? "1" : ""};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Without TORUS_TMPDIR=<dir> in its environment, or it would kill itself.
+  std::vector<std::string> env = BuildEnv({}, {"TORUS_TMPDIR"});
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(fds[0]);
+  if (rc != 0) {
+    close(fds[1]);
+    throw std::runtime_error(std::string("cannot start the watchdog: ") + strerror(rc));
+  }
+  watchdog_pid_ = pid;
+  watchdog_fd_ = fds[1];
+}
+
+void TestCluster::RecordNode(const std::string& node_id) {
+  std::ofstream out(tmpdir_ + "/node_ids", std::ios::app);
+  out << node_id << "\n";
 }
 
 TestCluster::~TestCluster() {
   std::vector<std::string> leftovers = Stop();
   for (const auto& l : leftovers) std::cerr << "TestCluster(" << name_ << "): leftover " << l << "\n";
-  if (!std::getenv("TORUS_TEST_KEEP_TMP")) {
-    std::error_code ec;
-    fs::remove_all(tmpdir_, ec);
-  } else {
+  if (std::getenv("TORUS_TEST_KEEP_TMP")) {
     std::cerr << "TestCluster(" << name_ << "): kept " << tmpdir_ << "\n";
+  }
+  // The watchdog removes the directory (unless kept) once it sees the pipe close.
+  if (watchdog_fd_ >= 0) close(watchdog_fd_);
+  if (watchdog_pid_ > 0) {
+    int status;
+    WaitPid(watchdog_pid_, std::chrono::seconds(20), &status);
   }
 }
 
@@ -322,6 +410,7 @@ RunResult TestCluster::Torus(const std::vector<std::string>& args,
 
 void TestCluster::StartHead(double num_cpus, const nlohmann::json& resources,
                             const std::map<std::string, std::string>& labels) {
+  Phase phase("StartHead");
   RunResult r;
   // The port may be taken between FreePort() and the head's bind: try a few.
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -356,6 +445,7 @@ void TestCluster::StartHead(double num_cpus, const nlohmann::json& resources,
   }
   if (head_node_.node_id.empty()) throw std::runtime_error("the head's node is not listed");
   nodes_.push_back(head_node_);
+  RecordNode(head_node_.node_id);
 }
 
 std::vector<std::string> TestCluster::NodeIdsAlive() const {
@@ -369,6 +459,7 @@ std::vector<std::string> TestCluster::NodeIdsAlive() const {
 }
 
 NodeInfo TestCluster::AddNode(const NodeSpec& spec) {
+  Phase phase("AddNode");
   if (address_.empty()) throw std::runtime_error("AddNode before StartHead");
   std::vector<std::string> before = NodeIdsAlive();
   std::vector<std::string> argv = {TORUS_BIN,     "start",
@@ -421,6 +512,7 @@ NodeInfo TestCluster::AddNode(const NodeSpec& spec) {
       std::chrono::seconds(20));
   if (!found) throw std::runtime_error("the new node did not register within 20 s");
   nodes_.push_back(info);
+  RecordNode(info.node_id);
   return info;
 }
 
@@ -436,6 +528,7 @@ void TestCluster::KillNode(const NodeInfo& node) {
 }
 
 void TestCluster::ConnectDriver(const std::string& ray_namespace) {
+  Phase phase("ray::Init");
   ray::RayConfig cfg;
   cfg.address = address_;
   cfg.ray_namespace = ray_namespace;
@@ -463,12 +556,17 @@ std::vector<pid_t> TestCluster::ClusterProcesses() const { return ProcessesWithE
 std::vector<std::string> TestCluster::Stop() {
   if (stopped_) return {};
   stopped_ = true;
-  if (ray::IsInitialized()) ray::Shutdown();
+  if (ray::IsInitialized()) {
+    Phase phase("ray::Shutdown");
+    ray::Shutdown();
+  }
   std::vector<std::string> leftovers;
   if (!address_.empty()) {
+    Phase phase("torus stop");
     RunResult r = Torus({"stop"});
     if (r.exit_code != 0) leftovers.push_back("`torus stop` failed: " + r.Describe());
   }
+  Phase phase("after torus stop");
   for (pid_t p : owned_) kill(p, SIGTERM);
   for (pid_t p : owned_) {
     int status;

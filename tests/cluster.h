@@ -14,7 +14,8 @@
 //
 // Every process of the cluster (daemons, nodes, workers) inherits TORUS_TMPDIR=<tmpdir> from this
 // process, which is how ClusterProcesses() finds them: Stop() uses it to check that nothing is
-// left behind and to kill what is.
+// left behind and to kill what is. A watchdog process does the same cleanup if this process dies
+// without Stop() (a runtime crash in the test process must not leave a cluster running).
 //
 // Thread safety: none; call from the test's main thread.
 #pragma once
@@ -146,6 +147,8 @@ class TestCluster {
 
  private:
   std::vector<std::string> NodeIdsAlive() const;
+  void StartWatchdog();
+  void RecordNode(const std::string& node_id);  // for the watchdog's shared-memory cleanup
 
   std::string name_;
   std::string tmpdir_;
@@ -158,6 +161,8 @@ class TestCluster {
   std::vector<std::string> killed_;  // node ids: their shared memory is not theirs to clean
   bool stopped_ = false;
   int node_counter_ = 0;
+  pid_t watchdog_pid_ = 0;
+  int watchdog_fd_ = -1;  // write end of the watchdog's pipe (close-on-exec)
 };
 
 // ------------------------------------------------------------------------------- child drivers

@@ -27,7 +27,7 @@ our_processes() {
   local p
   for p in /proc/[0-9]*; do
     [ "${p#/proc/}" = "$$" ] && continue
-    if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "TORUS_TMPDIR=$TORUS_TMPDIR"; then
+    if cat "$p/environ" 2>/dev/null | tr '\0' '\n' | grep -qxF "TORUS_TMPDIR=$TORUS_TMPDIR"; then
       state=$(awk '{print $3}' "$p/stat" 2>/dev/null || echo Z)
       [ "$state" != "Z" ] && [ -n "$state" ] && echo "${p#/proc/}"
     fi
@@ -51,7 +51,7 @@ wait_no_processes() {  # $1: what
     [ -z "$left" ] && return 0
     sleep 0.2
   done
-  for p in $left; do echo "  left: pid $p $(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)"; done
+  for p in $left; do echo "  left: pid $p $(cat /proc/$p/cmdline 2>/dev/null | tr '\0' ' ')"; done
   fail "$1: processes left running"
 }
 

@@ -235,9 +235,12 @@ struct SecurityTest : ClusterTest<SecurityTest> {
 TEST_F(SecurityTest, EveryPortListensOnLoopbackOnly) {
   std::map<int, std::string> listening = ListeningSockets(cluster().ClusterProcesses());
   ASSERT_FALSE(listening.empty());
+  // 127.0.0.1 in /proc/net/tcp, or ::ffff:127.0.0.1 / ::1 in /proc/net/tcp6.
+  const std::set<std::string> loopback = {"0100007F", "0000000000000000FFFF00000100007F",
+                                          "00000000000000000000000001000000"};
   for (const auto& [port, local] : listening) {
-    EXPECT_EQ(local, "0100007F") << "port " << port << " is bound to " << local
-                                 << " (hex), not 127.0.0.1";
+    EXPECT_TRUE(loopback.count(local)) << "port " << port << " is bound to " << local
+                                       << " (hex, as in /proc/net/tcp*), not to loopback";
   }
   for (const auto& ep : Endpoints()) {
     if (ep.what == "driver") continue;  // this process, not a cluster process

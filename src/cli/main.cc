@@ -11,6 +11,7 @@
 // sigwait(); the head/node objects own their threads (see head.h, node.h).
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -143,6 +144,18 @@ std::string ResolveAddress(const Args& a) {
   return addr;
 }
 
+// A TCP port from a flag, or death naming the flag.
+int PortFlag(const Args& a, const std::string& flag, int def) {
+  std::string v = a.Get(flag, std::to_string(def));
+  try {
+    size_t used = 0;
+    int p = std::stoi(v, &used);
+    if (used == v.size() && p >= 0 && p <= 65535) return p;
+  } catch (...) {
+  }
+  Die("--" + flag + " must be a port number between 0 and 65535, got '" + v + "'");
+}
+
 // ------------------------------------------------------------------------------- daemons
 
 int RunHead(const Args& a) {
@@ -151,7 +164,7 @@ int RunHead(const Args& a) {
   SetLogComponent("head");
   HeadConfig cfg;
   cfg.bind_host = a.Get("bind", "127.0.0.1");
-  cfg.port = std::stoi(a.Get("port", std::to_string(kDefaultPort)));
+  cfg.port = PortFlag(a, "port", kDefaultPort);
   cfg.session_dir = a.Get("session-dir");
   auto tok = FindToken(cfg.session_dir);
   if (!tok.ok()) Die(tok.status().message());
@@ -173,7 +186,7 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   cfg.head_address = a.Get("address");
   if (cfg.head_address.empty()) return InvalidArgument("torus node needs --address HEAD_HOST:PORT");
   cfg.bind_host = a.Get("bind", "127.0.0.1");
-  cfg.port = std::stoi(a.Get("node-port", "0"));
+  cfg.port = PortFlag(a, "node-port", 0);
   cfg.session_dir = a.Get("session-dir");
   auto res = ParseResources(a);
   if (!res.ok()) return res.status();
@@ -255,7 +268,7 @@ int Start(const Args& a) {
   if (a.Has("head")) {
     auto session = CreateSession(true);
     if (!session.ok()) Die(session.status().message());
-    std::string port = a.Get("port", std::to_string(kDefaultPort));
+    std::string port = std::to_string(PortFlag(a, "port", kDefaultPort));
     if (a.Has("block")) {
       // Foreground: head and node in this process until a signal.
       sigset_t set;
@@ -295,9 +308,10 @@ int Start(const Args& a) {
       auto r = ReadFile(*session + "/head_address");
       if (r.ok()) address = *r;
       else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (kill(hp, 0) != 0) {
+      int status = 0;
+      if (waitpid(hp, &status, WNOHANG) == hp) {
         auto log = ReadFile(*session + "/logs/head.err");
-        Die("the head failed to start:\n" + (log.ok() ? *log : std::string()));
+        Die("the head failed to start on port " + port + ":\n" + (log.ok() ? *log : std::string()));
       }
     }
     if (address.empty()) Die("the head did not come up within 5 s; see " + *session + "/logs");
@@ -647,6 +661,12 @@ int main(int argc, char** argv) {
   }
   std::string cmd = argv[1];
   Args a = Parse(argc, argv, 2);
+  if (cmd == "head" || cmd == "node" || (cmd == "start" && a.Has("block"))) {
+    // Before any thread exists (gRPC starts its own): every thread must inherit the blocked
+    // mask so that SIGTERM/SIGINT reach only our sigwait() and shut down cleanly.
+    sigset_t set;
+    BlockSignals(&set);
+  }
   try {
     if (cmd == "head") return RunHead(a);
     if (cmd == "node") return RunNode(a);

@@ -413,9 +413,18 @@ void CoreWorker::Shutdown() {
     (void)node_->FreeObjects(ctx.get(), req, &e);
   }
   if (housekeeping_thread_.joinable()) housekeeping_thread_.join();
-  for (auto& t : aux_threads_) {
-    if (t.joinable()) t.detach();
+  // End helper threads: cancel their blocking RPCs, then wait for them.
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> tracked;
+  {
+    std::lock_guard<std::mutex> lock(track_mu_);
+    for (auto* c : live_ctx_) c->TryCancel();
+    tracked.swap(tracked_);
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  for (auto& [t, done] : tracked) t.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
 }
 
@@ -432,6 +441,38 @@ void CoreWorker::RunWorkerLoop() {
   fflush(stderr);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let forwarded output go out
   _exit(0);
+}
+
+void CoreWorker::SpawnTracked(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(track_mu_);
+  if (shutting_down_) return;
+  for (auto it = tracked_.begin(); it != tracked_.end();) {
+    if (*it->second) {
+      it->first.join();
+      it = tracked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  tracked_.emplace_back(std::thread([fn = std::move(fn), done] {
+                          fn();
+                          *done = true;
+                        }),
+                        done);
+}
+
+std::unique_ptr<grpc::ClientContext> CoreWorker::TrackedContext(int64_t deadline_ms) {
+  auto ctx = NewContext(opts_.token, deadline_ms);
+  std::lock_guard<std::mutex> lock(track_mu_);
+  if (shutting_down_) ctx->TryCancel();
+  live_ctx_.insert(ctx.get());
+  return ctx;
+}
+
+void CoreWorker::ReleaseContext(grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> lock(track_mu_);
+  live_ctx_.erase(ctx);
 }
 
 std::unique_ptr<rpc::Node::Stub> CoreWorker::NodeStub(const std::string& address) {
@@ -621,7 +662,7 @@ void CoreWorker::EnsureFetching(const std::string& id) {
   ObjectEntry& e = Entry(id);
   if (e.ready || e.fetching || e.owned) return;
   e.fetching = true;
-  std::thread([this, id] { FetchFromOwner(id); }).detach();
+  SpawnTracked([this, id] { FetchFromOwner(id); });
 }
 
 void CoreWorker::FetchFromOwner(const std::string& id) {
@@ -635,8 +676,9 @@ void CoreWorker::FetchFromOwner(const std::string& id) {
     rpc::GetObjectRequest req;
     req.set_object_id(id);
     req.set_timeout_ms(-1);
-    auto ctx = NewContext(opts_.token);
+    auto ctx = TrackedContext();
     st = stub->GetObject(ctx.get(), req, &reply);
+    ReleaseContext(ctx.get());
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = objects_.find(id);
@@ -1141,11 +1183,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q) {
 void CoreWorker::RequestLease(SchedulingQueue& q) {
   q.lease_requests++;
   rpc::LeaseRequest req = q.lease_template;
-  aux_threads_.erase(std::remove_if(aux_threads_.begin(), aux_threads_.end(),
-                                    [](std::thread& t) { return !t.joinable(); }),
-                     aux_threads_.end());
-  std::thread([this, key = q.key, req, addr = opts_.node_address] { LeaseThread(key, req, addr); })
-      .detach();
+  SpawnTracked([this, key = q.key, req, addr = opts_.node_address] { LeaseThread(key, req, addr); });
 }
 
 void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address) {
@@ -1160,9 +1198,10 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
   }
   for (int hops = 0; hops < 8 && error.empty(); ++hops) {
     auto stub = NodeStub(node_address);
-    auto ctx = NewContext(opts_.token);
+    auto ctx = TrackedContext();
     reply.Clear();
     auto st = stub->RequestLease(ctx.get(), req, &reply);
+    ReleaseContext(ctx.get());
     if (!st.ok()) {
       error = "lease request to node " + node_address + " failed: " + st.error_message();
       break;
@@ -1307,7 +1346,7 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
   if (shutting_down_) return;
   if (!actor_id.empty()) {
     // Actor: in-flight calls fail; queued ones wait for a restart (or fail if the actor is dead).
-    std::thread([this, actor_id, lost, why] {
+    SpawnTracked([this, actor_id, lost, why] {
       std::string cause = "the actor's worker stopped (" + why + ")";
       int restarts = 0;
       {
@@ -1337,13 +1376,13 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
         PumpActor(*it->second);
       }
       cv_.notify_all();
-    }).detach();
+    });
     return;
   }
   ReturnLease(conn, true);
   if (lost.empty()) return;
   // Ask the node how the worker ended, for the error message, then retry or fail.
-  std::thread([this, lost, worker_id, node_address, why] {
+  SpawnTracked([this, lost, worker_id, node_address, why] {
     std::string desc = "its connection broke (" + why + ")";
     rpc::WorkerExitRequest req;
     req.set_worker_id(worker_id);
@@ -1363,7 +1402,7 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
       }
     }
     cv_.notify_all();
-  }).detach();
+  });
 }
 
 void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*,
@@ -1515,7 +1554,7 @@ void CoreWorker::PumpActor(ActorQueue& a) {
   if (!a.conn) {
     if (!a.resolving && !a.waiting.empty()) {
       a.resolving = true;
-      std::thread([this, id = a.actor_id, r = a.known_restarts] { ResolveActor(id, r); }).detach();
+      SpawnTracked([this, id = a.actor_id, r = a.known_restarts] { ResolveActor(id, r); });
     }
     return;
   }
@@ -2034,6 +2073,10 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
     result->mutable_error()->set_code(static_cast<int>(code));
     result->mutable_error()->set_message(msg);
   };
+  if (actor_exiting_) {
+    fail(StatusCode::kActorDied, "actor " + actor_id_ + " has exited (ray::ExitActor())");
+    return;
+  }
   const auto& registry = internal::FunctionRegistry::Instance();
   std::vector<std::shared_ptr<internal::Buffer>> keep;
   std::vector<internal::ArgView> views;
@@ -2087,6 +2130,7 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
       bytes = (*f)(views);
     }
   } catch (const ExitActorSignal&) {
+    actor_exiting_ = true;
     rpc::ActorWorkerDiedRequest req;
     req.set_actor_id(actor_id_);
     req.set_worker_id(opts_.worker_id);

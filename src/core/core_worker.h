@@ -202,7 +202,6 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::unordered_map<std::string, rpc::TaskInfo> task_table_;
   std::deque<std::string> finished_tasks_;
   int blocked_depth_ = 0;
-  std::vector<std::thread> aux_threads_;
 
   // worker side
   std::unique_ptr<Executor> executor_;
@@ -210,6 +209,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   internal::ActorInstance actor_;
   std::string actor_id_;
   bool actor_restarted_ = false;
+  std::atomic<bool> actor_exiting_{false};  // ExitActor() called: refuse further calls
   std::atomic<int> max_concurrency_{1};
   std::mutex exec_mu_;  // held while a task runs on a sequential worker or actor
 
@@ -224,6 +224,15 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::mutex ready_mu_;
   std::condition_variable ready_cv_;
   bool ready_ = false;
+
+  // Helper threads that use `this` are tracked, and their RPCs cancellable, so Shutdown() can
+  // end them before the object goes away.
+  void SpawnTracked(std::function<void()> fn);
+  std::unique_ptr<grpc::ClientContext> TrackedContext(int64_t deadline_ms = 0);
+  void ReleaseContext(grpc::ClientContext* ctx);
+  std::mutex track_mu_;
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> tracked_;
+  std::set<grpc::ClientContext*> live_ctx_;
 
   std::atomic<bool> shutting_down_{false};
   std::thread housekeeping_thread_;

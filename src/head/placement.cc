@@ -82,10 +82,24 @@ std::optional<std::vector<int>> PlaceBundles(const std::vector<BundleDemand>& bu
     }
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return candidates[a] < candidates[b]; });
     long budget = 200000;
+    // Nodes with the most room left first: keeps capacity balanced, so later groups still find
+    // enough distinct nodes.
+    auto headroom = [&](size_t b, size_t node) {
+      double h = 1e300;
+      for (const auto& [k, v] : bundles[b].resources) {
+        auto it = free[node].find(k);
+        h = std::min(h, (it == free[node].end() ? 0.0 : it->second) - v);
+      }
+      return h;
+    };
     std::function<bool(size_t)> dfs = [&](size_t k) -> bool {
       if (k == order.size()) return true;
       size_t b = order[k];
-      for (size_t node = 0; node < n; ++node) {
+      std::vector<size_t> by_room(n);
+      for (size_t i = 0; i < n; ++i) by_room[i] = i;
+      std::stable_sort(by_room.begin(), by_room.end(),
+                       [&](size_t x, size_t y) { return headroom(b, x) > headroom(b, y); });
+      for (size_t node : by_room) {
         if (--budget < 0) return false;
         if (used[node] || !ok_on(b, node)) continue;
         used[node] = 1;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 #include <cstring>
@@ -34,6 +35,11 @@ Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.node_id.empty()) cfg_.node_id = RandomHex(14);
   if (!cfg_.resources.count("CPU")) {
     cfg_.resources["CPU"] = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  if (!cfg_.resources.count("memory")) {
+    // As Ray: a "memory" resource (bytes) that work may reserve; 70% of RAM by default.
+    double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    cfg_.resources["memory"] = std::floor(ram * 0.7);
   }
   total_ = cfg_.resources;
   available_ = total_;
