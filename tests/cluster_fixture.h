@@ -14,11 +14,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <memory>
 #include <ray/api.h>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "cluster.h"
@@ -118,8 +120,7 @@ inline nlohmann::json ActorEntry(const TestCluster& c, const std::string& actor_
 inline std::string ScratchDir(const TestCluster& c, const std::string& name) {
   static int counter = 0;
   std::string dir = c.tmpdir() + "/scratch-" + name + "-" + std::to_string(counter++);
-  std::string cmd_dir = dir;
-  if (mkdir(cmd_dir.c_str(), 0755) != 0) throw std::runtime_error("mkdir " + dir);
+  if (mkdir(dir.c_str(), 0755) != 0) throw std::runtime_error("mkdir " + dir);
   return dir;
 }
 
