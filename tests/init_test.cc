@@ -78,12 +78,13 @@ TORUS_TEST_CHILD_SCENARIO(init_report) {
 }
 
 // The embedded default, exiting without Shutdown (the runtime's exit handler must clean up).
-// Prints the node and the pids of a task's and an actor's workers.
+// Prints the node and the pids of a task's and an actor's workers. The actor is created after
+// the tasks are done (see ActorStartTest for creating one while a task waits for a worker).
 TORUS_TEST_CHILD_SCENARIO(embedded_exit_without_shutdown) {
   ray::Init();
-  auto actor = ray::Actor(InitActor::Create).Remote();
   std::printf("node=%s\n", ray::Task(InitNodeId).Remote().Get(30000)->c_str());
   std::printf("task_pid=%d\n", *ray::Task(InitPid).Remote().Get(30000));
+  auto actor = ray::Actor(InitActor::Create).Remote();
   std::printf("actor_pid=%d\n", *actor.Task(&InitActor::Pid).Remote().Get(30000));
   auto big = ray::Put(std::vector<uint8_t>(1 << 20, 1));
   std::fflush(stdout);
@@ -153,9 +154,7 @@ TEST_F(EmbeddedTest, InitWithoutAddressStartsAPrivateClusterThatShutdownStops) {
   EXPECT_TRUE(ShmSegments("torus." + node2.substr(0, 12) + ".").empty());
 }
 
-// KNOWN GAP (issue 2 note): an embedded-cluster driver that returns from main without
-// Shutdown() hangs in the atexit clean-up; disabled until fixed.
-TEST_F(EmbeddedTest, DISABLED_DriverExitingWithoutShutdownLeavesNothing) {
+TEST_F(EmbeddedTest, DriverExitingWithoutShutdownLeavesNothing) {
   TestCluster env("embedded-exit");
   RunResult r = RunChild("embedded_exit_without_shutdown");
   ASSERT_EQ(r.exit_code, 0) << r.Describe();

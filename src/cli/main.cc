@@ -504,6 +504,15 @@ int List(const Args& a) {
       j["state"] = n.alive() ? "ALIVE" : "DEAD";
       j["resources_total"] = ResJson(n.total());
       j["resources_available"] = ResJson(n.available());
+      if (n.alive()) {
+        // The node's own ledger is the truth; the head's copy lags by up to a heartbeat.
+        auto stub = rpc::Node::NewStub(GetChannel(n.address()));
+        rpc::NodeInfoReply info;
+        auto ctx = NewContext(c.token, 2000);
+        if (stub->Info(ctx.get(), rpc::Empty(), &info).ok()) {
+          j["resources_available"] = ResJson(info.available());
+        }
+      }
       nlohmann::json labels = nlohmann::json::object();
       for (const auto& [k, v] : n.labels()) labels[k] = v;
       j["labels"] = labels;
