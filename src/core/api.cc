@@ -325,6 +325,7 @@ PlacementGroup GetPlacementGroup(const std::string& name) {
   opts.head_address = env("TORUS_HEAD_ADDRESS");
   opts.token = env("TORUS_TOKEN");
   opts.code_search_path = paths;
+  opts.on_ready = [](core::CoreWorker* w) { g_runtime.store(w, std::memory_order_release); };
   auto cw = core::CoreWorker::Create(opts);
   if (!cw.ok()) {
     TORUS_LOG(ERROR) << "worker cannot start: " << cw.status().ToString();

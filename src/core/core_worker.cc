@@ -356,6 +356,7 @@ Status CoreWorker::Connect() {
     });
   }
   housekeeping_thread_ = std::thread([this] { HousekeepingLoop(); });
+  if (opts_.on_ready) opts_.on_ready(this);
   {
     std::lock_guard<std::mutex> lock(ready_mu_);
     ready_ = true;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -35,6 +36,8 @@
 
 namespace torus::core {
 
+class CoreWorker;
+
 struct CoreWorkerOptions {
   bool is_driver = true;
   std::string worker_id;          // "" = random
@@ -45,6 +48,9 @@ struct CoreWorkerOptions {
   std::string ray_namespace;
   std::vector<std::string> code_search_path;  // drivers: passed to workers
   std::string bind_host = "127.0.0.1";
+  // Called once connected, before any pushed work runs (workers publish the runtime here, so the
+  // first task can already use the API).
+  std::function<void(CoreWorker*)> on_ready;
 };
 
 // Values at least this large live in shared memory; smaller ones travel inline.
