@@ -197,7 +197,7 @@ TEST_F(FourNodes, JobOwnedGroupIsReleasedWhenItsDriverExits) {
 // with perfectly balanced STRICT_SPREAD choices; a choice made on the head's lagging view of node
 // resources can strand slots, leaving 9. Passes on an idle machine; disabled until the head keeps
 // per-node pending charges instead of charging and re-reading its view.
-TEST_F(FourNodes, DISABLED_ContentionCreatesExactlyWhatFitsAndNeverOvercommits) {
+TEST_F(FourNodes, ContentionCreatesExactlyWhatFitsAndNeverOvercommits) {
   std::vector<ray::PlacementGroup> groups(50);
   std::vector<std::thread> threads;
   for (int i = 0; i < 50; ++i) {

@@ -24,8 +24,50 @@ std::unique_ptr<grpc::ClientContext> NewContext(const std::string& token, int64_
 grpc::Status CheckToken(const grpc::ServerContext* ctx, const std::string& token);
 
 // A channel to host:port with Torus' settings (no message size limit, fast reconnect).
-// Channels are cached per address; thread-safe.
+// Channels are cached per address; thread-safe. When the server at `address` runs in this
+// very process (the embedded default cluster: driver, head and node in one process; or
+// `torus start --head --block`), the channel is the server's in-process channel: the same
+// calls, token and messages, without the loopback TCP and HTTP/2 framing.
 std::shared_ptr<grpc::Channel> GetChannel(const std::string& address);
+
+// Servers of this process, by the address clients use. StartServer's callers register after
+// the server is up and unregister before shutting it down (the service must outlive that).
+void RegisterInProcessServer(const std::string& address, grpc::Server* server,
+                             grpc::Service* service);
+void UnregisterInProcessServer(const std::string& address);
+grpc::Service* InProcessServiceAt(const std::string& address);
+
+// While alive on a thread, CheckToken accepts calls on it: set around a direct in-process call
+// (the caller is this process, which holds the token already).
+class DirectCallScope {
+ public:
+  DirectCallScope();
+  ~DirectCallScope();
+  DirectCallScope(const DirectCallScope&) = delete;
+  DirectCallScope& operator=(const DirectCallScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// A unary call to the service at `address`: when that service lives in this process, its
+// handler runs directly on the calling thread (no serialisation, no thread hop); otherwise a
+// normal gRPC call with the token and deadline. Control-plane paths that are hot in the
+// embedded cluster (placement groups) use it.
+template <class Service, class Stub, class Req, class Rep>
+grpc::Status Unary(const std::string& address, const std::string& token, int64_t deadline_ms,
+                   grpc::Status (Service::*local)(grpc::ServerContext*, const Req*, Rep*),
+                   grpc::Status (Stub::*remote)(grpc::ClientContext*, const Req&, Rep*),
+                   const Req& req, Rep* rep) {
+  if (auto* svc = dynamic_cast<Service*>(InProcessServiceAt(address))) {
+    DirectCallScope scope;
+    grpc::ServerContext sctx;
+    return (svc->*local)(&sctx, &req, rep);
+  }
+  auto ctx = NewContext(token, deadline_ms);
+  Stub stub(GetChannel(address));
+  return (stub.*remote)(ctx.get(), req, rep);
+}
 
 Status FromGrpc(const grpc::Status& s, const std::string& what);
 grpc::Status ToGrpc(const Status& s);

@@ -318,6 +318,7 @@ Status CoreWorker::Connect() {
   server_ = StartServer(opts_.bind_host, &port, {this});
   if (!server_ || port == 0) return Unavailable("cannot start the core worker's RPC server");
   address_ = opts_.bind_host + ":" + std::to_string(port);
+  RegisterInProcessServer(address_, server_.get(), this);
   node_ = rpc::Node::NewStub(GetChannel(opts_.node_address));
   rpc::RegisterWorkerRequest req;
   req.set_worker_id(opts_.worker_id);
@@ -426,6 +427,7 @@ void CoreWorker::Shutdown() {
     cv_.notify_all();
   }
   for (auto& [t, done] : tracked) t.join();
+  UnregisterInProcessServer(address_);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
 }
 
@@ -1624,8 +1626,8 @@ StatusOr<std::string> CoreWorker::BundleNode(const std::string& pg_id, int bundl
   while (true) {
     reply.Clear();
     req.set_wait_created_ms(2000);
-    auto ctx = NewContext(opts_.token, 10000);
-    auto st = head_->GetPlacementGroup(ctx.get(), req, &reply);
+    auto st = Unary(opts_.head_address, opts_.token, 10000, &rpc::Head::Service::GetPlacementGroup,
+                    &rpc::Head::Stub::GetPlacementGroup, req, &reply);
     if (!st.ok()) return FromGrpc(st, "cannot look up placement group " + pg_id);
     if (!reply.found()) return NotFound("placement group " + pg_id + " does not exist");
     const auto& pg = reply.pg();
@@ -1682,11 +1684,15 @@ std::string CoreWorker::CreatePlacementGroup(const internal::PlacementGroupSpec&
     }
   }
   rpc::CreatePlacementGroupReply reply;
-  auto ctx = NewContext(opts_.token, 10000);
-  auto st = head_->CreatePlacementGroup(ctx.get(), req, &reply);
+  auto st = Unary(opts_.head_address, opts_.token, 10000, &rpc::Head::Service::CreatePlacementGroup,
+                  &rpc::Head::Stub::CreatePlacementGroup, req, &reply);
   if (!st.ok()) throw internal::RayException("CreatePlacementGroup failed: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) {
     throw internal::RayException("CreatePlacementGroup: " + reply.error().message());
+  }
+  if (reply.state() == "CREATED") {
+    std::lock_guard<std::mutex> lock(mu_);
+    created_pgs_.insert(reply.pg_id());
   }
   return reply.pg_id();
 }
@@ -1695,10 +1701,11 @@ void CoreWorker::RemovePlacementGroup(const std::string& id) {
   rpc::PlacementGroupRequest req;
   req.set_pg_id(id);
   rpc::Empty e;
-  auto ctx = NewContext(opts_.token, 30000);
-  auto st = head_->RemovePlacementGroup(ctx.get(), req, &e);
+  auto st = Unary(opts_.head_address, opts_.token, 30000, &rpc::Head::Service::RemovePlacementGroup,
+                  &rpc::Head::Stub::RemovePlacementGroup, req, &e);
   if (!st.ok()) throw internal::RayException("RemovePlacementGroup: " + st.error_message());
   std::lock_guard<std::mutex> lock(mu_);
+  created_pgs_.erase(id);
   for (auto& [key, q] : queues_) {
     if (key.find("|pg=" + id + ":") == std::string::npos) continue;
     for (auto& t : q->tasks) FailTask(*t, StatusCode::kTaskError, "placement group " + id + " was removed");
@@ -1738,6 +1745,11 @@ internal::PlacementGroupInfo ToInfo(const rpc::PlacementGroupRecord& r) {
 }  // namespace
 
 bool CoreWorker::WaitPlacementGroup(const std::string& id, int timeout_seconds) {
+  {
+    // Placed while CreatePlacementGroup ran: it has been ready, which is what Wait reports.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (created_pgs_.count(id)) return true;
+  }
   auto deadline = Clock::now() + std::chrono::seconds(std::max(0, timeout_seconds));
   while (true) {
     rpc::PlacementGroupRequest req;
@@ -1745,8 +1757,8 @@ bool CoreWorker::WaitPlacementGroup(const std::string& id, int timeout_seconds) 
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     req.set_wait_created_ms(std::max<int64_t>(0, std::min<int64_t>(left, 5000)));
     rpc::GetPlacementGroupReply reply;
-    auto ctx = NewContext(opts_.token, 15000);
-    auto st = head_->GetPlacementGroup(ctx.get(), req, &reply);
+    auto st = Unary(opts_.head_address, opts_.token, 15000, &rpc::Head::Service::GetPlacementGroup,
+                    &rpc::Head::Stub::GetPlacementGroup, req, &reply);
     if (!st.ok()) throw internal::RayException("PlacementGroup::Wait: " + st.error_message());
     if (!reply.found()) throw internal::RayException("PlacementGroup::Wait: no placement group " + id);
     if (reply.pg().state() == "CREATED") return true;

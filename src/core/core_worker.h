@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/resources.h"
@@ -195,6 +196,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::condition_variable cv_;  // object readiness, lease/conn changes
   // guarded by mu_
   std::unordered_map<std::string, ObjectEntry> objects_;
+  std::unordered_set<std::string> created_pgs_;  // placement groups placed during our Create call
   std::unordered_multimap<std::string, std::shared_ptr<TaskRecord>> waiting_on_;  // dep -> task
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
   std::unordered_map<std::string, std::unique_ptr<ActorQueue>> actors_;

@@ -35,6 +35,7 @@ Status Head::Start() {
                        " (port in use?)");
   }
   address_ = cfg_.bind_host + ":" + std::to_string(port);
+  RegisterInProcessServer(address_, server_.get(), this);
   TORUS_LOG(INFO) << "head listening on " << address_ << ", session " << cfg_.session_dir;
   monitor_thread_ = std::thread([this] { MonitorLoop(); });
   pg_thread_ = std::thread([this] { PgLoop(); });
@@ -58,6 +59,7 @@ void Head::Stop() {
   }
   if (monitor_thread_.joinable()) monitor_thread_.join();
   if (pg_thread_.joinable()) pg_thread_.join();
+  UnregisterInProcessServer(address_);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   std::lock_guard<std::mutex> lock(stop_mu_);
   stopped_ = true;
@@ -79,6 +81,8 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   auto& e = nodes_[n.node_id()];
   bool fresh = e.rec.node_id().empty();
   e.rec = n;
+  e.ledger_seq = 0;
+  node_by_address_[n.address()] = n.node_id();
   e.rec.set_alive(true);
   e.rec.set_start_time_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
@@ -122,10 +126,13 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   }
   auto& e = it->second;
   e.last_heartbeat = Clock::now();
-  bool changed = !google::protobuf::util::MessageDifferencer::Equals(e.rec.available(),
+  // A heartbeat older than a bundle reply we already applied would undo that reply.
+  bool changed = req->ledger_seq() >= e.ledger_seq &&
+                 !google::protobuf::util::MessageDifferencer::Equals(e.rec.available(),
                                                                      req->available());
   if (changed) {
     *e.rec.mutable_available() = req->available();
+    e.ledger_seq = req->ledger_seq();
     BumpView();
   }
   e.rec.mutable_pending()->CopyFrom(req->pending());
@@ -597,8 +604,18 @@ grpc::Status Head::CreatePlacementGroup(grpc::ServerContext* ctx, const rpc::Pla
   if (!req->name().empty()) named_pgs_[{req->ray_namespace(), req->name()}] = id;
   pgs_[id] = std::move(e);
   pg_queue_.push_back(id);
-  pg_cv_.notify_all();
   reply->set_pg_id(id);
+  if (!pg_scheduling_ && pg_queue_.size() == 1) {
+    // Nothing is waiting ahead of it: place it on this thread now (the scheduler thread would
+    // pick exactly this group), saving the caller a hand-off and a Wait round trip.
+    std::unique_lock<std::mutex> ul(mu_, std::adopt_lock);
+    SchedulePgOnce(ul);
+    ul.release();
+  } else {
+    pg_cv_.notify_all();
+  }
+  auto it = pgs_.find(id);
+  reply->set_state(it == pgs_.end() ? "REMOVED" : it->second.rec.state());
   return grpc::Status::OK;
 }
 
@@ -634,10 +651,31 @@ std::vector<std::pair<std::string, rpc::BundlesRequest>> Head::RemovePgLocked(Pg
 
 void Head::ReleaseOnNodes(const std::vector<std::pair<std::string, rpc::BundlesRequest>>& what) {
   for (const auto& [addr, r] : what) {
-    rpc::Empty e;
-    auto ctx = NewContext(cfg_.token, 5000);
-    auto st = rpc::Node::NewStub(GetChannel(addr))->ReleaseBundles(ctx.get(), r, &e);
-    if (!st.ok()) TORUS_LOG(WARNING) << "cannot release bundles on " << addr << ": " << st.error_message();
+    rpc::PrepareBundlesReply reply;
+    auto st = Unary(addr, cfg_.token, 5000, &rpc::Node::Service::ReleaseBundles,
+                    &rpc::Node::Stub::ReleaseBundles, r, &reply);
+    if (!st.ok()) {
+      TORUS_LOG(WARNING) << "cannot release bundles on " << addr << ": " << st.error_message();
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ApplyLedgerLocked(addr, reply);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  pg_cv_.notify_all();
+}
+
+void Head::ApplyLedgerLocked(const std::string& node_address, const rpc::PrepareBundlesReply& reply) {
+  auto id = node_by_address_.find(node_address);
+  if (id == node_by_address_.end()) return;
+  auto it = nodes_.find(id->second);
+  if (it == nodes_.end() || it->second.rec.address() != node_address) return;
+  auto& e = it->second;
+  if (reply.ledger_seq() < e.ledger_seq) return;
+  e.ledger_seq = reply.ledger_seq();
+  if (!google::protobuf::util::MessageDifferencer::Equals(e.rec.available(), reply.available())) {
+    *e.rec.mutable_available() = reply.available();
+    BumpView();
   }
 }
 
@@ -654,21 +692,8 @@ grpc::Status Head::RemovePlacementGroup(grpc::ServerContext* ctx, const rpc::Pla
     if (it->second.rec.state() == "REMOVED") return grpc::Status::OK;
     release = RemovePgLocked(it->second, "removed by the user");
   }
-  ReleaseOnNodes(release);  // synchronously: when Remove returns, the resources are free
-  {
-    // Credit our view now rather than at the nodes' next heartbeats.
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [addr, r] : release) {
-      for (auto& [nid, n] : nodes_) {
-        if (n.rec.address() != addr) continue;
-        auto avail = FromProto(n.rec.available());
-        for (const auto& b : r.bundles()) Add(avail, FromProto(b.resources()));
-        ToProto(avail, n.rec.mutable_available());
-      }
-    }
-    BumpView();
-    pg_cv_.notify_all();
-  }
+  // Synchronously: when Remove returns, the resources are free (and our view says so).
+  ReleaseOnNodes(release);
   return grpc::Status::OK;
 }
 
@@ -908,9 +933,15 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
 }
 
 void Head::PgLoop() {
-  constexpr auto kAging = std::chrono::seconds(1);
+  std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    std::unique_lock<std::mutex> lock(mu_);
+    if (pg_scheduling_ || !SchedulePgOnce(lock)) pg_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
+  constexpr auto kAging = std::chrono::seconds(1);
+  {
     // Pick the first group, in arrival order, that can be placed on the current view. A group
     // that could fit an idle cluster but has waited longer than kAging blocks the groups behind
     // it, so a stream of small groups cannot starve a large one.
@@ -989,10 +1020,8 @@ void Head::PgLoop() {
       for (const auto& v : view) node_ids.push_back(v.id);
       break;
     }
-    if (chosen.empty()) {
-      pg_cv_.wait_for(lock, std::chrono::milliseconds(100));
-      continue;
-    }
+    if (chosen.empty()) return false;
+    pg_scheduling_ = true;
     PgEntry& e = pgs_[chosen];
     e.scheduling = true;
     // Group the new bundles by node.
@@ -1012,12 +1041,14 @@ void Head::PgLoop() {
     // Prepare on every node (a single node prepares and commits at once), then commit.
     bool single = by_node.size() == 1;
     std::vector<std::string> prepared;
+    std::vector<std::pair<std::string, rpc::PrepareBundlesReply>> ledgers;
     std::string failure;
     for (auto& [addr, r] : by_node) {
       r.set_commit(single);
       rpc::PrepareBundlesReply pr;
-      auto ctx = NewContext(token, 5000);
-      auto st = rpc::Node::NewStub(GetChannel(addr))->PrepareBundles(ctx.get(), r, &pr);
+      auto st = Unary(addr, token, 5000, &rpc::Node::Service::PrepareBundles,
+                      &rpc::Node::Stub::PrepareBundles, r, &pr);
+      if (st.ok()) ledgers.emplace_back(addr, pr);
       if (!st.ok() || !pr.ok()) {
         failure = st.ok() ? pr.error() : st.error_message();
         break;
@@ -1026,9 +1057,9 @@ void Head::PgLoop() {
     }
     if (failure.empty() && !single) {
       for (auto& [addr, r] : by_node) {
-        rpc::Empty em;
-        auto ctx = NewContext(token, 5000);
-        auto st = rpc::Node::NewStub(GetChannel(addr))->CommitBundles(ctx.get(), r, &em);
+        rpc::PrepareBundlesReply cr;
+        auto st = Unary(addr, token, 5000, &rpc::Node::Service::CommitBundles,
+                        &rpc::Node::Stub::CommitBundles, r, &cr);
         if (!st.ok()) {
           failure = "commit on " + addr + " failed: " + st.error_message();
           break;
@@ -1043,8 +1074,10 @@ void Head::PgLoop() {
     }
 
     lock.lock();
+    pg_scheduling_ = false;
+    for (const auto& [addr, pr] : ledgers) ApplyLedgerLocked(addr, pr);
     auto pit = pgs_.find(chosen);
-    if (pit == pgs_.end()) continue;
+    if (pit == pgs_.end()) return true;
     PgEntry& done = pit->second;
     done.scheduling = false;
     if (done.rec.state() == "REMOVED") {
@@ -1053,7 +1086,8 @@ void Head::PgLoop() {
         std::vector<std::pair<std::string, rpc::BundlesRequest>> undo(by_node.begin(), by_node.end());
         ReleaseOnNodes(undo);
       }
-      continue;
+      lock.lock();
+      return true;
     }
     if (!failure.empty()) {
       if (done.rec.has_slice()) {
@@ -1073,20 +1107,14 @@ void Head::PgLoop() {
       TORUS_LOG(INFO) << "placement group " << chosen << " not placed yet: " << failure;
       done.tried_view = view_version_;
       done.rec.set_pending_reason("waiting for resources (" + failure + ")");
-      continue;
+      pg_cv_.notify_all();
+      return true;
     }
     for (auto& [addr, r] : by_node) {
       for (const auto& b : r.bundles()) {
         auto* rb = done.rec.mutable_bundles(b.index());
         rb->set_node_id(node_of_addr[addr]);
         rb->set_node_address(addr);
-        // Charge our view until the node's next heartbeat reports the truth.
-        auto nit = nodes_.find(node_of_addr[addr]);
-        if (nit != nodes_.end()) {
-          auto avail = FromProto(nit->second.rec.available());
-          Subtract(avail, FromProto(b.resources()));
-          ToProto(avail, nit->second.rec.mutable_available());
-        }
       }
     }
     done.rec.set_state("CREATED");
@@ -1094,6 +1122,8 @@ void Head::PgLoop() {
     BumpView();
     SchedulePendingActors();
     cv_.notify_all();
+    pg_cv_.notify_all();
+    return true;
   }
 }
 

@@ -88,6 +88,13 @@ class Head final : public rpc::Head::Service {
   };
   // Placement-group scheduler thread: one group at a time, in arrival order (docs/placement_groups.md).
   void PgLoop();
+  // Places the first placeable group in the queue (prepare/commit on its nodes, with mu_
+  // released meanwhile); false when none can be placed now. Require mu_ held by `lock` and
+  // !pg_scheduling_: one group is scheduled at a time, by the scheduler thread or inline by
+  // CreatePlacementGroup when the queue was empty.
+  bool SchedulePgOnce(std::unique_lock<std::mutex>& lock);
+  // Takes a node's ledger from a bundle reply unless we hold a newer one (require mu_).
+  void ApplyLedgerLocked(const std::string& node_address, const rpc::PrepareBundlesReply& reply);
   // Marks a group REMOVED (require mu_); returns the (node address, bundles) to release.
   std::vector<std::pair<std::string, rpc::BundlesRequest>> RemovePgLocked(PgEntry& e,
                                                                            const std::string& why);
@@ -105,6 +112,7 @@ class Head final : public rpc::Head::Service {
   struct NodeEntry {
     rpc::NodeRecord rec;
     std::chrono::steady_clock::time_point last_heartbeat;
+    uint64_t ledger_seq = 0;  // of rec.available (HeartbeatRequest.ledger_seq)
   };
   struct ActorEntry {
     rpc::ActorRecord rec;
@@ -132,6 +140,7 @@ class Head final : public rpc::Head::Service {
   std::condition_variable cv_;  // actor state changes
   // guarded by mu_
   std::map<std::string, NodeEntry> nodes_;
+  std::unordered_map<std::string, std::string> node_by_address_;  // address -> node id
   uint64_t view_version_ = 1;
   std::unordered_map<std::string, ActorEntry> actors_;
   std::map<std::pair<std::string, std::string>, std::string> named_actors_;  // (ns, name) -> id
@@ -141,6 +150,7 @@ class Head final : public rpc::Head::Service {
   std::map<std::pair<std::string, std::string>, std::string> named_pgs_;  // (ns, name) -> id
   std::map<std::string, std::string> slice_holder_;  // slice name -> reservation (pg) id
   std::condition_variable pg_cv_;
+  bool pg_scheduling_ = false;  // a group is being prepared/committed (mu_ released meanwhile)
   std::thread pg_thread_;
 
   std::atomic<bool> stopping_{false};

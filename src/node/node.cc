@@ -109,8 +109,10 @@ Status Node::Start() {
     return Unavailable("node cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port));
   }
   address_ = cfg_.bind_host + ":" + std::to_string(port);
+  RegisterInProcessServer(address_, server_.get(), this);
   head_ = rpc::Head::NewStub(GetChannel(cfg_.head_address));
   if (auto s = RegisterWithHead(); !s.ok()) {
+    UnregisterInProcessServer(address_);
     server_->Shutdown();
     return s;
   }
@@ -193,6 +195,7 @@ void Node::Stop() {
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (reaper_thread_.joinable()) reaper_thread_.join();
+  UnregisterInProcessServer(address_);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
@@ -869,6 +872,7 @@ void Node::HeartbeatLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ToProto(available_, req.mutable_available());
+      req.set_ledger_seq(ledger_seq_);
       for (auto& d : PendingDemands()) *req.add_pending() = d;
       req.set_view_version(view_version_);
       // Stop idle workers beyond the CPU count once they have idled long enough.
@@ -1034,10 +1038,20 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
   return grpc::Status::OK;
 }
 
+void Node::FillLedgerReply(rpc::PrepareBundlesReply* reply) {
+  ToProto(available_, reply->mutable_available());
+  reply->set_ledger_seq(ledger_seq_);
+}
+
 grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
                                   rpc::PrepareBundlesReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
+  struct Fill {
+    Node* n;
+    rpc::PrepareBundlesReply* r;
+    ~Fill() { n->FillLedgerReply(r); }
+  } fill{this, reply};
   auto& mine = bundles_[req->pg_id()];
   ResourceMap sum;
   for (const auto& b : req->bundles()) {
@@ -1060,6 +1074,7 @@ grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
     return grpc::Status::OK;
   }
   Subtract(available_, sum);
+  ++ledger_seq_;
   for (const auto& b : req->bundles()) {
     if (mine.count(b.index())) continue;
     BundleState st;
@@ -1074,9 +1089,11 @@ grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
 }
 
 grpc::Status Node::CommitBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
-                                 rpc::Empty*) {
+                                 rpc::PrepareBundlesReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
+  reply->set_ok(true);
+  FillLedgerReply(reply);
   auto pit = bundles_.find(req->pg_id());
   if (pit == bundles_.end()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "no prepared bundles of " + req->pg_id());
@@ -1090,13 +1107,18 @@ grpc::Status Node::CommitBundles(grpc::ServerContext* ctx, const rpc::BundlesReq
 }
 
 grpc::Status Node::ReleaseBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
-                                  rpc::Empty*) {
+                                  rpc::PrepareBundlesReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::vector<pid_t> to_kill;
+  reply->set_ok(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto pit = bundles_.find(req->pg_id());
-    if (pit == bundles_.end()) return grpc::Status::OK;
+    if (pit == bundles_.end()) {
+      FillLedgerReply(reply);
+      return grpc::Status::OK;
+    }
+    ++ledger_seq_;
     std::set<int> which;
     for (const auto& b : req->bundles()) which.insert(b.index());
     for (auto bit = pit->second.begin(); bit != pit->second.end();) {
@@ -1129,6 +1151,7 @@ grpc::Status Node::ReleaseBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
     }
     TrySchedule();
     cv_.notify_all();
+    FillLedgerReply(reply);
   }
   for (pid_t p : to_kill) kill(p, SIGKILL);
   return grpc::Status::OK;

@@ -94,9 +94,10 @@ class Node final : public rpc::Node::Service {
   grpc::Status PrepareBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
                               rpc::PrepareBundlesReply*) override;
   grpc::Status CommitBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
-                             rpc::Empty*) override;
+                             rpc::PrepareBundlesReply*) override;
   grpc::Status ReleaseBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
-                              rpc::Empty*) override;
+                              rpc::PrepareBundlesReply*) override;
+  void FillLedgerReply(rpc::PrepareBundlesReply* reply);  // require mu_
 
  private:
   enum class WorkerState { kStarting, kIdle, kLeased, kActor, kDriver };
@@ -190,6 +191,7 @@ class Node final : public rpc::Node::Service {
     bool committed = false;
   };
   std::map<std::string, std::map<int, BundleState>> bundles_;  // pg id -> index -> state
+  uint64_t ledger_seq_ = 0;  // bumped on every change to bundles_ (HeartbeatRequest.ledger_seq)
   std::unique_ptr<ArenaAllocator> arena_alloc_;
   std::vector<rpc::NodeRecord> view_;            // other nodes, from the head
   uint64_t view_version_ = 0;
