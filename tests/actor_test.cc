@@ -315,19 +315,14 @@ TEST_F(ActorTest, HandleReturnedFromATask) {
 }
 
 // An actor created while a task of the same program waits for a worker on the same node must
-// start. Pins a node bug: StartActor starts a worker for the actor, the task's lease is granted
-// that worker when it registers, and StartActor then waits for another idle worker that no one
-// starts (a returned lease does not wake it) until its 60 s deadline kills the actor.
+// start: the worker the node starts for the actor is reserved for it, so the task's lease
+// cannot take it (it once did, and StartActor then waited 60 s for another idle worker).
 struct ActorStartTest : ClusterTest<ActorStartTest> {
   static constexpr const char* kName = "actorstart";
   static void Build(TestCluster& c) { c.StartHead(2); }
 };
 
-// KNOWN BUG (fails about half the time): the worker the node starts for an actor can be granted
-// to a task's lease when it registers; Node::StartActor then waits for another idle worker that
-// nobody starts (node.cc, StartActor's wait loop; TrySchedule only notifies on grants). Disabled
-// until StartActor claims the worker it started.
-TEST_F(ActorStartTest, DISABLED_ActorCreatedWhileATaskWaitsForAWorkerStarts) {
+TEST_F(ActorStartTest, ActorCreatedWhileATaskWaitsForAWorkerStarts) {
   auto counter = ray::Actor(TestCounter::Create).Remote(1);
   // The node is starting the actor's worker (a fresh process takes ~100 ms to register): ask
   // for a task worker of the same executable meanwhile.

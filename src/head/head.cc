@@ -88,6 +88,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
                               std::chrono::system_clock::now().time_since_epoch())
                               .count());
   e.last_heartbeat = Clock::now();
+  IndexNodeLocked(e);
   BumpView();
   reply->set_session_dir(cfg_.session_dir);
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
@@ -103,6 +104,7 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   auto it = nodes_.find(req->node_id());
   if (it == nodes_.end()) return grpc::Status::OK;
   it->second.rec.set_alive(false);
+  IndexNodeLocked(it->second);
   BumpView();
   TORUS_LOG(INFO) << "node left: " << req->node_id();
   OnNodeLostForPgs(req->node_id());
@@ -133,6 +135,7 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   if (changed) {
     *e.rec.mutable_available() = req->available();
     e.ledger_seq = req->ledger_seq();
+    IndexNodeLocked(e);
     BumpView();
   }
   e.rec.mutable_pending()->CopyFrom(req->pending());
@@ -165,6 +168,7 @@ void Head::MonitorLoop() {
       if (!n.rec.alive()) continue;
       if (now - n.last_heartbeat > std::chrono::milliseconds(cfg_.node_timeout_ms)) {
         n.rec.set_alive(false);
+        IndexNodeLocked(n);
         BumpView();
         TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << cfg_.node_timeout_ms
                            << " ms: declared dead";
@@ -650,19 +654,60 @@ std::vector<std::pair<std::string, rpc::BundlesRequest>> Head::RemovePgLocked(Pg
 }
 
 void Head::ReleaseOnNodes(const std::vector<std::pair<std::string, rpc::BundlesRequest>>& what) {
-  for (const auto& [addr, r] : what) {
-    rpc::PrepareBundlesReply reply;
-    auto st = Unary(addr, cfg_.token, 5000, &rpc::Node::Service::ReleaseBundles,
-                    &rpc::Node::Stub::ReleaseBundles, r, &reply);
-    if (!st.ok()) {
-      TORUS_LOG(WARNING) << "cannot release bundles on " << addr << ": " << st.error_message();
+  if (what.empty()) return;
+  auto results = CallNodes(BundleOp::kRelease, what);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < what.size(); ++i) {
+    if (!results[i].first.ok()) {
+      TORUS_LOG(WARNING) << "cannot release bundles on " << what[i].first << ": "
+                         << results[i].first.error_message();
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    ApplyLedgerLocked(addr, reply);
+    ApplyLedgerLocked(what[i].first, results[i].second);
   }
-  std::lock_guard<std::mutex> lock(mu_);
   pg_cv_.notify_all();
+}
+
+std::vector<std::pair<grpc::Status, rpc::PrepareBundlesReply>> Head::CallNodes(
+    BundleOp op, const std::vector<std::pair<std::string, rpc::BundlesRequest>>& calls) {
+  std::vector<std::pair<grpc::Status, rpc::PrepareBundlesReply>> out(calls.size());
+  struct InFlight {
+    std::unique_ptr<rpc::Node::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<rpc::PrepareBundlesReply>> reader;
+  };
+  std::vector<InFlight> inflight(calls.size());
+  grpc::CompletionQueue cq;
+  int outstanding = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto& [addr, req] = calls[i];
+    auto& [st, reply] = out[i];
+    if (auto* node = dynamic_cast<rpc::Node::Service*>(InProcessServiceAt(addr))) {
+      // A node in this process: call it directly.
+      DirectCallScope scope;
+      grpc::ServerContext sctx;
+      st = op == BundleOp::kPrepare  ? node->PrepareBundles(&sctx, &req, &reply)
+           : op == BundleOp::kCommit ? node->CommitBundles(&sctx, &req, &reply)
+                                     : node->ReleaseBundles(&sctx, &req, &reply);
+      continue;
+    }
+    auto& f = inflight[i];
+    f.stub = rpc::Node::NewStub(GetChannel(addr));
+    f.ctx = NewContext(cfg_.token, 5000);
+    f.reader = op == BundleOp::kPrepare  ? f.stub->AsyncPrepareBundles(f.ctx.get(), req, &cq)
+               : op == BundleOp::kCommit ? f.stub->AsyncCommitBundles(f.ctx.get(), req, &cq)
+                                         : f.stub->AsyncReleaseBundles(f.ctx.get(), req, &cq);
+    f.reader->Finish(&reply, &st, reinterpret_cast<void*>(i));
+    ++outstanding;
+  }
+  // Every call carries a deadline, so each completes.
+  void* tag;
+  bool ok;
+  while (outstanding > 0 && cq.Next(&tag, &ok)) --outstanding;
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return out;
 }
 
 void Head::ApplyLedgerLocked(const std::string& node_address, const rpc::PrepareBundlesReply& reply) {
@@ -675,6 +720,7 @@ void Head::ApplyLedgerLocked(const std::string& node_address, const rpc::Prepare
   e.ledger_seq = reply.ledger_seq();
   if (!google::protobuf::util::MessageDifferencer::Equals(e.rec.available(), reply.available())) {
     *e.rec.mutable_available() = reply.available();
+    IndexNodeLocked(e);
     BumpView();
   }
 }
@@ -806,36 +852,26 @@ std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of) {
   return view;
 }
 
-std::optional<std::vector<int>> Head::PlaceSlices(PgEntry& e, std::vector<NodeView>& view,
-                                                  const std::map<std::string, int>& index_of,
-                                                  std::vector<std::string>* slice_names,
-                                                  std::string* reason) {
+std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
+                                                          std::vector<std::string>* slice_names,
+                                                          std::string* reason) {
   const auto& sl = e.rec.slice();
-  auto shape = tpu::ComputeSliceShape(sl.accelerator_version(), sl.topology(),
-                                      sl.chips_per_vm() > 0 ? std::optional<int>(sl.chips_per_vm())
-                                                            : std::nullopt);
-  if (!shape.ok()) {
-    *reason = shape.status().message();
-    return std::nullopt;
-  }
-  auto slices = FindSlices(view, *shape, sl.chips_per_vm() > 0 ? std::optional<int>(sl.chips_per_vm())
-                                                              : std::nullopt);
-  int per = sl.bundles_per_slice(), b_per_host = sl.bundles_per_host();
-  std::vector<int> out(e.rec.bundles_size(), -1);
+  const std::string& pod = sl.pod_type();
+  int per = sl.bundles_per_slice(), b_per_host = std::max(1, sl.bundles_per_host());
+  std::vector<std::string> out(e.rec.bundles_size());
   *slice_names = std::vector<std::string>(e.rec.slice_names().begin(), e.rec.slice_names().end());
   std::set<std::string> used(slice_names->begin(), slice_names->end());
-  int intact = 0, ready = 0;
-  for (const auto& s : slices) {
-    intact += s.intact;
-    ready += s.idle && !slice_holder_.count(s.name);
-  }
+  auto labels_match = [&](int bundle, const std::string& node_id) {
+    if (e.selectors[bundle].empty()) return true;
+    auto it = nodes_.find(node_id);
+    if (it == nodes_.end()) return false;
+    std::map<std::string, std::string> labels(it->second.rec.labels().begin(),
+                                              it->second.rec.labels().end());
+    return MatchesLabels(e.selectors[bundle], labels);
+  };
   for (int si = 0; si < sl.num_slices(); ++si) {
     if (!(*slice_names)[si].empty()) {
-      for (int k = 0; k < per; ++k) {
-        const auto& b = e.rec.bundles(si * per + k);
-        auto it = index_of.find(b.node_id());
-        if (it != index_of.end()) out[si * per + k] = it->second;
-      }
+      for (int k = 0; k < per; ++k) out[si * per + k] = e.rec.bundles(si * per + k).node_id();
       continue;
     }
     // The user may pin slice index si to a named slice.
@@ -845,30 +881,71 @@ std::optional<std::vector<int>> Head::PlaceSlices(PgEntry& e, std::vector<NodeVi
         if (t.key == tpu::kLabelSliceName && t.op == LabelCondition::Op::kEq) wanted = t.values[0];
       }
     }
-    bool found = false;
-    for (const auto& s : slices) {
-      if (!s.idle || slice_holder_.count(s.name) || used.count(s.name)) continue;
-      if (!wanted.empty() && s.name != wanted) continue;
-      bool match = true;
-      for (int k = 0; k < per && match; ++k) {
-        int host = k / b_per_host;
-        match = MatchesLabels(e.selectors[si * per + k], view[s.hosts[host]].labels);
+    const auto& idle = slice_index_.Idle(pod);
+    const SliceIndex::Slice* pick = slice_index_.FirstIdle(pod, wanted, [&](const SliceIndex::Slice& s) {
+      if (slice_holder_.count(s.name) || used.count(s.name)) return false;
+      if (static_cast<int>(s.hosts.size()) * b_per_host < per) return false;
+      if (sl.chips_per_vm() > 0) {
+        for (int c : s.chips) {
+          if (c != sl.chips_per_vm()) return false;
+        }
       }
-      if (!match) continue;
-      for (int k = 0; k < per; ++k) out[si * per + k] = s.hosts[k / b_per_host];
-      (*slice_names)[si] = s.name;
-      used.insert(s.name);
-      found = true;
-      break;
+      for (int k = 0; k < per; ++k) {
+        if (!labels_match(si * per + k, s.hosts[k / b_per_host])) return false;
+      }
+      return true;
+    });
+    bool found = pick != nullptr;
+    if (found) {
+      for (int k = 0; k < per; ++k) out[si * per + k] = pick->hosts[k / b_per_host];
+      (*slice_names)[si] = pick->name;
+      used.insert(pick->name);
     }
     if (!found) {
-      *reason = "waiting for " + std::to_string(sl.num_slices()) + " idle " + shape->pod_type +
-                " slice(s) (" + sl.topology() + "): " + std::to_string(intact) + " intact, " +
+      int ready = 0;
+      for (const auto& name : idle) ready += !slice_holder_.count(name);
+      *reason = "waiting for " + std::to_string(sl.num_slices()) + " idle " + pod + " slice(s) (" +
+                sl.topology() + "): " + std::to_string(slice_index_.NumIntact(pod)) + " intact, " +
                 std::to_string(ready) + " ready";
       return std::nullopt;
     }
   }
   return out;
+}
+
+void Head::IndexNodeLocked(const NodeEntry& n) {
+  if (!n.rec.alive()) {
+    slice_index_.Remove(n.rec.node_id());
+    return;
+  }
+  const auto& labels = n.rec.labels();
+  auto label = [&](std::string_view k) {
+    auto it = labels.find(std::string(k));
+    return it == labels.end() ? std::string() : it->second;
+  };
+  SliceHostInfo info;
+  info.pod_type = label(tpu::kLabelPodType);
+  if (info.pod_type.empty()) {
+    slice_index_.Remove(n.rec.node_id());
+    return;
+  }
+  info.slice_name = label(tpu::kLabelSliceName);
+  info.topology = label(tpu::kLabelTopology);
+  try {
+    info.worker_id = std::stoi(label(tpu::kLabelWorkerId));
+  } catch (...) {
+    info.worker_id = -1;
+  }
+  auto amount = [](const rpc::ResourceSet& r, const std::string& k) {
+    auto it = r.amounts().find(k);
+    return it == r.amounts().end() ? 0.0 : it->second;
+  };
+  double total = amount(n.rec.total(), "TPU");
+  info.chips = static_cast<int>(total + kResourceEps);
+  info.chips_free = amount(n.rec.available(), "TPU") + kResourceEps >= total;
+  std::string head = "TPU-" + info.pod_type + "-head";
+  info.head_free = amount(n.rec.total(), head) <= 0 || amount(n.rec.available(), head) + kResourceEps >= 1;
+  slice_index_.Upsert(n.rec.node_id(), info);
 }
 
 grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRequest* req,
@@ -946,8 +1023,7 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
     // that could fit an idle cluster but has waited longer than kAging blocks the groups behind
     // it, so a stream of small groups cannot starve a large one.
     std::string chosen;
-    std::vector<int> placement;
-    std::vector<std::string> node_ids;
+    std::vector<std::string> placed_ids;  // node id per bundle
     for (auto it = pg_queue_.begin(); it != pg_queue_.end();) {
       auto pit = pgs_.find(*it);
       if (pit == pgs_.end() ||
@@ -969,12 +1045,15 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
         ++it;
         continue;
       }
-      std::map<std::string, int> index_of;
-      std::vector<NodeView> view = ViewOfNodes(&index_of);
+      auto decide_start = Clock::now();
+      auto decided = [&] {
+        e.rec.set_decision_us(std::chrono::duration<double, std::micro>(Clock::now() - decide_start).count());
+      };
       if (e.rec.has_slice() && e.rec.slice().num_slices() > 0) {
+        // Whole idle slices from the live slice index: no scan of the node table.
         std::string reason;
         std::vector<std::string> names;
-        auto placed = PlaceSlices(e, view, index_of, &names, &reason);
+        auto placed = PlaceSlices(e, &names, &reason);
         if (!placed) {
           e.tried_view = view_version_;
           e.feasible = false;  // slices never block other requests (spec: no anti-starvation)
@@ -987,10 +1066,12 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
           e.rec.set_slice_names(i, names[i]);
         }
         chosen = *it;
-        placement = *placed;
-        for (const auto& v : view) node_ids.push_back(v.id);
+        placed_ids = std::move(*placed);
+        decided();
         break;
       }
+      std::map<std::string, int> index_of;
+      std::vector<NodeView> view = ViewOfNodes(&index_of);
       std::vector<BundleDemand> demands;
       for (int i = 0; i < e.rec.bundles_size(); ++i) {
         const auto& b = e.rec.bundles(i);
@@ -1016,8 +1097,8 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
         continue;
       }
       chosen = *it;
-      placement = *placed;
-      for (const auto& v : view) node_ids.push_back(v.id);
+      for (int idx : *placed) placed_ids.push_back(idx >= 0 ? view[idx].id : std::string());
+      decided();
       break;
     }
     if (chosen.empty()) return false;
@@ -1029,7 +1110,7 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
     std::map<std::string, std::string> node_of_addr;
     for (int i = 0; i < e.rec.bundles_size(); ++i) {
       if (!e.rec.bundles(i).node_id().empty()) continue;
-      const auto& node = nodes_[node_ids[placement[i]]];
+      const auto& node = nodes_[placed_ids[i]];
       auto& r = by_node[node.rec.address()];
       r.set_pg_id(chosen);
       *r.add_bundles() = e.rec.bundles(i);
@@ -1038,39 +1119,38 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
     std::string token = cfg_.token;
     lock.unlock();
 
-    // Prepare on every node (a single node prepares and commits at once), then commit.
+    // Prepare on every node at once (a single node prepares and commits in one step); if every
+    // prepare succeeded, commit on every node at once; else roll back the prepared ones.
     bool single = by_node.size() == 1;
-    std::vector<std::string> prepared;
-    std::vector<std::pair<std::string, rpc::PrepareBundlesReply>> ledgers;
-    std::string failure;
+    std::vector<std::pair<std::string, rpc::BundlesRequest>> calls;
     for (auto& [addr, r] : by_node) {
       r.set_commit(single);
-      rpc::PrepareBundlesReply pr;
-      auto st = Unary(addr, token, 5000, &rpc::Node::Service::PrepareBundles,
-                      &rpc::Node::Stub::PrepareBundles, r, &pr);
-      if (st.ok()) ledgers.emplace_back(addr, pr);
-      if (!st.ok() || !pr.ok()) {
-        failure = st.ok() ? pr.error() : st.error_message();
-        break;
+      calls.emplace_back(addr, r);
+    }
+    std::vector<std::pair<std::string, rpc::PrepareBundlesReply>> ledgers;
+    std::vector<std::pair<std::string, rpc::BundlesRequest>> prepared;
+    std::string failure;
+    auto results = CallNodes(BundleOp::kPrepare, calls);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const auto& [st, pr] = results[i];
+      if (st.ok()) ledgers.emplace_back(calls[i].first, pr);
+      if (st.ok() && pr.ok()) {
+        prepared.push_back(calls[i]);
+      } else if (failure.empty()) {
+        failure = st.ok() ? pr.error() : "prepare on " + calls[i].first + " failed: " + st.error_message();
       }
-      prepared.push_back(addr);
     }
     if (failure.empty() && !single) {
-      for (auto& [addr, r] : by_node) {
-        rpc::PrepareBundlesReply cr;
-        auto st = Unary(addr, token, 5000, &rpc::Node::Service::CommitBundles,
-                        &rpc::Node::Stub::CommitBundles, r, &cr);
-        if (!st.ok()) {
-          failure = "commit on " + addr + " failed: " + st.error_message();
-          break;
+      auto commits = CallNodes(BundleOp::kCommit, calls);
+      for (size_t i = 0; i < calls.size() && failure.empty(); ++i) {
+        if (!commits[i].first.ok()) {
+          failure = "commit on " + calls[i].first + " failed: " + commits[i].first.error_message();
         }
       }
     }
     if (!failure.empty()) {
       // Roll back every prepared bundle: a group never holds part of its bundles.
-      std::vector<std::pair<std::string, rpc::BundlesRequest>> undo;
-      for (const auto& addr : prepared) undo.emplace_back(addr, by_node[addr]);
-      ReleaseOnNodes(undo);
+      ReleaseOnNodes(prepared);
     }
 
     lock.lock();

@@ -24,6 +24,7 @@
 #include "common/labels.h"
 #include "common/resources.h"
 #include "common/status.h"
+#include "head/slice_index.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -98,22 +99,27 @@ class Head final : public rpc::Head::Service {
   // Marks a group REMOVED (require mu_); returns the (node address, bundles) to release.
   std::vector<std::pair<std::string, rpc::BundlesRequest>> RemovePgLocked(PgEntry& e,
                                                                            const std::string& why);
-  void ReleaseOnNodes(const std::vector<std::pair<std::string, rpc::BundlesRequest>>& what);  // no lock
+  // Releases bundles on nodes, all at once, and takes their ledgers (no lock held).
+  void ReleaseOnNodes(const std::vector<std::pair<std::string, rpc::BundlesRequest>>& what);
+  enum class BundleOp { kPrepare, kCommit, kRelease };
+  // One bundle call per (node address, request), issued concurrently; results in order. A node
+  // in this process is called directly. No lock held.
+  std::vector<std::pair<grpc::Status, rpc::PrepareBundlesReply>> CallNodes(
+      BundleOp op, const std::vector<std::pair<std::string, rpc::BundlesRequest>>& calls);
   void OnNodeLostForPgs(const std::string& node_id);  // require mu_
   void FinishJobLocked(const std::string& job_id);     // require mu_
   // Alive nodes as placement views (require mu_); index_of maps node id -> index.
   std::vector<struct NodeView> ViewOfNodes(std::map<std::string, int>* index_of);
-  // Node index per bundle for a slice reservation, choosing whole idle slices for the slice
-  // indices not granted yet; fills *slice_names. Require mu_.
-  std::optional<std::vector<int>> PlaceSlices(PgEntry& e, std::vector<struct NodeView>& view,
-                                              const std::map<std::string, int>& index_of,
-                                              std::vector<std::string>* slice_names,
-                                              std::string* reason);
+  // Node id per bundle for a slice reservation, choosing whole idle slices (from the slice
+  // index) for the slice indices not granted yet; fills *slice_names. Require mu_.
+  std::optional<std::vector<std::string>> PlaceSlices(PgEntry& e, std::vector<std::string>* slice_names,
+                                                      std::string* reason);
   struct NodeEntry {
     rpc::NodeRecord rec;
     std::chrono::steady_clock::time_point last_heartbeat;
     uint64_t ledger_seq = 0;  // of rec.available (HeartbeatRequest.ledger_seq)
   };
+  void IndexNodeLocked(const NodeEntry& n);  // the slice index follows the node (require mu_)
   struct ActorEntry {
     rpc::ActorRecord rec;
     rpc::CreateActorRequest spec;
@@ -148,7 +154,8 @@ class Head final : public rpc::Head::Service {
   std::map<std::string, PgEntry> pgs_;
   std::deque<std::string> pg_queue_;  // PENDING / RESCHEDULING groups, arrival order
   std::map<std::pair<std::string, std::string>, std::string> named_pgs_;  // (ns, name) -> id
-  std::map<std::string, std::string> slice_holder_;  // slice name -> reservation (pg) id
+  std::map<std::string, std::string> slice_holder_;
+  SliceIndex slice_index_;  // slice name -> reservation (pg) id
   std::condition_variable pg_cv_;
   bool pg_scheduling_ = false;  // a group is being prepared/committed (mu_ released meanwhile)
   std::thread pg_thread_;

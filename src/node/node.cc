@@ -227,7 +227,9 @@ grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterW
     if (w.state == WorkerState::kStarting) {
       w.state = WorkerState::kIdle;
       w.idle_since = Clock::now();
-      if (--starting_by_key_[w.runtime_key] <= 0) starting_by_key_.erase(w.runtime_key);
+      if (w.reserved_for.empty() && --starting_by_key_[w.runtime_key] <= 0) {
+        starting_by_key_.erase(w.runtime_key);
+      }
     }
     TrySchedule();
     cv_.notify_all();
@@ -259,10 +261,13 @@ std::string Node::ChipKey(const std::string& key, const std::vector<int>& chips)
 }
 
 Status Node::StartWorker(const std::string& key, const std::string& exe,
-                         const std::vector<std::string>& code_path, const std::vector<int>& chips) {
+                         const std::vector<std::string>& code_path, const std::vector<int>& chips,
+                         const std::string& reserved_for, std::string* id_out) {
   auto w = std::make_unique<Worker>();
   w->id = RandomHex(14);
   w->runtime_key = key;
+  w->reserved_for = reserved_for;
+  if (id_out) *id_out = w->id;
   SpawnOptions opts;
   std::string code;
   for (const auto& p : code_path) code += (code.empty() ? "" : ":") + p;
@@ -299,7 +304,7 @@ Status Node::StartWorker(const std::string& key, const std::string& exe,
   if (!pid.ok()) return pid.status();
   w->pid = *pid;
   worker_by_pid_[w->pid] = w->id;
-  starting_by_key_[key]++;
+  if (reserved_for.empty()) starting_by_key_[key]++;
   TORUS_LOG(DEBUG) << "started worker " << w->id << " pid " << w->pid;
   workers_[w->id] = std::move(w);
   return Status::Ok();
@@ -308,7 +313,8 @@ Status Node::StartWorker(const std::string& key, const std::string& exe,
 Node::Worker* Node::FindIdleWorker(const std::string& key) {
   Worker* best = nullptr;
   for (auto& [id, w] : workers_) {
-    if (w->state == WorkerState::kIdle && w->runtime_key == key && !w->kill_requested) {
+    if (w->state == WorkerState::kIdle && w->runtime_key == key && !w->kill_requested &&
+        w->reserved_for.empty()) {
       if (!best || w->idle_since > best->idle_since) best = w.get();  // most recently used
     }
   }
@@ -670,20 +676,33 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
     };
     Worker* w = FindIdleWorker(key);
     if (!w) {
+      // A worker started for this actor alone: task leases never take it meanwhile.
       std::vector<std::string> code(req->code_search_path().begin(), req->code_search_path().end());
-      if (auto s = StartWorker(key, req->executable(), code, chips); !s.ok()) {
+      std::string started;
+      if (auto s = StartWorker(key, req->executable(), code, chips, req->creation().actor_id(), &started);
+          !s.ok()) {
         give_back();
         reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
         reply->mutable_error()->set_message(s.message());
         return grpc::Status::OK;
       }
-      // Wait for a fresh worker of this key to register, claiming the first that does.
       auto deadline = Clock::now() + std::chrono::seconds(60);
-      while (!(w = FindIdleWorker(key))) {
-        if (stopping_ || cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      while (true) {
+        auto it = workers_.find(started);
+        std::string why;
+        if (it == workers_.end() || it->second->pid <= 0) {
+          why = "the actor's worker process exited before it registered (see its log)";
+        } else if (it->second->state == WorkerState::kIdle) {
+          w = it->second.get();
+          w->reserved_for.clear();
+          break;
+        } else if (stopping_ || cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+          why = "actor worker did not start within 60 s";
+        }
+        if (!why.empty()) {
           give_back();
           reply->mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
-          reply->mutable_error()->set_message("actor worker did not start within 60 s");
+          reply->mutable_error()->set_message(why);
           return grpc::Status::OK;
         }
       }
@@ -775,7 +794,7 @@ void Node::HandleWorkerExit(pid_t pid, int status) {
     if (it == workers_.end()) return;
     Worker& w = *it->second;
     intentional = w.kill_requested;
-    if (w.state == WorkerState::kStarting) {
+    if (w.state == WorkerState::kStarting && w.reserved_for.empty()) {
       if (--starting_by_key_[w.runtime_key] <= 0) starting_by_key_.erase(w.runtime_key);
     }
     if (w.state == WorkerState::kStarting && !intentional) {

@@ -117,6 +117,7 @@ class Node final : public rpc::Node::Service {
     std::string end_reason;  // why the node ended it ("SliceLost: ..."), reported to its users
     std::vector<int> chips;  // TPU chips granted to it (its TPU_VISIBLE_CHIPS)
     std::chrono::steady_clock::time_point idle_since;
+    std::string reserved_for;  // actor id: started for that actor, not for task leases
   };
   struct PendingLease {
     rpc::LeaseRequest req;
@@ -148,7 +149,8 @@ class Node final : public rpc::Node::Service {
   Worker* FindIdleWorker(const std::string& key);
   Status StartWorker(const std::string& key, const std::string& exe,
                      const std::vector<std::string>& code_path,
-                     const std::vector<int>& chips = {});
+                     const std::vector<int>& chips = {}, const std::string& reserved_for = "",
+                     std::string* id_out = nullptr);
   // Picks `n` free chips (lowest ids first); empty when n <= 0. Require mu_.
   std::vector<int> TakeChips(int n);
   // Worker key for a lease/actor holding `chips`: workers are started with their chips' env.

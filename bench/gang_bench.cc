@@ -1,0 +1,98 @@
+// Gang-reservation latency on a running cluster (TORUS_ADDRESS): placement-group creation
+// against bundle count, and whole-slice reserve+release against slice size. Driven by
+// bench/gang_bench.sh, which starts the simulated clusters. Prints one JSON object per row:
+//   {"name": "pg_create_latency_64_bundles", "median_us": 812.0, "p90_us": 990.1, "n": 200}
+// Usage: gang_bench --sweep 1,4,16,64 [--iters N]
+//        gang_bench --slice TOPOLOGY --accelerator VER [--iters N]
+#include <ray/api.h>
+#include <torus/tpu.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+void Report(const std::string& name, std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  auto q = [&](double p) { return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))]; };
+  printf("{\"name\": \"%s\", \"median_us\": %.1f, \"p10_us\": %.1f, \"p90_us\": %.1f, \"n\": %zu}\n",
+         name.c_str(), q(0.5), q(0.1), q(0.9), us.size());
+  fflush(stdout);
+}
+
+// Times `op` `iters` times (after 3 warm-ups), in microseconds.
+std::vector<double> Time(int iters, const std::function<void()>& op) {
+  for (int i = 0; i < 3; ++i) op();
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    op();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  return us;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string sweep, topology, accel;
+  int iters = 100;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--sweep") sweep = argv[i + 1];
+    else if (a == "--slice") topology = argv[i + 1];
+    else if (a == "--accelerator") accel = argv[i + 1];
+    else if (a == "--iters") iters = std::atoi(argv[i + 1]);
+  }
+  ray::Init();
+  if (!sweep.empty()) {
+    std::stringstream ss(sweep);
+    std::string tok;
+    while (std::getline(ss, tok, ',')) {
+      int bundles = std::stoi(tok);
+      // Creation latency: CreatePlacementGroup until Wait returns (every bundle prepared and
+      // committed on its node). SPREAD puts each bundle on its own node while nodes last.
+      std::vector<double> create;
+      auto one = [&](bool timed) {
+        ray::PlacementGroupCreationOptions o;
+        o.strategy = ray::PlacementStrategy::SPREAD;
+        o.bundles.assign(bundles, {{"CPU", 0.01}});
+        auto t0 = Clock::now();
+        auto pg = ray::CreatePlacementGroup(o);
+        if (!pg.Wait(60)) {
+          fprintf(stderr, "placement group of %d bundles not created in 60 s\n", bundles);
+          std::exit(1);
+        }
+        if (timed) create.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        ray::RemovePlacementGroup(pg.GetID());
+      };
+      for (int i = 0; i < 3; ++i) one(false);
+      for (int i = 0; i < iters; ++i) one(true);
+      Report("pg_create_latency_" + tok + "_bundles", create);
+    }
+  }
+  if (!topology.empty()) {
+    torus::tpu::SliceOptions o;
+    o.topology = topology;
+    o.accelerator_version = accel;
+    int hosts = 0;
+    auto us = Time(iters, [&] {
+      auto s = torus::tpu::CreateSlicePlacementGroup(o);
+      if (!s.Wait(60)) {
+        fprintf(stderr, "slice %s %s not reserved in 60 s\n", accel.c_str(), topology.c_str());
+        std::exit(1);
+      }
+      hosts = s.NumHosts();
+      s.Remove();
+    });
+    Report("slice_reserve_release_" + accel + "_" + topology + "_" + std::to_string(hosts) + "_hosts", us);
+  }
+  ray::Shutdown();
+  return 0;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Gang-reservation benchmarks on clusters of real node processes on this machine:
+#  1. placement-group creation latency against bundle count (1, 4, 16, 64) on 64 nodes;
+#  2. whole-slice reserve+release latency for v6e slices of 1, 4, 16 and 64 hosts
+#     (2x4, 4x4, 8x8, 16x16), every host a node process with GKE's TPU environment.
+# Usage: bench/gang_bench.sh [--iters N]     (after scripts/build.sh release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+iters=100
+[ "${1:-}" = "--iters" ] && iters="$2"
+T=build/torus
+B=build/bench/gang_bench
+export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-gang.XXXXXX)}"
+export TORUS_TPU_METADATA_URL=off
+trap '$T stop >/dev/null 2>&1 || true' EXIT
+
+start_head() {
+  port=$(( 20000 + RANDOM % 20000 ))
+  $T start --head --port "$port" --num-cpus 1 >/dev/null
+  export TORUS_ADDRESS="127.0.0.1:$port"
+}
+wait_nodes() {  # wait until the head lists $1 nodes
+  for _ in $(seq 600); do
+    n=$($T list nodes --format json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+    [ "$n" -ge "$1" ] && return 0
+    sleep 0.2
+  done
+  echo "only $n of $1 nodes registered" >&2; return 1
+}
+# add_slice NAME ACCEL_TYPE TOPOLOGY HOSTS
+add_slice() {
+  local hosts="" j
+  for j in $(seq 0 $(( $4 - 1 ))); do hosts+="${hosts:+,}$1-$j"; done
+  for j in $(seq 0 $(( $4 - 1 ))); do
+    TPU_NAME="$1" TPU_WORKER_ID="$j" TPU_ACCELERATOR_TYPE="$2" TPU_TOPOLOGY="$3" \
+    TPU_WORKER_HOSTNAMES="$hosts" TORUS_TPU_CHIPS=$([ "$4" = 1 ] && echo 8 || echo 4) \
+      $T start --address "$TORUS_ADDRESS" --num-cpus 1 >/dev/null &
+  done
+  wait
+}
+
+echo "# machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# 1. placement-group creation latency against bundle count, 64 node processes"
+start_head
+for i in $(seq 63); do $T start --address "$TORUS_ADDRESS" --num-cpus 1 >/dev/null & done
+wait
+wait_nodes 64
+$B --sweep 1,4,16,64 --iters "$iters"
+echo "# node daemon resident memory at idle (kB, VmRSS of each 'torus node' process): median"
+for p in $(pgrep -f "torus node" || true); do awk '/VmRSS/{print $2}' /proc/$p/status; done | sort -n |
+  awk '{a[NR]=$1} END{if (NR) print "{\"name\": \"node_idle_rss_kb\", \"median\": " a[int((NR+1)/2)] ", \"max\": " a[NR] ", \"n\": " NR "}"}'
+$T stop >/dev/null
+
+echo "# 2. slice reserve+release latency against slice size"
+start_head
+add_slice s1 v6e-8 2x4 1
+add_slice s4 v6e-16 4x4 4
+add_slice s16 v6e-64 8x8 16
+add_slice s64 v6e-256 16x16 64
+wait_nodes 86
+for t in 2x4 4x4 8x8 16x16; do $B --slice "$t" --accelerator v6e --iters "$iters"; done
+$T stop >/dev/null

@@ -1,0 +1,144 @@
+#include "head/slice_index.h"
+
+#include "tpu/topology.h"
+
+namespace torus {
+
+namespace {
+const std::set<std::string> kNone;
+}
+
+void SliceIndex::Upsert(const std::string& node_id, const SliceHostInfo& info) {
+  if (info.pod_type.empty() || info.chips <= 0) {
+    Remove(node_id);
+    return;
+  }
+  auto pt = tpu::ParsePodType(info.pod_type);
+  if (!pt.ok()) {
+    Remove(node_id);
+    return;
+  }
+  int hosts = tpu::HostsOfSliceFromNode(info.chips, *pt);
+  std::string name = info.slice_name;
+  int worker = info.worker_id;
+  if (name.empty()) {
+    if (hosts != 1) {
+      Remove(node_id);  // a multi-host slice needs its name
+      return;
+    }
+    name = node_id;
+    worker = 0;
+  }
+  auto mit = members_.find(node_id);
+  if (mit != members_.end() && (mit->second.slice != name || mit->second.worker != worker)) {
+    Remove(node_id);
+    mit = members_.end();
+  }
+  Slice& s = slices_[name];
+  if (s.name.empty()) {
+    s.name = name;
+    s.pod_type = info.pod_type;
+    s.topology = info.topology;
+    s.hosts_expected = hosts;
+    s.hosts.assign(hosts, "");
+    s.chips.assign(hosts, 0);
+  }
+  bool busy = !info.chips_free || (worker == 0 && !info.head_free);
+  if (mit == members_.end()) {
+    if (worker < 0 || worker >= s.hosts_expected || !s.hosts[worker].empty() ||
+        s.pod_type != info.pod_type) {
+      s.duplicate = true;
+      members_[node_id] = {name, -1, false};
+      Evaluate(s);
+      return;
+    }
+    s.hosts[worker] = node_id;
+    members_[node_id] = {name, worker, busy};
+    s.busy += busy;
+  } else if (mit->second.worker >= 0 && mit->second.busy != busy) {
+    s.busy += busy ? 1 : -1;
+    mit->second.busy = busy;
+  }
+  if (mit == members_.end() || mit->second.worker >= 0) s.chips[worker] = info.chips;
+  Evaluate(s);
+}
+
+void SliceIndex::Remove(const std::string& node_id) {
+  auto mit = members_.find(node_id);
+  if (mit == members_.end()) return;
+  Member m = mit->second;
+  members_.erase(mit);
+  auto sit = slices_.find(m.slice);
+  if (sit == slices_.end()) return;
+  Slice& s = sit->second;
+  if (m.worker >= 0) {
+    s.hosts[m.worker].clear();
+    s.chips[m.worker] = 0;
+    s.busy -= m.busy;
+  } else {
+    // A duplicate left: re-check from the members that remain.
+    s.duplicate = false;
+    for (const auto& [id, mm] : members_) {
+      if (mm.slice == s.name && mm.worker < 0) s.duplicate = true;
+    }
+  }
+  Evaluate(s);
+  bool empty = !s.duplicate;
+  for (const auto& h : s.hosts) empty = empty && h.empty();
+  if (empty) {
+    idle_[s.pod_type].erase(s.name);
+    slices_.erase(sit);
+  }
+}
+
+void SliceIndex::Evaluate(Slice& s) {
+  bool was_intact = s.intact;
+  auto pt = tpu::ParsePodType(s.pod_type);
+  int chips = 0;
+  bool all = !s.duplicate;
+  for (int w = 0; w < s.hosts_expected; ++w) {
+    all = all && !s.hosts[w].empty();
+    chips += s.chips[w];
+  }
+  s.intact = all && pt.ok() && chips == pt->chips;
+  s.idle = s.intact && s.busy == 0;
+  if (s.intact != was_intact) intact_[s.pod_type] += s.intact ? 1 : -1;
+  if (s.idle) {
+    idle_[s.pod_type].insert(s.name);
+  } else {
+    auto it = idle_.find(s.pod_type);
+    if (it != idle_.end()) it->second.erase(s.name);
+  }
+}
+
+const std::set<std::string>& SliceIndex::Idle(const std::string& pod_type) const {
+  auto it = idle_.find(pod_type);
+  return it == idle_.end() ? kNone : it->second;
+}
+
+const SliceIndex::Slice* SliceIndex::FirstIdle(const std::string& pod_type, const std::string& only,
+                                               const std::function<bool(const Slice&)>& accept) const {
+  const auto& idle = Idle(pod_type);
+  if (!only.empty()) {
+    if (!idle.count(only)) return nullptr;
+    const Slice* s = Find(only);
+    return s && accept(*s) ? s : nullptr;
+  }
+  for (const auto& name : idle) {
+    const Slice* s = Find(name);
+    if (s && accept(*s)) return s;
+  }
+  return nullptr;
+}
+
+int SliceIndex::NumIntact(const std::string& pod_type) const {
+  auto it = intact_.find(pod_type);
+  return it == intact_.end() ? 0 : it->second;
+}
+
+const SliceIndex::Slice* SliceIndex::Find(const std::string& name) const {
+  auto it = slices_.find(name);
+  return it == slices_.end() ? nullptr : &it->second;
+}
+
+}  // namespace torus

@@ -1,0 +1,76 @@
+// The head's live index of TPU slices, kept up to date node by node as nodes register, report
+// their ledgers and die, so that choosing slices for a reservation costs O(slices taken), not
+// O(nodes in the cluster) (spec/tpu.md section 6; at 10,000 hosts a decision takes
+// microseconds: bench/slice_sched_bench).
+//
+// A slice is the set of alive nodes with one slice-name label (or, without one, a single-host
+// node by itself). It is intact when every worker id 0..H-1 is present exactly once and the
+// chips add up to the pod type's; idle when intact, every chip is free and the head unit
+// (TPU-<pod>-head on worker 0) is free. Thread-compatible (the head guards it with its mutex).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torus {
+
+// What the index needs to know about one alive node (the head extracts it from the record).
+struct SliceHostInfo {
+  std::string pod_type;    // torus.io/tpu-pod-type; empty = not a TPU host
+  std::string slice_name;  // torus.io/tpu-slice-name; empty = anonymous single-host slice
+  std::string topology;    // torus.io/tpu-topology
+  int worker_id = -1;      // torus.io/tpu-worker-id
+  int chips = 0;           // TPU total
+  bool chips_free = false; // TPU available == total
+  bool head_free = true;   // TPU-<pod>-head available (worker 0), or absent
+};
+
+class SliceIndex {
+ public:
+  struct Slice {
+    std::string name;
+    std::string pod_type;
+    std::string topology;
+    int hosts_expected = 0;
+    std::vector<std::string> hosts;  // node id per worker id ("" = missing)
+    std::vector<int> chips;          // per worker id
+    int busy = 0;                    // hosts with a chip or the head unit in use
+    bool duplicate = false;          // a worker id seen twice / out of range
+    bool intact = false;
+    bool idle = false;
+  };
+
+  // Node `node_id` is alive with `info` (added, or updated in place).
+  void Upsert(const std::string& node_id, const SliceHostInfo& info);
+  // Node `node_id` is gone (dead or left).
+  void Remove(const std::string& node_id);
+
+  // Idle slices of a pod type, in name order.
+  const std::set<std::string>& Idle(const std::string& pod_type) const;
+  // The first idle slice of `pod_type`, in name order, that `accept` takes (or `only` when not
+  // empty); nullptr when none. Costs O(log slices + idle slices refused), never a node scan.
+  const Slice* FirstIdle(const std::string& pod_type, const std::string& only,
+                         const std::function<bool(const Slice&)>& accept) const;
+  int NumIntact(const std::string& pod_type) const;
+  const Slice* Find(const std::string& name) const;
+  size_t size() const { return slices_.size(); }
+
+ private:
+  struct Member {
+    std::string slice;
+    int worker = -1;
+    bool busy = false;
+  };
+  void Evaluate(Slice& s);  // recompute intact/idle and the idle set / counters
+
+  std::unordered_map<std::string, Slice> slices_;
+  std::unordered_map<std::string, Member> members_;       // node id -> where it counts
+  std::map<std::string, std::set<std::string>> idle_;     // pod type -> idle slice names
+  std::map<std::string, int> intact_;                     // pod type -> intact slices
+};
+
+}  // namespace torus
