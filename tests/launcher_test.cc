@@ -2,6 +2,7 @@
 // manifests come up and go down leaving nothing behind, every host gets exactly the §5
 // environment, a bad manifest starts nothing, a killed host restarts its whole replica, and
 // `--netns` puts each host in its own network namespace.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -361,6 +362,30 @@ TEST_F(LauncherTest, WithoutAtomicRestartOnlyTheKilledHostRestarts) {
       << "host 0 must keep running";
   all_ids.insert(NodeOf(after, "tpu7x-0", "1").value("node_id", ""));
   DownAndExpectClean(all_ids);
+}
+
+// `down` needs nothing but the session directory: the supervisor and a node are SIGKILLed first
+// (the node leaves its arena in /dev/shm, its workers and the other nodes run on), with --netns
+// when possible so namespaces must go too.
+TEST_F(LauncherTest, DownCleansUpAfterSupervisorCrash) {
+  std::string why;
+  std::vector<std::string> extra;
+  if (NetnsAvailable(&why)) extra.push_back("--netns");
+  ASSERT_NO_FATAL_FAILURE(Up("v7x-2x2x2.yaml", extra));
+  auto nodes = AliveNodes();
+  ASSERT_EQ(nodes.size(), 4u);
+  pid_t sup = static_cast<pid_t>(std::atol(ReadFileOr(session_ + "/pids/supervisor.pid", "0").c_str()));
+  ASSERT_TRUE(ProcessRunning(sup));
+  ASSERT_EQ(kill(sup, SIGKILL), 0);
+  ASSERT_TRUE(WaitUntil([&] { return !ProcessRunning(sup); }));
+  auto n1 = NodeOf(nodes, "tpu7x-0", "1");
+  pid_t host1 = HostPid("tpu7x-0-1");
+  ASSERT_EQ(kill(host1, SIGKILL), 0);
+  ASSERT_TRUE(WaitUntil([&] { return !ProcessRunning(host1); }));
+  EXPECT_FALSE(ShmSegments("torus." + n1.value("node_id", "").substr(0, 12) + ".").empty())
+      << "a SIGKILLed node leaves its arena";
+  EXPECT_FALSE(ProcessesWithEnv("TORUS_UP_SESSION=" + session_).empty()) << "the other hosts run on";
+  DownAndExpectClean(NodeIds(nodes));
 }
 
 TEST_F(LauncherTest, NetnsHostsHaveTheirOwnNetwork) {
