@@ -344,7 +344,11 @@ struct SupHost {
   std::string name;
   std::string replica_key;  // "G-r"
   pid_t pid = 0;
+  Clock::time_point started_at{};
   Clock::time_point restart_at{};  // pending restart when != {}
+  // Delay before a restart: 300 ms, doubled (to at most 10 s) each time the host exits within
+  // 5 s of its start, so a host that cannot start does not spin.
+  std::chrono::milliseconds backoff{300};
 };
 
 struct Supervisor {
@@ -390,6 +394,7 @@ struct Supervisor {
     auto pid = torus::Spawn(o);
     if (!pid.ok()) return pid.status();
     h.pid = *pid;
+    h.started_at = Clock::now();
     h.restart_at = {};
     return WriteFile(session + "/pids/node-" + h.name + ".pid", std::to_string(h.pid));
   }
@@ -398,12 +403,14 @@ struct Supervisor {
     SupHost& h = hosts[i];
     Log("host " + h.name + " (pid " + std::to_string(h.pid) + ") " + DescribeWaitStatus(status));
     h.pid = 0;
+    const bool quick = Clock::now() - h.started_at < std::chrono::seconds(5);
+    h.backoff = quick ? std::min(h.backoff * 2, std::chrono::milliseconds(10000)) : std::chrono::milliseconds(300);
     std::error_code ec;
     fs::remove(session + "/pids/node-" + h.name + ".pid", ec);
     if (policy == "none") return;
     int replica_hosts = h.spec.value("replica_hosts", 1);
     if (policy == "single" || replica_hosts <= 1 || h.spec.value("is_head", false)) {
-      h.restart_at = Clock::now() + std::chrono::milliseconds(300);
+      h.restart_at = Clock::now() + h.backoff;
       return;
     }
     if (stopping.count(h.replica_key)) return;  // already restarting this replica
@@ -426,9 +433,13 @@ struct Supervisor {
         if (now > it->second) kill(o.pid, SIGKILL);
       }
       if (!any) {
-        Log("restarting replica " + it->first);
+        auto delay = std::chrono::milliseconds(300);
         for (auto& o : hosts) {
-          if (o.replica_key == it->first) o.restart_at = now + std::chrono::milliseconds(300);
+          if (o.replica_key == it->first) delay = std::max(delay, o.backoff);
+        }
+        Log("restarting replica " + it->first + " in " + std::to_string(delay.count()) + " ms");
+        for (auto& o : hosts) {
+          if (o.replica_key == it->first) o.restart_at = now + delay;
         }
         it = stopping.erase(it);
       } else {
