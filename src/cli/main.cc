@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/up.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/resources.h"
@@ -654,6 +655,8 @@ void Usage() {
   std::cout << "usage: torus <command> [options]\n"
                "  start --head [--port N] [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
                "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
+               "  up FILE.yaml [--wait] [--netns] [--no-atomic-restart]   (docs/launcher.md)\n"
+               "  down\n"
                "  stop\n"
                "  status [--address A]\n"
                "  list nodes|actors|tasks|objects|workers|placement-groups|slices [--format table|json] [--address A]\n";
@@ -684,6 +687,7 @@ int main(int argc, char** argv) {
     if (cmd == "stop") return Stop(a);
     if (cmd == "status") return Status_(a);
     if (cmd == "list") return List(a);
+    if (cmd == "up" || cmd == "down" || cmd == "supervise") return RunLauncherCommand(cmd, argc, argv);
     if (cmd == "--help" || cmd == "help" || cmd == "-h") {
       Usage();
       return 0;

@@ -184,6 +184,7 @@ void Init(RayConfig& config) {
   opts.job_id = RandomHex(4);
   opts.ray_namespace = config.ray_namespace.empty() ? RandomHex(8) : config.ray_namespace;
   opts.code_search_path = config.code_search_path;
+  if (const char* b = std::getenv("TORUS_BIND_HOST"); b && *b) opts.bind_host = b;
   auto cw = core::CoreWorker::Create(opts);
   if (!cw.ok()) {
     StopEmbedded();
@@ -325,6 +326,7 @@ PlacementGroup GetPlacementGroup(const std::string& name) {
   opts.head_address = env("TORUS_HEAD_ADDRESS");
   opts.token = env("TORUS_TOKEN");
   opts.code_search_path = paths;
+  if (!env("TORUS_BIND_HOST").empty()) opts.bind_host = env("TORUS_BIND_HOST");
   opts.on_ready = [](core::CoreWorker* w) { g_runtime.store(w, std::memory_order_release); };
   auto cw = core::CoreWorker::Create(opts);
   if (!cw.ok()) {

@@ -279,6 +279,7 @@ Status Node::StartWorker(const std::string& key, const std::string& exe,
   }
   opts.env_set["TORUS_WORKER_MODE"] = "1";
   opts.env_set["TORUS_NODE_ADDRESS"] = address_;
+  opts.env_set["TORUS_BIND_HOST"] = cfg_.bind_host;  // workers listen where their node does
   opts.env_set["TORUS_NODE_ID"] = cfg_.node_id;
   opts.env_set["TORUS_WORKER_ID"] = w->id;
   opts.env_set["TORUS_TOKEN"] = cfg_.token;

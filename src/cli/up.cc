@@ -1,0 +1,906 @@
+// The cluster launcher's process orchestration (docs/launcher.md): `torus up`, `torus down` and
+// the supervisor. The manifest model, validation and environment live in launcher/manifest.h.
+//
+// State of a launched cluster lives in its session directory, so that `down` works after any
+// crash (of `up`, of the supervisor, of nodes):
+//   launcher/state.json   the plan: hosts, their env, addresses, network namespaces, bridge
+//   launcher/hosts        the host table ("<ip> <fqdn> <name>"), also /etc/netns/<ns>/hosts
+//   launcher/down         written by `down` once everything is gone
+//   pids/head.pid, pids/supervisor.pid, pids/node-<host>.pid
+// Every process started for the cluster (head, supervisor, nodes, and through the nodes the
+// workers) carries TORUS_UP_SESSION=<session dir> in its environment; `down` finds them by it.
+//
+// THREADS: all three commands are single-threaded, apart from gRPC's own threads in `up` (head
+// queries). The supervisor never uses gRPC: it blocks SIGCHLD/SIGTERM/SIGINT and handles them
+// with sigtimedwait() in its one loop.
+#include "cli/up.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/process.h"
+#include "common/rpc.h"
+#include "common/session.h"
+#include "common/shm.h"
+#include "launcher/manifest.h"
+#include "proto/torus.grpc.pb.h"
+
+extern char** environ;
+
+namespace torus {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kMarkerVar = "TORUS_UP_SESSION";
+
+// ------------------------------------------------------------------------------- small helpers
+
+struct Flags {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+  bool Has(const std::string& k) const { return flags.count(k) > 0; }
+  std::string Get(const std::string& k, const std::string& def = "") const {
+    auto it = flags.find(k);
+    return it == flags.end() ? def : it->second;
+  }
+};
+
+Flags ParseFlags(int argc, char** argv) {
+  static const std::set<std::string> kBool = {"wait", "netns", "no-atomic-restart", "help"};
+  Flags f;
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      std::string k = s.substr(2), v = "1";
+      auto eq = k.find('=');
+      if (eq != std::string::npos) {
+        v = k.substr(eq + 1);
+        k = k.substr(0, eq);
+      } else if (!kBool.count(k) && i + 1 < argc) {
+        v = argv[++i];
+      }
+      f.flags[k] = v;
+    } else {
+      f.positional.push_back(s);
+    }
+  }
+  return f;
+}
+
+[[noreturn]] void Die(const std::string& msg) {
+  std::cerr << "torus: " << msg << std::endl;
+  exit(1);
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+bool Alive(pid_t pid) {
+  if (pid <= 0 || kill(pid, 0) != 0) return false;
+  auto st = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!st.ok()) return false;
+  auto close = st->rfind(')');
+  return close == std::string::npos || close + 2 >= st->size() || (*st)[close + 2] != 'Z';
+}
+
+// The NUL-separated initial environment of a process contains `entry` ("K=V").
+bool HasEnvEntry(pid_t pid, const std::string& entry) {
+  auto env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+  if (!env.ok()) return false;
+  size_t start = 0;
+  while (start < env->size()) {
+    size_t end = env->find('\0', start);
+    if (end == std::string::npos) end = env->size();
+    if (env->compare(start, end - start, entry) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::string Marker(const std::string& session) { return std::string(kMarkerVar) + "=" + session; }
+
+// Live processes (not this one) started for the cluster of `session`.
+std::vector<pid_t> SessionProcesses(const std::string& session) {
+  std::vector<pid_t> out;
+  const std::string entry = Marker(session);
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end != 0 || pid <= 0 || pid == getpid()) continue;
+    if (HasEnvEntry(static_cast<pid_t>(pid), entry) && Alive(static_cast<pid_t>(pid))) {
+      out.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+pid_t ReadPid(const std::string& path) {
+  auto r = ReadFile(path);
+  if (!r.ok()) return 0;
+  try {
+    return static_cast<pid_t>(std::stol(*r));
+  } catch (...) {
+    return 0;
+  }
+}
+
+std::string IpBinary() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (access(p, X_OK) == 0) return p;
+  }
+  return "";
+}
+
+// Runs a command to completion; its output goes to `log` (appended). Error names the command
+// and quotes the output.
+Status RunCommand(const std::vector<std::string>& argv, const std::string& log) {
+  std::string out = log + ".last";
+  SpawnOptions o;
+  o.argv = argv;
+  o.stdout_path = out;
+  o.stderr_path = out;
+  fs::remove(out);
+  auto pid = Spawn(o);
+  if (!pid.ok()) return pid.status();
+  int status = 0;
+  while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string text = ReadFile(out).ok() ? *ReadFile(out) : "";
+  std::string cmd;
+  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+  {
+    std::ofstream l(log, std::ios::app);
+    l << "$ " << cmd << "\n" << text;
+  }
+  fs::remove(out);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  return Internal("`" + cmd + "` " + DescribeWaitStatus(status) + ": " + Trim(text));
+}
+
+// SIGTERM, then SIGKILL after `grace`. Returns how many were alive at the start.
+int TerminateAll(const std::vector<pid_t>& pids, std::chrono::milliseconds grace) {
+  int n = 0;
+  for (pid_t p : pids) n += kill(p, SIGTERM) == 0;
+  auto deadline = Clock::now() + grace;
+  for (pid_t p : pids) {
+    while (Alive(p) && Clock::now() < deadline) {
+      waitpid(p, nullptr, WNOHANG);  // reaps our own children
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (Alive(p)) kill(p, SIGKILL);
+  }
+  for (pid_t p : pids) {
+    for (int i = 0; i < 100 && Alive(p); ++i) {
+      waitpid(p, nullptr, WNOHANG);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return n;
+}
+
+// ------------------------------------------------------------------------------- state
+
+std::string StatePath(const std::string& session) { return session + "/launcher/state.json"; }
+
+StatusOr<json> ReadState(const std::string& session) {
+  auto r = ReadFile(StatePath(session));
+  if (!r.ok()) return r.status();
+  json j = json::parse(*r, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Internal(StatePath(session) + " is not valid JSON");
+  return j;
+}
+
+Status WriteState(const std::string& session, const json& state) {
+  return WriteFile(StatePath(session), state.dump(2));
+}
+
+std::string LabelsFlag(const json& labels) {
+  std::string s;
+  for (auto& [k, v] : labels.items()) s += (s.empty() ? "" : ",") + k + "=" + v.get<std::string>();
+  return s;
+}
+
+std::string HostsTable(const json& state) {
+  std::string t = "127.0.0.1 localhost\n::1 localhost\n";
+  for (const auto& h : state["hosts"]) {
+    t += h["ip"].get<std::string>() + " " + h["fqdn"].get<std::string>() + " " + h["name"].get<std::string>() + "\n";
+  }
+  return t;
+}
+
+// ------------------------------------------------------------------------------- network namespaces
+
+// Creates the bridge, one namespace per non-head host with a veth pair into the bridge, and the
+// per-namespace hosts files. Everything it creates is named in `state` (written before creation),
+// so `down` can remove a half-built setup.
+Status SetUpNetns(const std::string& session, json& state) {
+  const std::string ip = IpBinary();
+  if (ip.empty()) return FailedPrecondition("--netns needs the `ip` command (iproute2)");
+  const std::string log = session + "/logs/netns.log";
+  const std::string id = state["netns_id"];
+  const std::string bridge = state["bridge"];
+  std::vector<std::string> nss;
+  for (const auto& h : state["hosts"]) {
+    if (!h["netns"].get<std::string>().empty()) nss.push_back(h["netns"]);
+  }
+  if (auto s = RunCommand({ip, "link", "add", bridge, "type", "bridge"}, log); !s.ok()) return s;
+  std::string subnet = state["subnet"];
+  if (auto s = RunCommand({ip, "addr", "add", subnet + ".1/24", "dev", bridge}, log); !s.ok()) return s;
+  if (auto s = RunCommand({ip, "link", "set", bridge, "up"}, log); !s.ok()) return s;
+  for (const auto& ns : nss) {
+    if (auto s = RunCommand({ip, "netns", "add", ns}, log); !s.ok()) return s;
+  }
+  // Veth pairs: "v<id>.<k>" stays in the bridge, "p<id>.<k>" moves into the namespace as eth0.
+  std::string batch;
+  for (size_t k = 0; k < nss.size(); ++k) {
+    std::string v = "v" + id + "." + std::to_string(k), p = "p" + id + "." + std::to_string(k);
+    batch += "link add " + v + " type veth peer name " + p + "\n";
+    batch += "link set " + p + " netns " + nss[k] + "\n";
+    batch += "link set " + v + " master " + bridge + " up\n";
+  }
+  std::string batch_file = session + "/launcher/netns.batch";
+  if (auto s = WriteFile(batch_file, batch); !s.ok()) return s;
+  if (auto s = RunCommand({ip, "-batch", batch_file}, log); !s.ok()) return s;
+  const std::string table = HostsTable(state);
+  size_t k = 0;
+  for (const auto& h : state["hosts"]) {
+    std::string ns = h["netns"];
+    if (ns.empty()) continue;
+    std::string p = "p" + id + "." + std::to_string(k++);
+    std::string inner = "link set lo up\nlink set " + p + " name eth0\naddr add " + h["ip"].get<std::string>() +
+                        "/24 dev eth0\nlink set eth0 up\nroute add default via " + subnet + ".1\n";
+    std::string f = session + "/launcher/netns-" + h["name"].get<std::string>() + ".batch";
+    if (auto s = WriteFile(f, inner); !s.ok()) return s;
+    if (auto s = RunCommand({ip, "-n", ns, "-batch", f}, log); !s.ok()) return s;
+    std::error_code ec;
+    fs::create_directories("/etc/netns/" + ns, ec);
+    if (ec) return Internal("cannot create /etc/netns/" + ns + ": " + ec.message());
+    if (auto s = WriteFile("/etc/netns/" + ns + "/hosts", table); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+// Removes what SetUpNetns created; missing pieces are fine. Returns the namespaces removed.
+int TearDownNetns(const std::string& session, const json& state) {
+  if (!state.value("netns", false)) return 0;
+  const std::string ip = IpBinary();
+  if (ip.empty()) return 0;
+  const std::string log = session + "/logs/netns.log";
+  int removed = 0;
+  std::set<std::string> existing;
+  {
+    DIR* d = opendir("/run/netns");
+    while (d && true) {
+      dirent* e = readdir(d);
+      if (!e) break;
+      existing.insert(e->d_name);
+    }
+    if (d) closedir(d);
+  }
+  for (const auto& h : state["hosts"]) {
+    std::string ns = h.value("netns", "");
+    if (ns.empty()) continue;
+    if (existing.count(ns) && RunCommand({ip, "netns", "del", ns}, log).ok()) ++removed;
+    std::error_code ec;
+    fs::remove_all("/etc/netns/" + ns, ec);
+  }
+  std::string bridge = state.value("bridge", "");
+  if (!bridge.empty() && fs::exists("/sys/class/net/" + bridge)) {
+    (void)RunCommand({ip, "link", "del", bridge}, log);
+  }
+  return removed;
+}
+
+// A 10.x.y.0/24 that no local interface uses.
+std::string PickSubnet() {
+  std::string addrs;
+  {
+    std::ifstream f("/proc/net/fib_trie");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    addrs = ss.str();
+  }
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    std::string hex = RandomHex(2);
+    int a = 100 + static_cast<int>(std::stoul(hex.substr(0, 2), nullptr, 16)) % 100;
+    int b = static_cast<int>(std::stoul(hex.substr(2, 2), nullptr, 16));
+    std::string subnet = "10." + std::to_string(a) + "." + std::to_string(b);
+    if (addrs.find(" " + subnet + ".") == std::string::npos) return subnet;
+  }
+  return "10.199.254";
+}
+
+// ------------------------------------------------------------------------------- supervisor
+
+struct SupHost {
+  json spec;
+  std::string name;
+  std::string replica_key;  // "G-r"
+  pid_t pid = 0;
+  Clock::time_point started_at{};
+  Clock::time_point restart_at{};  // pending restart when != {}
+  // Delay before a restart: 300 ms, doubled (to at most 10 s) each time the host exits within
+  // 5 s of its start, so a host that cannot start does not spin.
+  std::chrono::milliseconds backoff{300};
+};
+
+struct Supervisor {
+  std::string session, self, head_address, policy, ip;
+  pid_t head_pid = 0;
+  std::vector<SupHost> hosts;
+  std::map<std::string, Clock::time_point> stopping;  // replica -> SIGKILL deadline
+
+  void Log(const std::string& msg) {
+    auto t = std::time(nullptr);
+    char buf[32];
+    strftime(buf, sizeof buf, "%H:%M:%S", localtime(&t));
+    std::cerr << buf << " supervisor: " << msg << std::endl;
+  }
+
+  Status Spawn(SupHost& h) {
+    const json& s = h.spec;
+    std::vector<std::string> argv;
+    std::string ns = s.value("netns", "");
+    if (!ns.empty()) argv = {ip, "netns", "exec", ns};
+    std::vector<std::string> node = {self, "node", "--address", head_address, "--session-dir", session,
+                                     "--bind", s["ip"].get<std::string>(), "--resources", s["resources"].dump()};
+    argv.insert(argv.end(), node.begin(), node.end());
+    if (!s["labels"].empty()) {
+      argv.push_back("--labels");
+      argv.push_back(LabelsFlag(s["labels"]));
+    }
+    SpawnOptions o;
+    o.argv = argv;
+    // A fresh pod: no TPU identity inherited from whoever ran `torus up`.
+    for (char** e = environ; *e; ++e) {
+      std::string kv = *e;
+      std::string k = kv.substr(0, kv.find('='));
+      if (k.rfind("TPU_", 0) == 0 || k.rfind("MEGASCALE_", 0) == 0 || k.rfind("TORUS_TPU_", 0) == 0 ||
+          k == "TORUS_ADDRESS" || k == "RAY_ADDRESS") {
+        o.env_unset.push_back(k);
+      }
+    }
+    for (auto& [k, v] : s["env"].items()) o.env_set[k] = v.get<std::string>();
+    o.env_set[kMarkerVar] = session;
+    o.stdout_path = session + "/logs/node-" + h.name + ".out";
+    o.stderr_path = session + "/logs/node-" + h.name + ".err";
+    auto pid = torus::Spawn(o);
+    if (!pid.ok()) return pid.status();
+    h.pid = *pid;
+    h.started_at = Clock::now();
+    h.restart_at = {};
+    return WriteFile(session + "/pids/node-" + h.name + ".pid", std::to_string(h.pid));
+  }
+
+  void OnExit(size_t i, int status) {
+    SupHost& h = hosts[i];
+    Log("host " + h.name + " (pid " + std::to_string(h.pid) + ") " + DescribeWaitStatus(status));
+    h.pid = 0;
+    const bool quick = Clock::now() - h.started_at < std::chrono::seconds(5);
+    h.backoff = quick ? std::min(h.backoff * 2, std::chrono::milliseconds(10000)) : std::chrono::milliseconds(300);
+    std::error_code ec;
+    fs::remove(session + "/pids/node-" + h.name + ".pid", ec);
+    if (policy == "none") return;
+    int replica_hosts = h.spec.value("replica_hosts", 1);
+    if (policy == "single" || replica_hosts <= 1 || h.spec.value("is_head", false)) {
+      h.restart_at = Clock::now() + h.backoff;
+      return;
+    }
+    if (stopping.count(h.replica_key)) return;  // already restarting this replica
+    Log("replica " + h.replica_key + " lost a host: stopping its other hosts, then restarting all " +
+        std::to_string(replica_hosts));
+    stopping[h.replica_key] = Clock::now() + std::chrono::seconds(5);
+    for (auto& o : hosts) {
+      if (o.replica_key == h.replica_key && o.pid > 0) kill(o.pid, SIGTERM);
+    }
+  }
+
+  // Restarts replicas whose hosts are all down; SIGKILLs hosts that ignore SIGTERM.
+  void Tick() {
+    auto now = Clock::now();
+    for (auto it = stopping.begin(); it != stopping.end();) {
+      bool any = false;
+      for (auto& o : hosts) {
+        if (o.replica_key != it->first || o.pid <= 0) continue;
+        any = true;
+        if (now > it->second) kill(o.pid, SIGKILL);
+      }
+      if (!any) {
+        auto delay = std::chrono::milliseconds(300);
+        for (auto& o : hosts) {
+          if (o.replica_key == it->first) delay = std::max(delay, o.backoff);
+        }
+        Log("restarting replica " + it->first + " in " + std::to_string(delay.count()) + " ms");
+        for (auto& o : hosts) {
+          if (o.replica_key == it->first) o.restart_at = now + delay;
+        }
+        it = stopping.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& h : hosts) {
+      if (h.pid == 0 && h.restart_at != Clock::time_point{} && now >= h.restart_at) {
+        if (auto s = Spawn(h); !s.ok()) {
+          Log("cannot restart " + h.name + ": " + s.ToString());
+          h.restart_at = now + std::chrono::seconds(1);
+        } else {
+          Log("restarted " + h.name + " as pid " + std::to_string(h.pid));
+        }
+      }
+    }
+  }
+
+  void StopAll() {
+    std::vector<pid_t> pids;
+    for (auto& h : hosts) {
+      if (h.pid > 0) pids.push_back(h.pid);
+    }
+    TerminateAll(pids, std::chrono::seconds(5));
+    for (auto& h : hosts) {
+      std::error_code ec;
+      fs::remove(session + "/pids/node-" + h.name + ".pid", ec);
+    }
+  }
+};
+
+int RunSupervise(const Flags& f) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  Supervisor sup;
+  sup.session = f.Get("session-dir");
+  auto state = ReadState(sup.session);
+  if (!state.ok()) Die("supervise: " + state.status().message());
+  sup.self = SelfExecutable();
+  sup.ip = IpBinary();
+  sup.head_address = (*state)["head_address"];
+  sup.policy = (*state).value("restart", "atomic");
+  sup.head_pid = ReadPid(sup.session + "/pids/head.pid");
+  for (const auto& h : (*state)["hosts"]) {
+    SupHost sh;
+    sh.spec = h;
+    sh.name = h["name"];
+    sh.replica_key = h["group"].get<std::string>() + "-" + std::to_string(h["replica"].get<int>());
+    if (h.value("is_head", false)) sh.replica_key = "<head>";
+    sup.hosts.push_back(std::move(sh));
+  }
+  for (auto& h : sup.hosts) {
+    if (auto s = sup.Spawn(h); !s.ok()) {
+      sup.Log("cannot start " + h.name + ": " + s.ToString());
+      sup.StopAll();
+      return 1;
+    }
+  }
+  sup.Log("started " + std::to_string(sup.hosts.size()) + " node processes; restart policy " + sup.policy);
+  timespec tick{0, 100 * 1000 * 1000};
+  while (true) {
+    int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      sup.Log("stopping");
+      sup.StopAll();
+      return 0;
+    }
+    int status = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+      for (size_t i = 0; i < sup.hosts.size(); ++i) {
+        if (sup.hosts[i].pid == pid) sup.OnExit(i, status);
+      }
+    }
+    if (sup.head_pid > 0 && !Alive(sup.head_pid)) {
+      sup.Log("the head (pid " + std::to_string(sup.head_pid) + ") is gone; stopping every host");
+      sup.StopAll();
+      return 1;
+    }
+    // A stop request (`torus down`/`torus stop`) may already be pending: never restart then.
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT)) continue;
+    sup.Tick();
+  }
+}
+
+// ------------------------------------------------------------------------------- down
+
+// Sessions under the root that `torus up` started.
+std::vector<std::string> UpSessions() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
+    if (s.is_symlink() || !s.is_directory() || s.path().filename().string().rfind("session_", 0) != 0) continue;
+    if (fs::exists(s.path() / "launcher" / "state.json")) out.push_back(s.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Shared-memory prefixes of every node the session ever ran: from the node logs
+// ("node <id> listening on ...") and from the mappings of live processes.
+std::set<std::string> ShmPrefixes(const std::string& session, const std::vector<pid_t>& pids) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(session + "/logs", ec)) {
+    std::string n = f.path().filename().string();
+    if (n.rfind("node-", 0) != 0 || f.path().extension() != ".err") continue;
+    std::ifstream in(f.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      auto p = line.find("] node ");
+      if (p == std::string::npos) continue;
+      std::string id = line.substr(p + 7, line.find(' ', p + 7) - (p + 7));
+      if (id.size() >= 12 && line.find(" listening on ", p) != std::string::npos) {
+        out.insert("torus." + id.substr(0, 12) + ".");
+      }
+    }
+  }
+  for (pid_t pid : pids) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+    std::string line;
+    while (std::getline(in, line)) {
+      auto p = line.find("/dev/shm/torus.");
+      if (p == std::string::npos) continue;
+      std::string name = line.substr(p + 9);
+      auto dot = name.find('.', 6);
+      if (dot != std::string::npos) out.insert(name.substr(0, dot + 1));
+    }
+  }
+  return out;
+}
+
+struct DownReport {
+  int processes = 0, segments = 0, namespaces = 0;
+};
+
+DownReport DownSession(const std::string& session) {
+  DownReport r;
+  auto state = ReadState(session);
+  const std::string marker = Marker(session);
+  pid_t sup = ReadPid(session + "/pids/supervisor.pid");
+  if (sup > 0 && Alive(sup) && HasEnvEntry(sup, marker)) {
+    r.processes += TerminateAll({sup}, std::chrono::seconds(8));
+  }
+  auto pids = SessionProcesses(session);
+  auto prefixes = ShmPrefixes(session, pids);
+  r.processes += TerminateAll(pids, std::chrono::seconds(5));
+  // Anything started while we were stopping (a worker spawned by a node that was stopping).
+  auto late = SessionProcesses(session);
+  r.processes += TerminateAll(late, std::chrono::seconds(2));
+  for (const auto& p : ShmPrefixes(session, {})) prefixes.insert(p);
+  for (const auto& p : prefixes) r.segments += UnlinkSegmentsWithPrefix(p);
+  if (state.ok()) r.namespaces = TearDownNetns(session, *state);
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(session + "/pids", ec)) fs::remove(f.path(), ec);
+  (void)WriteFile(session + "/launcher/down", "");
+  return r;
+}
+
+int RunDown(const Flags& f) {
+  std::vector<std::string> sessions;
+  if (f.Has("session-dir")) {
+    sessions.push_back(f.Get("session-dir"));
+    if (!fs::exists(StatePath(sessions[0]))) Die(sessions[0] + " is not a session started by torus up");
+  } else {
+    for (const auto& s : UpSessions()) {
+      // Cleaned sessions are skipped unless something of theirs is somehow alive again.
+      if (fs::exists(s + "/launcher/down") && SessionProcesses(s).empty()) continue;
+      sessions.push_back(s);
+    }
+  }
+  if (sessions.empty()) {
+    std::cout << "No cluster started by torus up is running (under " << SessionRoot() << ")." << std::endl;
+    return 0;
+  }
+  for (const auto& s : sessions) {
+    auto state = ReadState(s);
+    std::string name = state.ok() ? state->value("cluster", "?") : "?";
+    DownReport r = DownSession(s);
+    std::cout << "Stopped cluster " << name << " (" << s << "): " << r.processes << " process(es), "
+              << r.segments << " shared-memory segment(s), " << r.namespaces << " network namespace(s) removed."
+              << std::endl;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------------- up
+
+std::string LatestUpSession() {
+  std::string s = LatestSession();
+  if (!s.empty() && fs::exists(StatePath(s))) return s;
+  auto all = UpSessions();
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!fs::exists(*it + "/launcher/down")) return *it;
+  }
+  return "";
+}
+
+int KillHost(const Flags& f) {
+  std::string session = f.Has("session-dir") ? f.Get("session-dir") : LatestUpSession();
+  if (session.empty()) Die("no cluster started by torus up");
+  std::string name = f.Get("kill-host");
+  // `--kill-host G r j` as well as `--kill-host G-r-j`.
+  if (f.positional.size() == 2) name += "-" + f.positional[0] + "-" + f.positional[1];
+  pid_t pid = ReadPid(session + "/pids/node-" + name + ".pid");
+  if (pid <= 0 || !Alive(pid) || !HasEnvEntry(pid, Marker(session))) {
+    Die("host '" + name + "' has no running node process in " + session);
+  }
+  int sig = f.Get("signal", "KILL") == "TERM" ? SIGTERM : SIGKILL;
+  if (kill(pid, sig) != 0) Die("cannot signal pid " + std::to_string(pid) + ": " + strerror(errno));
+  std::cout << "Sent SIG" << (sig == SIGKILL ? "KILL" : "TERM") << " to host " << name << " (pid " << pid << ")"
+            << std::endl;
+  return 0;
+}
+
+void Usage() {
+  std::cout << "usage: torus up FILE.yaml [--wait] [--timeout S] [--port N] [--netns] [--no-atomic-restart]\n"
+               "       torus up --kill-host G-r-j [--signal KILL|TERM] [--session-dir D]\n"
+               "       torus down [--session-dir D]\n";
+}
+
+// Polls the head until `want` hosts of the plan are registered (or the deadline), printing one
+// line per host as it registers. Returns how many are registered.
+size_t WatchRegistration(const std::string& session, const json& state, const std::string& address,
+                         const std::string& token, Clock::time_point deadline, bool print) {
+  auto stub = rpc::Head::NewStub(GetChannel(address));
+  std::set<std::string> seen;
+  const size_t want = state["hosts"].size();
+  while (true) {
+    rpc::ListReply reply;
+    auto ctx = NewContext(token, 2000);
+    if (stub->List(ctx.get(), rpc::Empty(), &reply).ok()) {
+      std::map<int64_t, const rpc::NodeRecord*> by_pid;
+      for (const auto& n : reply.nodes()) {
+        if (n.alive()) by_pid[n.pid()] = &n;
+      }
+      for (const auto& h : state["hosts"]) {
+        std::string name = h["name"];
+        if (seen.count(name)) continue;
+        pid_t pid = ReadPid(session + "/pids/node-" + name + ".pid");
+        auto it = by_pid.find(pid);
+        if (pid <= 0 || it == by_pid.end()) continue;
+        seen.insert(name);
+        if (print) {
+          std::cout << "  [" << seen.size() << "/" << want << "] " << name << " registered: node "
+                    << it->second->node_id().substr(0, 12) << " at " << it->second->address() << std::endl;
+        }
+      }
+    }
+    if (seen.size() >= want || Clock::now() >= deadline) return seen.size();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+int RunUp(const Flags& f) {
+  if (f.Has("help")) {
+    Usage();
+    return 0;
+  }
+  if (f.Has("kill-host")) return KillHost(f);
+  if (f.positional.size() != 1) {
+    Usage();
+    return 2;
+  }
+  const auto t0 = Clock::now();
+  const std::string file = f.positional[0];
+  auto text = ReadFile(file);
+  if (!text.ok()) Die(text.status().message());
+  auto spec = launcher::ParseRayCluster(*text);
+  if (!spec.ok()) Die(file + ": " + spec.status().message());
+  const bool netns = f.Has("netns");
+  if (netns) {
+    if (geteuid() != 0) Die("--netns needs root (CAP_NET_ADMIN) to create network namespaces");
+    if (IpBinary().empty()) Die("--netns needs the `ip` command (iproute2: apt-get install iproute2)");
+  }
+  std::string restart = f.Has("no-atomic-restart") ? "single" : f.Get("restart", "atomic");
+  if (restart != "atomic" && restart != "single" && restart != "none") {
+    Die("--restart must be atomic, single or none, got '" + restart + "'");
+  }
+  int port = 0;
+  try {
+    port = std::stoi(f.Get("port", "0"));
+  } catch (...) {
+    Die("--port must be a number");
+  }
+  double timeout_s = 120;
+  try {
+    timeout_s = std::stod(f.Get("timeout", "120"));
+  } catch (...) {
+    Die("--timeout must be a number of seconds");
+  }
+  if (!spec->ignored_fields.empty()) {
+    std::string list;
+    for (const auto& p : spec->ignored_fields) list += (list.empty() ? "" : ", ") + p;
+    std::cout << "Ignoring fields Torus does not use: " << list << std::endl;
+  }
+  auto plan = launcher::PlanHosts(*spec);
+
+  auto session_or = CreateSession(true);
+  if (!session_or.ok()) Die(session_or.status().message());
+  const std::string session = *session_or;
+  fs::create_directories(session + "/launcher");
+  fs::create_directories(session + "/pids");
+
+  // ---- the plan, written before anything starts
+  json state;
+  state["cluster"] = spec->name;
+  state["manifest"] = fs::absolute(file).string();
+  state["session"] = session;
+  state["netns"] = netns;
+  state["restart"] = restart;
+  std::string head_ip = "127.0.0.1";
+  if (netns) {
+    std::string id = RandomHex(3);
+    state["netns_id"] = id;
+    state["bridge"] = "tb" + id;
+    state["subnet"] = PickSubnet();
+    head_ip = state["subnet"].get<std::string>() + ".1";
+    if (plan.size() > 250) Die("--netns supports at most 250 hosts in one /24, the plan has " + std::to_string(plan.size()));
+  }
+  state["head_ip"] = head_ip;
+  json hosts = json::array();
+  size_t k = 0;
+  for (const auto& h : plan) {
+    json j;
+    j["name"] = h.name;
+    j["fqdn"] = h.fqdn;
+    j["group"] = h.group;
+    j["replica"] = h.replica;
+    j["host"] = h.host;
+    j["replica_hosts"] = h.replica_hosts;
+    j["is_head"] = h.is_head;
+    j["tpu"] = h.tpu;
+    j["env"] = h.env;
+    j["resources"] = json::object();
+    for (const auto& [rk, rv] : h.resources) j["resources"][rk] = rv;
+    j["labels"] = h.labels;
+    if (h.is_head) {
+      j["ip"] = head_ip;
+      j["netns"] = "";
+    } else if (netns) {
+      j["ip"] = state["subnet"].get<std::string>() + "." + std::to_string(k + 2);
+      j["netns"] = "torus-" + state["netns_id"].get<std::string>() + "-" + std::to_string(k);
+      ++k;
+    } else {
+      // Each simulated host listens on its own loopback address (127.77.0.0/16).
+      j["ip"] = "127.77." + std::to_string((k + 2) / 256) + "." + std::to_string((k + 2) % 256);
+      j["netns"] = "";
+      ++k;
+    }
+    hosts.push_back(j);
+  }
+  state["hosts"] = hosts;
+  if (auto s = WriteState(session, state); !s.ok()) Die(s.message());
+  (void)WriteFile(session + "/launcher/hosts", HostsTable(state));
+
+  auto fail = [&](const std::string& msg) {
+    std::cerr << "torus: " << msg << "\n  cleaning up what was started..." << std::endl;
+    DownSession(session);
+    exit(1);
+  };
+  std::cout << "Launching cluster " << spec->name << ": " << plan.size() << " node processes (session "
+            << session << ")" << std::endl;
+  if (netns) {
+    auto t = Clock::now();
+    if (auto s = SetUpNetns(session, state); !s.ok()) fail("network namespaces: " + s.message());
+    std::cout << "  " << (plan.size() - 1) << " network namespaces on bridge " << state["bridge"].get<std::string>()
+              << " (" << state["subnet"].get<std::string>() << ".0/24) in "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count() << " ms"
+              << std::endl;
+  }
+
+  // ---- head
+  const std::string self = SelfExecutable();
+  auto spawn_daemon = [&](const std::string& name, const std::vector<std::string>& argv) {
+    SpawnOptions o;
+    o.argv = argv;
+    o.stdout_path = session + "/logs/" + name + ".out";
+    o.stderr_path = session + "/logs/" + name + ".err";
+    o.new_session = true;
+    o.env_set[kMarkerVar] = session;
+    o.env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
+    auto pid = Spawn(o);
+    if (!pid.ok()) fail(pid.status().message());
+    (void)WriteFile(session + "/pids/" + name + ".pid", std::to_string(*pid));
+    return *pid;
+  };
+  pid_t head = spawn_daemon("head", {self, "head", "--port", std::to_string(port), "--session-dir", session,
+                                     "--bind", head_ip});
+  std::string address;
+  for (int i = 0; i < 1000 && address.empty(); ++i) {
+    auto r = ReadFile(session + "/head_address");
+    if (r.ok()) address = Trim(*r);
+    if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!Alive(head)) {
+      auto log = ReadFile(session + "/logs/head.err");
+      fail("the head failed to start:\n" + (log.ok() ? *log : std::string()));
+    }
+  }
+  if (address.empty()) fail("the head did not come up within 10 s; see " + session + "/logs/head.err");
+  state["head_address"] = address;
+  if (auto s = WriteState(session, state); !s.ok()) fail(s.message());
+  auto token = FindToken(session);
+  if (!token.ok()) fail(token.status().message());
+
+  // ---- supervisor, which starts and watches every node process
+  spawn_daemon("supervisor", {self, "supervise", "--session-dir", session});
+  const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  if (f.Has("wait")) {
+    size_t n = WatchRegistration(session, state, address, *token, deadline, true);
+    if (n < plan.size()) {
+      std::string missing;
+      for (const auto& h : state["hosts"]) {
+        pid_t pid = ReadPid(session + "/pids/node-" + h["name"].get<std::string>() + ".pid");
+        if (pid <= 0 || !Alive(pid)) missing += " " + h["name"].get<std::string>();
+      }
+      Die(std::to_string(n) + " of " + std::to_string(plan.size()) + " hosts registered within " +
+          f.Get("timeout", "120") + " s" + (missing.empty() ? "" : "; not running:" + missing) + "; see " +
+          session + "/logs (the cluster is left up; `torus down` stops it)");
+    }
+  } else {
+    // Wait only until the supervisor has started every node process.
+    bool all = false;
+    while (!all && Clock::now() < deadline) {
+      all = true;
+      for (const auto& h : state["hosts"]) {
+        if (ReadPid(session + "/pids/node-" + h["name"].get<std::string>() + ".pid") <= 0) all = false;
+      }
+      if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!Alive(ReadPid(session + "/pids/supervisor.pid")) && !all) {
+        fail("the supervisor exited; see " + session + "/logs/supervisor.err");
+      }
+    }
+    size_t n = WatchRegistration(session, state, address, *token, Clock::now(), true);
+    std::cout << "  " << plan.size() << " node processes started, " << n
+              << " registered so far (`torus up --wait` waits for all)" << std::endl;
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::cout << "Cluster " << spec->name << " is up" << (f.Has("wait") ? "" : " (starting)") << " after " << secs
+            << " s\n  address: " << address << "\n  session: " << session << "\n  hosts:   " << session
+            << "/launcher/hosts\n  drivers: TORUS_ADDRESS=" << address;
+  if (netns) std::cout << " TORUS_BIND_HOST=" << head_ip;
+  std::cout << "\n  stop:    torus down" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int RunLauncherCommand(const std::string& cmd, int argc, char** argv) {
+  Flags f = ParseFlags(argc, argv);
+  if (cmd == "up") return RunUp(f);
+  if (cmd == "down") return RunDown(f);
+  if (cmd == "supervise") return RunSupervise(f);
+  Usage();
+  return 2;
+}
+
+}  // namespace torus
