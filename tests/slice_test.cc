@@ -34,6 +34,18 @@ std::string SleepThenHost(int ms) {
 }
 RAY_REMOTE(SleepThenHost);
 
+// MEGASCALE_* as a process in a bundle sees them ("-" when unset).
+std::string Megascale() {
+  std::string out;
+  for (const char* k : {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT", "MEGASCALE_NUM_SLICES",
+                        "MEGASCALE_SLICE_ID"}) {
+    const char* v = std::getenv(k);
+    out += std::string(v ? v : "-") + "|";
+  }
+  return out;
+}
+RAY_REMOTE(Megascale);
+
 NodeSpec Host(const std::string& slice, int worker, const std::string& pod, const std::string& topo,
               int chips) {
   NodeSpec s;
@@ -129,6 +141,9 @@ TEST_F(ThreeV6eSlices, TwentyRequestsGetExactlyThreeSlicesAndRemovalAdmitsOne) {
 }
 
 TEST_F(ThreeV6eSlices, BusyChipMakesSliceNotReadyAndRequestsAvoidIt) {
+  // Start from three ready slices (the previous test's reservations are released by their
+  // handles' destructors), or "2 ready" below could be a leftover, not our busy chip.
+  ASSERT_TRUE(WaitUntil([&] { return tpu::GetNumReadySlices("4x4", "v6e") == 3; }));
   // Hold 1 chip on host 2 of slice 0 with a long task pinned by label selector.
   auto busy = ray::Task(SleepThenHost)
                   .SetResources({{"TPU", 1}, {"CPU", 1}})
@@ -191,6 +206,25 @@ TEST_F(ThreeV6eSlices, MultisliceIsAllOrNothing) {
   ASSERT_EQ(names.size(), 2u);
   EXPECT_NE(names[0], names[1]);
   EXPECT_EQ(two.NumBundles(), 8);
+  // Spec section 7 "Multislice": every process in a bundle gets MEGASCALE_* naming host 0 of
+  // slice 0, port 8081, the number of slices and its bundle's slice index.
+  auto pg = two.GetPlacementGroup();
+  std::string node0, coordinator;
+  for (const auto& p : cluster().ListJson("placement-groups")) {
+    if (p.value("placement_group_id", "") == pg.GetID()) node0 = p["bundles"][0].value("node_id", "");
+  }
+  for (const auto& n : cluster().ListJson("nodes")) {
+    if (!node0.empty() && n.value("node_id", "") == node0) {
+      std::string addr = n.value("address", "");
+      coordinator = addr.substr(0, addr.rfind(':'));
+    }
+  }
+  ASSERT_FALSE(coordinator.empty());
+  for (int b : {0, 5}) {
+    auto env = ray::Task(Megascale).SetPlacementGroup(pg, b).SetResource("TPU", 4).Remote();
+    EXPECT_EQ(*env.Get(kGetTimeoutMs), coordinator + "|8081|2|" + std::to_string(b / 4) + "|")
+        << "bundle " << b;
+  }
   // Only one slice is left: a second 2-slice request holds nothing while it waits.
   auto more = tpu::CreateSlicePlacementGroup(o);
   EXPECT_FALSE(more.Wait(1));

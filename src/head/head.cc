@@ -913,6 +913,36 @@ std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
   return out;
 }
 
+void Head::SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_ids) {
+  // spec/tpu.md section 7 "Multislice": every process in a bundle of a multislice reservation
+  // gets MEGASCALE_* naming host 0 of slice 0 of this grant; a single-slice one gets none.
+  static const char* kVars[] = {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT",
+                                "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID"};
+  const auto& sl = e.rec.slice();
+  int per = std::max(1, sl.bundles_per_slice());
+  std::string coordinator;
+  if (sl.num_slices() > 1 && !placed_ids.empty()) {
+    auto it = nodes_.find(placed_ids[0]);
+    std::string addr = it == nodes_.end() ? std::string() : it->second.rec.address();
+    coordinator = addr.substr(0, addr.rfind(':'));
+    if (sl.pod_type().rfind("v7x", 0) == 0) coordinator += ":8081";  // as GKE's webhook does
+  }
+  for (int i = 0; i < e.rec.bundles_size(); ++i) {
+    auto* b = e.rec.mutable_bundles(i);
+    b->clear_env();
+    b->clear_env_unset();
+    if (sl.num_slices() <= 1) {
+      for (const char* v : kVars) b->add_env_unset(v);
+      continue;
+    }
+    auto& env = *b->mutable_env();
+    env["MEGASCALE_COORDINATOR_ADDRESS"] = coordinator;
+    env["MEGASCALE_PORT"] = "8081";
+    env["MEGASCALE_NUM_SLICES"] = std::to_string(sl.num_slices());
+    env["MEGASCALE_SLICE_ID"] = std::to_string(i / per);
+  }
+}
+
 void Head::IndexNodeLocked(const NodeEntry& n) {
   if (!n.rec.alive()) {
     slice_index_.Remove(n.rec.node_id());
@@ -1108,6 +1138,7 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
     // Group the new bundles by node.
     std::map<std::string, rpc::BundlesRequest> by_node;  // node address -> request
     std::map<std::string, std::string> node_of_addr;
+    if (e.rec.has_slice() && e.rec.slice().num_slices() > 0) SetSliceEnvLocked(e, placed_ids);
     for (int i = 0; i < e.rec.bundles_size(); ++i) {
       if (!e.rec.bundles(i).node_id().empty()) continue;
       const auto& node = nodes_[placed_ids[i]];

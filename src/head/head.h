@@ -119,7 +119,9 @@ class Head final : public rpc::Head::Service {
     std::chrono::steady_clock::time_point last_heartbeat;
     uint64_t ledger_seq = 0;  // of rec.available (HeartbeatRequest.ledger_seq)
   };
-  void IndexNodeLocked(const NodeEntry& n);  // the slice index follows the node (require mu_)
+  void IndexNodeLocked(const NodeEntry& n);
+  // MEGASCALE_* environment of each bundle of a slice reservation being granted (require mu_).
+  void SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_ids);  // the slice index follows the node (require mu_)
   struct ActorEntry {
     rpc::ActorRecord rec;
     rpc::CreateActorRequest spec;

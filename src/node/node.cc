@@ -253,6 +253,22 @@ std::vector<int> Node::TakeChips(int n) {
   return out;
 }
 
+const Node::BundleState* Node::FindBundle(const std::string& pg_id, int index) const {
+  auto pit = bundles_.find(pg_id);
+  if (pit == bundles_.end()) return nullptr;
+  auto bit = pit->second.find(index);
+  return bit == pit->second.end() ? nullptr : &bit->second;
+}
+
+std::string Node::BundleEnvKey(const std::string& key, const std::string& pg_id, int index) const {
+  const BundleState* b = FindBundle(pg_id, index);
+  if (!b || (b->env.empty() && b->env_unset.empty())) return key;
+  std::string k = key + "|env=";
+  for (const auto& [n, v] : b->env) k += n + "=" + v + ";";
+  for (const auto& n : b->env_unset) k += "-" + n + ";";
+  return k;
+}
+
 std::string Node::ChipKey(const std::string& key, const std::vector<int>& chips) {
   if (chips.empty()) return key;
   std::string k = key + "|tpu=";
@@ -262,7 +278,8 @@ std::string Node::ChipKey(const std::string& key, const std::vector<int>& chips)
 
 Status Node::StartWorker(const std::string& key, const std::string& exe,
                          const std::vector<std::string>& code_path, const std::vector<int>& chips,
-                         const std::string& reserved_for, std::string* id_out) {
+                         const std::string& reserved_for, std::string* id_out,
+                         const BundleState* bundle) {
   auto w = std::make_unique<Worker>();
   w->id = RandomHex(14);
   w->runtime_key = key;
@@ -297,6 +314,14 @@ Status Node::StartWorker(const std::string& key, const std::string& exe,
                                               tpu::VisibilityOptOut(env));
     for (const auto& [k, v] : changes.set) opts.env_set[k] = v;
     for (const auto& k : changes.unset) opts.env_unset.push_back(k);
+  }
+  if (bundle) {
+    // A slice reservation's bundle: MEGASCALE_* always overwrite inherited values (section 7).
+    for (const auto& [k, v] : bundle->env) opts.env_set[k] = v;
+    for (const auto& k : bundle->env_unset) {
+      opts.env_set.erase(k);
+      opts.env_unset.push_back(k);
+    }
   }
   std::string log = cfg_.session_dir + "/logs/worker-" + w->id.substr(0, 12);
   opts.stdout_path = log + ".out";
@@ -423,6 +448,11 @@ void Node::TrySchedule() {
   std::map<std::string, int> need_workers;
   std::map<std::string, const rpc::LeaseRequest*> example;
   std::map<std::string, std::vector<int>> chips_of;
+  std::map<std::string, const BundleState*> bundle_of;
+  auto lease_key = [this](const PendingLease& p) {
+    std::string k = ChipKey(Key(p.req), p.chips);
+    return p.bundle >= 0 ? BundleEnvKey(k, p.req.placement_group_id(), p.bundle) : k;
+  };
   for (auto it = pending_.begin(); it != pending_.end();) {
     PendingLease& p = **it;
     if (p.done) {
@@ -472,12 +502,13 @@ void Node::TrySchedule() {
         continue;
       }
     }
-    std::string wkey = ChipKey(Key(p.req), p.chips);
+    std::string wkey = lease_key(p);
     Worker* w = FindIdleWorker(wkey);
     if (!w) {
       need_workers[wkey]++;
       example[wkey] = &p.req;
       chips_of[wkey] = p.chips;
+      if (p.bundle >= 0) bundle_of[wkey] = FindBundle(p.req.placement_group_id(), p.bundle);
       ++it;
       continue;
     }
@@ -504,10 +535,11 @@ void Node::TrySchedule() {
     for (int i = starting; i < n; ++i) {
       const auto* r = example[key];
       std::vector<std::string> code(r->code_search_path().begin(), r->code_search_path().end());
-      if (auto s = StartWorker(key, r->executable(), code, chips_of[key]); !s.ok()) {
+      if (auto s = StartWorker(key, r->executable(), code, chips_of[key], "", nullptr, bundle_of[key]);
+          !s.ok()) {
         TORUS_LOG(ERROR) << "cannot start worker: " << s.ToString();
         for (auto& p : pending_) {
-          if (ChipKey(Key(p->req), p->chips) == key && !p->done) {
+          if (lease_key(*p) == key && !p->done) {
             for (int c : p->chips) free_chips_.insert(c);
             p->chips.clear();
             p->done = true;
@@ -664,6 +696,7 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
     Subtract(*pool, res);
     std::vector<int> chips = TakeChips(static_cast<int>(res.count("TPU") ? res["TPU"] : 0));
     key = ChipKey(key, chips);
+    if (pg_bundle >= 0) key = BundleEnvKey(key, req->placement_group_id(), pg_bundle);
     auto give_back = [&] {
       for (int c : chips) free_chips_.insert(c);
       if (pg_bundle < 0) {
@@ -680,7 +713,8 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
       // A worker started for this actor alone: task leases never take it meanwhile.
       std::vector<std::string> code(req->code_search_path().begin(), req->code_search_path().end());
       std::string started;
-      if (auto s = StartWorker(key, req->executable(), code, chips, req->creation().actor_id(), &started);
+      if (auto s = StartWorker(key, req->executable(), code, chips, req->creation().actor_id(), &started,
+                               pg_bundle >= 0 ? FindBundle(req->placement_group_id(), pg_bundle) : nullptr);
           !s.ok()) {
         give_back();
         reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
@@ -1101,6 +1135,8 @@ grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
     st.total = FromProto(b.resources());
     st.available = st.total;
     st.committed = req->commit();
+    st.env.insert(b.env().begin(), b.env().end());
+    st.env_unset.assign(b.env_unset().begin(), b.env_unset().end());
     mine[b.index()] = st;
   }
   reply->set_ok(true);

@@ -147,10 +147,11 @@ class Node final : public rpc::Node::Service {
   // *error set, can never be served here).
   bool TakeFromBundle(PendingLease& p, std::string* error);
   Worker* FindIdleWorker(const std::string& key);
+  struct BundleState;
   Status StartWorker(const std::string& key, const std::string& exe,
                      const std::vector<std::string>& code_path,
                      const std::vector<int>& chips = {}, const std::string& reserved_for = "",
-                     std::string* id_out = nullptr);
+                     std::string* id_out = nullptr, const BundleState* bundle = nullptr);
   // Picks `n` free chips (lowest ids first); empty when n <= 0. Require mu_.
   std::vector<int> TakeChips(int n);
   // Worker key for a lease/actor holding `chips`: workers are started with their chips' env.
@@ -191,7 +192,13 @@ class Node final : public rpc::Node::Service {
     ResourceMap total;
     ResourceMap available;
     bool committed = false;
+    std::map<std::string, std::string> env;  // for processes started in it (MEGASCALE_*)
+    std::vector<std::string> env_unset;
   };
+  // Worker pool key of work in bundle (pg, index): workers started with a bundle's environment
+  // serve only work with that same environment. Require mu_.
+  std::string BundleEnvKey(const std::string& key, const std::string& pg_id, int index) const;
+  const BundleState* FindBundle(const std::string& pg_id, int index) const;
   std::map<std::string, std::map<int, BundleState>> bundles_;  // pg id -> index -> state
   uint64_t ledger_seq_ = 0;  // bumped on every change to bundles_ (HeartbeatRequest.ledger_seq)
   std::unique_ptr<ArenaAllocator> arena_alloc_;
