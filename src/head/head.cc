@@ -1070,7 +1070,9 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
         continue;
       }
       bool aged = Clock::now() - e.pending_since > kAging;
-      if (e.tried_view == view_version_) {
+      // Tried on this very view and failed: wait for the view to change, or for the retry time
+      // after a failed call to a node (the view may never change on an idle cluster).
+      if (e.tried_view == view_version_ && Clock::now() < e.retry_at) {
         if (aged && e.feasible) break;
         ++it;
         continue;
@@ -1086,6 +1088,7 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
         auto placed = PlaceSlices(e, &names, &reason);
         if (!placed) {
           e.tried_view = view_version_;
+          e.retry_at = Clock::time_point::max();
           e.feasible = false;  // slices never block other requests (spec: no anti-starvation)
           e.rec.set_pending_reason(reason);
           ++it;
@@ -1116,6 +1119,7 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
       auto placed = PlaceBundles(demands, view, strategy);
       if (!placed) {
         e.tried_view = view_version_;
+        e.retry_at = Clock::time_point::max();
         std::string reason = e.feasible ? "waiting for resources"
                                         : "infeasible: no set of nodes can hold these bundles";
         if (reason != e.rec.pending_reason()) {
@@ -1217,6 +1221,7 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
       }
       TORUS_LOG(INFO) << "placement group " << chosen << " not placed yet: " << failure;
       done.tried_view = view_version_;
+      done.retry_at = Clock::now() + std::chrono::milliseconds(200);
       done.rec.set_pending_reason("waiting for resources (" + failure + ")");
       pg_cv_.notify_all();
       return true;

@@ -84,6 +84,8 @@ class Head final : public rpc::Head::Service {
     std::chrono::steady_clock::time_point pending_since;
     bool scheduling = false;     // the scheduler thread is preparing it on nodes
     uint64_t tried_view = 0;     // view version of the last failed attempt
+    // After a failed prepare/commit: try again from then on even if the view has not changed.
+    std::chrono::steady_clock::time_point retry_at = std::chrono::steady_clock::time_point::max();
     bool feasible = true;        // could be placed on the cluster's totals
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   };
