@@ -44,7 +44,7 @@ void Row(const std::string& name, const std::function<int64_t()>& batch, const c
     n += batch();
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   }
-  printf("{\"name\": \"%s\", \"value\": %.1f, \"unit\": \"%s\", \"n\": %lld}\n", name.c_str(),
+  printf("{\"name\": \"%s\", \"value\": %.6g, \"unit\": \"%s\", \"n\": %lld}\n", name.c_str(),
          n / elapsed * scale, unit, static_cast<long long>(n));
   fflush(stdout);
 }
