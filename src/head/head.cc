@@ -1154,12 +1154,14 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
     std::string token = cfg_.token;
     lock.unlock();
 
-    // Prepare on every node at once (a single node prepares and commits in one step); if every
-    // prepare succeeded, commit on every node at once; else roll back the prepared ones.
-    bool single = by_node.size() == 1;
+    // Reserve on every node at once; if any node refused, roll back the ones that reserved.
+    // Each node reserves and commits in one step: no task or actor can use a bundle before the
+    // group is CREATED here (clients and the actor scheduler only learn a bundle's node from a
+    // CREATED group), so a separate commit round would only add a round trip per node. The
+    // head's CREATED is the group's commit point.
     std::vector<std::pair<std::string, rpc::BundlesRequest>> calls;
     for (auto& [addr, r] : by_node) {
-      r.set_commit(single);
+      r.set_commit(true);
       calls.emplace_back(addr, r);
     }
     std::vector<std::pair<std::string, rpc::PrepareBundlesReply>> ledgers;
@@ -1173,14 +1175,6 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
         prepared.push_back(calls[i]);
       } else if (failure.empty()) {
         failure = st.ok() ? pr.error() : "prepare on " + calls[i].first + " failed: " + st.error_message();
-      }
-    }
-    if (failure.empty() && !single) {
-      auto commits = CallNodes(BundleOp::kCommit, calls);
-      for (size_t i = 0; i < calls.size() && failure.empty(); ++i) {
-        if (!commits[i].first.ok()) {
-          failure = "commit on " + calls[i].first + " failed: " + commits[i].first.error_message();
-        }
       }
     }
     if (!failure.empty()) {
