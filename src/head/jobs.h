@@ -9,8 +9,8 @@
 // jobs) and ends the attempt at the first failure, stopping the others and releasing the slices.
 //
 // THREADS: gRPC server threads run the handlers; each job has one supervisor thread, which runs
-// one tail thread per process of the current attempt. Job state is guarded by mu_; the log files
-// by log_mu_ (never taken with mu_ held... except in AppendLog, which takes log_mu_ then mu_).
+// one tail thread per process of the current attempt. Job state is guarded by mu_; appends to
+// the log files by log_mu_ (the two are never held together).
 #pragma once
 
 #include <atomic>

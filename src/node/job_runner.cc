@@ -154,6 +154,7 @@ grpc::Status JobRunner::StartProcess(grpc::ServerContext* ctx, const rpc::JobPro
   }
   p.pid = *pid;
   procs_[id] = p;
+  cv_.notify_all();
   reply->set_process_id(id);
   reply->set_pid(*pid);
   reply->set_started_ms(NowMs());
@@ -260,7 +261,7 @@ void JobRunner::ReapLoop() {
   while (true) {
     std::vector<std::pair<std::string, pid_t>> live;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       auto now = Clock::now();
       for (auto& [id, p] : procs_) {
         if (p.exited) continue;
@@ -271,6 +272,11 @@ void JobRunner::ReapLoop() {
         }
       }
       if (stopping_ && live.empty()) return;
+      if (live.empty()) {
+        // Idle (the usual case, also for nodes embedded in drivers): sleep until a start.
+        cv_.wait_for(lock, std::chrono::milliseconds(200));
+        continue;
+      }
     }
     bool any = false;
     for (const auto& [id, pid] : live) {
