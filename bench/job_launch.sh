@@ -16,7 +16,7 @@ vals=()
 for i in $(seq "$runs"); do
   t0=$(date +%s%3N)
   id=$($T job submit --no-wait --slice 4x4 --accelerator v6e -- true)
-  while ! $T job status "$id" | grep -qE "SUCCEEDED|FAILED"; do sleep 0.1; done
+  while ! $T job status "$id" | grep -qE "SUCCEEDED|FAILED|STOPPED"; do sleep 0.1; done
   json=$($T job status "$id" --format json)
   last=$(python3 -c 'import json,sys; j=json.load(sys.stdin); print(max(int(p["started_ms"]) for p in j["processes"]))' <<<"$json")
   sub=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["submitted_ms"])' <<<"$json")

@@ -122,13 +122,19 @@ rpc::JobRecord Get(Conn& c, const std::string& id) {
   return reply.job();
 }
 
-std::string ToJson(const google::protobuf::Message& m) {
+// A job as JSON (docs/cli.md): the record's field names; times are numbers (protobuf's JSON
+// mapping would print 64-bit integers as strings).
+nlohmann::json ToJson(const rpc::JobRecord& r) {
   std::string out;
   google::protobuf::util::JsonPrintOptions o;
   o.preserve_proto_field_names = true;
   o.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
+  (void)google::protobuf::util::MessageToJsonString(r, &out, o);
+  auto j = nlohmann::json::parse(out);
+  j["submitted_ms"] = r.submitted_ms();
+  j["end_ms"] = r.end_ms();
+  for (int i = 0; i < r.processes_size(); ++i) j["processes"][i]["started_ms"] = r.processes(i).started_ms();
+  return j;
 }
 
 bool Terminal(const std::string& s) { return s == "SUCCEEDED" || s == "FAILED" || s == "STOPPED"; }
@@ -209,7 +215,7 @@ int Status_(const JobArgs& a) {
   Conn c = Connect(a);
   rpc::JobRecord r = Get(c, a.positional[1]);
   if (a.flags.count("format") && a.flags.at("format") == "json") {
-    std::cout << ToJson(r) << std::endl;
+    std::cout << ToJson(r).dump(2) << std::endl;
     return 0;
   }
   std::cout << r.job_id() << ": " << r.state() << (r.message().empty() ? "" : " (" + r.message() + ")")
@@ -252,7 +258,7 @@ int List(const JobArgs& a) {
   if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
   if (a.flags.count("format") && a.flags.at("format") == "json") {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& r : reply.jobs()) out.push_back(nlohmann::json::parse(ToJson(r)));
+    for (const auto& r : reply.jobs()) out.push_back(ToJson(r));
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
