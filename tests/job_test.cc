@@ -2,6 +2,7 @@
 // simulated v6e 4x4 slice (4 node processes with the TPU environment GKE gives each host).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
@@ -130,6 +131,23 @@ TEST_F(Jobs, WorkingDirAndNoWait) {
   EXPECT_EQ(Job({"logs", id}).out, dir + "\n");
 }
 
+TEST_F(Jobs, JobOutlivesTheSubmittingClient) {
+  std::string out = cluster().tmpdir() + "/client.out";
+  pid_t client = SpawnProcess({TORUS_BIN, "job", "submit", "--", "bash", "-c", "echo started; sleep 2; echo survived"},
+                              {{"TORUS_TMPDIR", cluster().tmpdir()}}, {}, out, out);
+  ASSERT_TRUE(WaitUntil([&] { return ReadFileOr(out).find("started") != std::string::npos; },
+                        std::chrono::seconds(30)))
+      << ReadFileOr(out);
+  kill(client, SIGKILL);
+  waitpid(client, nullptr, 0);
+  auto list = nlohmann::json::parse(Job({"list", "--format", "json"}).out);
+  ASSERT_FALSE(list.empty());
+  std::string id = list.back()["job_id"];
+  EXPECT_EQ(list.back()["state"], "RUNNING");
+  ASSERT_TRUE(WaitUntil([&] { return State(id) == "SUCCEEDED"; }, std::chrono::seconds(30))) << State(id);
+  EXPECT_EQ(Job({"logs", id}).out, "started\nsurvived\n");
+}
+
 TEST_F(Jobs, StopEndsTheDriver) {
   std::string id = SubmitNoWait({"--", "sleep", "60"});
   ASSERT_TRUE(WaitUntil([&] { return State(id) == "RUNNING"; }, std::chrono::seconds(30)));
@@ -233,7 +251,7 @@ TEST_F(Jobs, MaxRetriesRerunsTheWholeGang) {
 
 TEST_F(Jobs, JaxAllReduceOverTheSlice) {
   std::string repo = TORUS_SOURCE_DIR;
-  auto venv = RunProcess({"/bin/bash", repo + "/scripts/jax_venv.sh"}, {}, {}, 900);
+  auto venv = RunProcess({"/bin/bash", repo + "/scripts/jax_venv.sh"}, {}, {}, 600);
   if (venv.exit_code != 0) {
     GTEST_SKIP() << "cannot create the JAX venv (scripts/jax_venv.sh): " << venv.Describe();
   }
