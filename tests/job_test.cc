@@ -249,6 +249,28 @@ TEST_F(Jobs, MaxRetriesRerunsTheWholeGang) {
   EXPECT_NE(f.out.find("attempt 1 of job"), std::string::npos) << f.Describe();
 }
 
+TEST_F(Jobs, BadRequestsAndFailedStartsAreReported) {
+  // Invalid slice requests are refused at submit with the spec's message; nothing is recorded.
+  auto bad = Job({"submit", "--slice", "4x16", "--accelerator", "v6e", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 1) << bad.Describe();
+  EXPECT_NE(bad.err.find("Invalid accelerator topology: '4x16' for accelerator version: 'v6e'"),
+            std::string::npos)
+      << bad.Describe();
+  auto half = Job({"submit", "--slice", "4x4", "--", "true"});
+  EXPECT_EQ(half.exit_code, 1) << half.Describe();
+  // A command that cannot start fails the job; for a gang, none of its processes runs and the
+  // slice is released.
+  auto missing = Job({"submit", "--", "no-such-command-for-torus"});
+  EXPECT_EQ(missing.exit_code, 1) << missing.Describe();
+  EXPECT_NE(missing.err.find("not found in PATH"), std::string::npos) << missing.Describe();
+  auto gang = Job({"submit", "--working-dir", cluster().tmpdir() + "/absent", "--slice", "4x4", "--accelerator",
+                   "v6e", "--", "true"});
+  EXPECT_EQ(gang.exit_code, 1) << gang.Describe();
+  EXPECT_NE(gang.err.find("could not start on job-slice/"), std::string::npos) << gang.Describe();
+  EXPECT_NE(gang.err.find("does not exist"), std::string::npos) << gang.Describe();
+  EXPECT_TRUE(WaitUntil([&] { return SliceState() == "free"; }, std::chrono::seconds(10))) << SliceState();
+}
+
 TEST_F(Jobs, JaxAllReduceOverTheSlice) {
   std::string repo = TORUS_SOURCE_DIR;
   auto venv = RunProcess({"/bin/bash", repo + "/scripts/jax_venv.sh"}, {}, {}, 600);
