@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gang-launch latency: time from `torus job submit --slice 4x4 --accelerator v6e -- true` (the
 # client's start) until the last of the 4 processes was started by its node (the nodes'
-# started_ms), on the simulated two-slice cluster of scripts/main_job.sh. Prints each run and the
+# started_ms), on the simulated cluster of scripts/main_job.sh. Prints each run and the
 # median. Needs build/torus.   bench/job_launch.sh [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
