@@ -34,6 +34,7 @@
 #include "common/resources.h"
 #include "common/rpc.h"
 #include "common/session.h"
+#include "cli/job.h"
 #include "core/worker_main.h"
 #include "head/head.h"
 #include "node/node.h"
@@ -688,6 +689,7 @@ int main(int argc, char** argv) {
     if (cmd == "status") return Status_(a);
     if (cmd == "list") return List(a);
     if (cmd == "up" || cmd == "down" || cmd == "supervise") return RunLauncherCommand(cmd, argc, argv);
+    if (cmd == "job") return RunJobCommand(argc, argv);
     if (cmd == "--help" || cmd == "help" || cmd == "-h") {
       Usage();
       return 0;

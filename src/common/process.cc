@@ -51,6 +51,7 @@ StatusOr<pid_t> Spawn(const SpawnOptions& opts) {
                                        O_WRONLY | O_CREAT | O_APPEND, 0644);
     }
   }
+  if (!opts.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, opts.cwd.c_str());
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;

@@ -18,6 +18,7 @@ struct SpawnOptions {
   std::string stdout_path;                       // "" = inherit
   std::string stderr_path;                       // "" = inherit; may equal stdout_path
   bool new_session = false;                      // setsid: survive the parent's terminal
+  std::string cwd;                               // "" = the parent's working directory
 };
 
 StatusOr<pid_t> Spawn(const SpawnOptions& opts);

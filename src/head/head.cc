@@ -29,13 +29,15 @@ Head::~Head() { Stop(); }
 
 Status Head::Start() {
   int port = cfg_.port;
-  server_ = StartServer(cfg_.bind_host, &port, {this});
+  job_manager_ = std::make_unique<JobManager>(JobManagerConfig{cfg_.token, cfg_.session_dir});
+  server_ = StartServer(cfg_.bind_host, &port, {this, job_manager_.get()});
   if (!server_ || port == 0) {
     return Unavailable("head cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port) +
                        " (port in use?)");
   }
   address_ = cfg_.bind_host + ":" + std::to_string(port);
   RegisterInProcessServer(address_, server_.get(), this);
+  job_manager_->SetHeadAddress(address_);
   TORUS_LOG(INFO) << "head listening on " << address_ << ", session " << cfg_.session_dir;
   monitor_thread_ = std::thread([this] { MonitorLoop(); });
   pg_thread_ = std::thread([this] { PgLoop(); });
@@ -52,6 +54,7 @@ void Head::Stop() {
     Wait();
     return;
   }
+  if (job_manager_) job_manager_->Stop();  // first: it still talks to our own service
   {
     std::lock_guard<std::mutex> lock(mu_);
     cv_.notify_all();

@@ -25,6 +25,7 @@
 #include "common/resources.h"
 #include "common/status.h"
 #include "head/slice_index.h"
+#include "head/jobs.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -145,6 +146,7 @@ class Head final : public rpc::Head::Service {
   HeadConfig cfg_;
   std::string address_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<JobManager> job_manager_;  // submitted jobs (docs/jobs.md), served on our port
 
   std::mutex mu_;
   std::condition_variable cv_;  // actor state changes

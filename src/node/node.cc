@@ -104,7 +104,9 @@ Status Node::Start() {
   arena_ = std::move(*arena);
   arena_alloc_ = std::make_unique<ArenaAllocator>(cap, std::min<uint64_t>(cap / 4, 2ull << 30));
   int port = cfg_.port;
-  server_ = StartServer(cfg_.bind_host, &port, {this});
+  job_runner_ = std::make_unique<JobRunner>(JobRunnerConfig{
+      cfg_.node_id, cfg_.token, cfg_.bind_host, static_cast<int>(tpu_chip_ids_.size())});
+  server_ = StartServer(cfg_.bind_host, &port, {this, job_runner_.get()});
   if (!server_ || port == 0) {
     return Unavailable("node cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port));
   }
@@ -116,6 +118,7 @@ Status Node::Start() {
     server_->Shutdown();
     return s;
   }
+  job_runner_->SetSessionDir(cfg_.session_dir);
   TORUS_LOG(INFO) << "node " << cfg_.node_id << " listening on " << address_ << " resources "
                   << ResourcesToString(total_);
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
@@ -159,6 +162,7 @@ void Node::Stop() {
     return;
   }
   TORUS_LOG(INFO) << "node " << cfg_.node_id << " stopping";
+  if (job_runner_) job_runner_->Stop();
   std::vector<pid_t> pids;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -31,6 +31,7 @@
 #include "common/resources.h"
 #include "common/shm.h"
 #include "node/arena.h"
+#include "node/job_runner.h"
 #include "common/status.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -174,6 +175,7 @@ class Node final : public rpc::Node::Service {
   std::unique_ptr<Mapping> arena_;  // the object store; every process of the node maps it
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
+  std::unique_ptr<JobRunner> job_runner_;  // processes of submitted jobs (docs/jobs.md)
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,0 +1,295 @@
+// `torus job`: a client of the head's Jobs service (docs/jobs.md). The job itself is supervised
+// by the head; this process only submits, follows output and reports, so leaving it (Ctrl-C)
+// leaves the job running.
+//
+//   torus job submit [--address A] [--working-dir DIR] [--no-wait] [--max-retries N]
+//                    [--slice TOPOLOGY --accelerator VERSION [--num-slices N]] -- CMD [ARGS...]
+//   torus job status ID [--format json] | logs ID [--follow] | stop ID | list [--format json]
+#include "cli/job.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/rpc.h"
+#include "common/session.h"
+#include "proto/torus.grpc.pb.h"
+
+namespace torus {
+namespace {
+
+const char* kJobUsage =
+    "usage: torus job submit [--address A] [--working-dir DIR] [--no-wait] [--max-retries N]\n"
+    "                        [--slice TOPOLOGY --accelerator VERSION [--num-slices N]] -- CMD [ARGS...]\n"
+    "       torus job status ID [--format json]\n"
+    "       torus job logs ID [--follow]\n"
+    "       torus job stop ID\n"
+    "       torus job list [--format json]\n";
+
+struct JobArgs {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+  std::vector<std::string> command;  // after --
+};
+
+[[noreturn]] void Fail(const std::string& msg) {
+  std::cerr << "torus: " << msg << std::endl;
+  exit(1);
+}
+
+JobArgs ParseJobArgs(int argc, char** argv) {
+  static const std::set<std::string> kBool = {"no-wait", "follow", "help"};
+  JobArgs a;
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--") {
+      for (int k = i + 1; k < argc; ++k) a.command.push_back(argv[k]);
+      break;
+    }
+    if (s.rfind("--", 0) == 0) {
+      std::string k = s.substr(2), v = "1";
+      auto eq = k.find('=');
+      if (eq != std::string::npos) {
+        v = k.substr(eq + 1);
+        k = k.substr(0, eq);
+      } else if (!kBool.count(k)) {
+        if (i + 1 >= argc) Fail("--" + k + " needs a value");
+        v = argv[++i];
+      }
+      a.flags[k] = v;
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+int IntFlag(const JobArgs& a, const std::string& k, int def) {
+  auto it = a.flags.find(k);
+  if (it == a.flags.end()) return def;
+  try {
+    size_t used = 0;
+    int v = std::stoi(it->second, &used);
+    if (used == it->second.size()) return v;
+  } catch (...) {
+  }
+  Fail("--" + k + " must be an integer, got '" + it->second + "'");
+}
+
+struct Conn {
+  std::string address;
+  std::string token;
+  std::unique_ptr<rpc::Jobs::Stub> jobs;
+};
+
+Conn Connect(const JobArgs& a) {
+  Conn c;
+  auto it = a.flags.find("address");
+  c.address = it != a.flags.end() ? it->second : AddressFromEnv();
+  if (c.address.empty()) {
+    std::string s = LatestSession();
+    if (!s.empty()) {
+      auto r = ReadFile(s + "/head_address");
+      if (r.ok()) c.address = *r;
+    }
+  }
+  while (!c.address.empty() && (c.address.back() == '\n' || c.address.back() == ' ')) c.address.pop_back();
+  if (c.address.empty()) Fail("no cluster: pass --address, set TORUS_ADDRESS, or run torus start --head");
+  auto tok = FindToken();
+  if (!tok.ok()) Fail(tok.status().message());
+  c.token = *tok;
+  c.jobs = rpc::Jobs::NewStub(GetChannel(c.address));
+  return c;
+}
+
+rpc::JobRecord Get(Conn& c, const std::string& id) {
+  rpc::JobIdRequest req;
+  req.set_job_id(id);
+  rpc::JobReply reply;
+  auto ctx = NewContext(c.token, 10000);
+  auto st = c.jobs->GetJob(ctx.get(), req, &reply);
+  if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) Fail(reply.error().message());
+  return reply.job();
+}
+
+// A job as JSON (docs/cli.md): the record's field names; times are numbers (protobuf's JSON
+// mapping would print 64-bit integers as strings).
+nlohmann::json ToJson(const rpc::JobRecord& r) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(r, &out, o);
+  auto j = nlohmann::json::parse(out);
+  j["submitted_ms"] = r.submitted_ms();
+  j["end_ms"] = r.end_ms();
+  for (int i = 0; i < r.processes_size(); ++i) j["processes"][i]["started_ms"] = r.processes(i).started_ms();
+  return j;
+}
+
+bool Terminal(const std::string& s) { return s == "SUCCEEDED" || s == "FAILED" || s == "STOPPED"; }
+
+// Exit code of `torus job submit` for a finished job: 0 when it succeeded, the failed process'
+// exit status when it had one, else 1.
+int ExitCodeOf(const rpc::JobRecord& r) {
+  if (r.state() == "SUCCEEDED") return 0;
+  if (r.state() == "FAILED" && r.exit_code() > 0) return r.exit_code();
+  return 1;
+}
+
+// Streams the job's log to stdout from `offset`; returns the final record when follow and the
+// job ended (or the current one without follow).
+rpc::JobRecord StreamLogs(Conn& c, const std::string& id, bool follow) {
+  uint64_t offset = 0;
+  int failures = 0;
+  while (true) {
+    rpc::JobLogsRequest req;
+    req.set_job_id(id);
+    req.set_offset(offset);
+    req.set_follow(follow);
+    auto ctx = NewContext(c.token);
+    auto reader = c.jobs->JobLogs(ctx.get(), req);
+    rpc::JobLogChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (!chunk.data().empty() && chunk.offset() == offset) {
+        std::cout.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+        std::cout.flush();
+        offset += chunk.data().size();
+        failures = 0;
+      }
+      if (chunk.done()) return chunk.job();
+    }
+    auto st = reader->Finish();
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) Fail(st.error_message());
+    if (++failures > 20) Fail("lost the head at " + c.address + ": " + st.error_message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+int Submit(const JobArgs& a) {
+  if (a.command.empty()) Fail("job submit needs a command after --\n" + std::string(kJobUsage));
+  Conn c = Connect(a);
+  rpc::JobSubmitRequest req;
+  for (const auto& s : a.command) req.add_entrypoint(s);
+  std::string wd = a.flags.count("working-dir") ? a.flags.at("working-dir") : std::filesystem::current_path().string();
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(wd, ec);
+  req.set_working_dir(ec ? wd : abs.string());
+  req.set_max_retries(IntFlag(a, "max-retries", 0));
+  if (a.flags.count("slice")) req.set_slice_topology(a.flags.at("slice"));
+  if (a.flags.count("accelerator")) req.set_accelerator_version(a.flags.at("accelerator"));
+  if (a.flags.count("num-slices")) req.set_num_slices(IntFlag(a, "num-slices", 1));
+  if (req.slice_topology().empty() != req.accelerator_version().empty()) {
+    Fail("--slice and --accelerator go together (e.g. --slice 4x4 --accelerator v6e)");
+  }
+  rpc::JobReply reply;
+  auto ctx = NewContext(c.token, 10000);
+  auto st = c.jobs->SubmitJob(ctx.get(), req, &reply);
+  if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) Fail(reply.error().message());
+  std::string id = reply.job().job_id();
+  if (a.flags.count("no-wait")) {
+    std::cout << id << std::endl;
+    return 0;
+  }
+  std::cerr << "torus: job " << id << " submitted; its output follows (Ctrl-C leaves it running: "
+            << "torus job logs " << id << " --follow, torus job stop " << id << ")" << std::endl;
+  rpc::JobRecord r = StreamLogs(c, id, true);
+  std::cerr << "torus: job " << id << " " << r.state() << (r.message().empty() ? "" : ": " + r.message())
+            << std::endl;
+  return ExitCodeOf(r);
+}
+
+int Status_(const JobArgs& a) {
+  if (a.positional.size() < 2) Fail("usage: torus job status ID [--format json]");
+  Conn c = Connect(a);
+  rpc::JobRecord r = Get(c, a.positional[1]);
+  if (a.flags.count("format") && a.flags.at("format") == "json") {
+    std::cout << ToJson(r).dump(2) << std::endl;
+    return 0;
+  }
+  std::cout << r.job_id() << ": " << r.state() << (r.message().empty() ? "" : " (" + r.message() + ")")
+            << "\n";
+  if (r.attempt() > 0) std::cout << "  attempt " << r.attempt() + 1 << " of " << r.max_retries() + 1 << "\n";
+  for (const auto& p : r.processes()) {
+    std::cout << "  process " << p.rank() << " on " << p.host() << " (node " << p.node_id().substr(0, 12)
+              << ", pid " << p.pid() << "): " << p.state()
+              << (p.exit_description().empty() ? "" : ", " + p.exit_description()) << "\n";
+  }
+  return 0;
+}
+
+int Stop(const JobArgs& a) {
+  if (a.positional.size() < 2) Fail("usage: torus job stop ID");
+  Conn c = Connect(a);
+  rpc::JobIdRequest req;
+  req.set_job_id(a.positional[1]);
+  rpc::JobReply reply;
+  auto ctx = NewContext(c.token, 10000);
+  auto st = c.jobs->StopJob(ctx.get(), req, &reply);
+  if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) Fail(reply.error().message());
+  // Processes get SIGTERM, then SIGKILL after 3 s; wait a little longer than that.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  rpc::JobRecord r = reply.job();
+  while (!Terminal(r.state()) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    r = Get(c, a.positional[1]);
+  }
+  std::cout << r.job_id() << ": " << r.state() << std::endl;
+  return Terminal(r.state()) ? 0 : 1;
+}
+
+int List(const JobArgs& a) {
+  Conn c = Connect(a);
+  rpc::JobListReply reply;
+  auto ctx = NewContext(c.token, 10000);
+  auto st = c.jobs->ListJobs(ctx.get(), rpc::Empty(), &reply);
+  if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (a.flags.count("format") && a.flags.at("format") == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : reply.jobs()) out.push_back(ToJson(r));
+    std::cout << out.dump(2) << std::endl;
+    return 0;
+  }
+  if (reply.jobs().empty()) std::cout << "(no jobs)\n";
+  for (const auto& r : reply.jobs()) {
+    std::string cmd;
+    for (const auto& s : r.entrypoint()) cmd += (cmd.empty() ? "" : " ") + s;
+    std::cout << r.job_id() << "  " << r.state() << "  "
+              << (r.slice_topology().empty() ? "" : r.accelerator_version() + " " + r.slice_topology() + "  ")
+              << cmd << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunJobCommand(int argc, char** argv) {
+  JobArgs a = ParseJobArgs(argc, argv);
+  std::string sub = a.positional.empty() ? "" : a.positional[0];
+  if (sub == "submit") return Submit(a);
+  if (sub == "status") return Status_(a);
+  if (sub == "logs") {
+    if (a.positional.size() < 2) Fail("usage: torus job logs ID [--follow]");
+    Conn c = Connect(a);
+    StreamLogs(c, a.positional[1], a.flags.count("follow") > 0);
+    return 0;
+  }
+  if (sub == "stop") return Stop(a);
+  if (sub == "list") return List(a);
+  std::cerr << kJobUsage;
+  return sub.empty() || a.flags.count("help") ? 2 : 2;
+}
+
+}  // namespace torus

@@ -1,0 +1,94 @@
+// JobManager: submitted jobs (`torus job submit`, docs/jobs.md), supervised inside the head so a
+// job outlives the client that submitted it. Served on the head's port next to rpc::Head.
+//
+// A job is one driver process on one node, or (with a slice request) one process on every host
+// of a whole-slice reservation, gang-launched. Each attempt reserves the slices through the
+// head's own placement-group service (a loopback RPC, the same path as
+// torus::tpu::CreateSlicePlacementGroup), starts the processes through the JobRunner service of
+// each node, tails their output into <session>/logs/job-<id>.log (prefixed by host for gang
+// jobs) and ends the attempt at the first failure, stopping the others and releasing the slices.
+//
+// THREADS: gRPC server threads run the handlers; each job has one supervisor thread, which runs
+// one tail thread per process of the current attempt. Job state is guarded by mu_; appends to
+// the log files by log_mu_ (the two are never held together).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "proto/torus.grpc.pb.h"
+
+namespace torus {
+
+struct JobManagerConfig {
+  std::string token;
+  std::string session_dir;  // "" = a directory under the system temp dir
+};
+
+class JobManager final : public rpc::Jobs::Service {
+ public:
+  explicit JobManager(JobManagerConfig cfg);
+  ~JobManager() override;
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // The head's own address (drivers get it as TORUS_ADDRESS; reservations are made through it).
+  // Call once, before the server accepts calls from clients.
+  void SetHeadAddress(const std::string& address) { head_address_ = address; }
+  // Stops every running job's processes and joins the supervisors. Idempotent.
+  void Stop();
+
+  grpc::Status SubmitJob(grpc::ServerContext*, const rpc::JobSubmitRequest*, rpc::JobReply*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest*, rpc::JobReply*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const rpc::Empty*, rpc::JobListReply*) override;
+  grpc::Status StopJob(grpc::ServerContext*, const rpc::JobIdRequest*, rpc::JobReply*) override;
+  grpc::Status JobLogs(grpc::ServerContext*, const rpc::JobLogsRequest*,
+                       grpc::ServerWriter<rpc::JobLogChunk>*) override;
+
+ private:
+  struct Job {
+    rpc::JobRecord rec;
+    rpc::JobSubmitRequest req;
+    rpc::PlacementGroupRecord slice_request;  // gang jobs: the reservation each attempt makes
+    bool stop_requested = false;
+    std::string log_path;
+    std::thread supervisor;
+  };
+  enum class Outcome { kSucceeded, kFailed, kStopped };
+  struct AttemptResult {
+    Outcome outcome = Outcome::kFailed;
+    std::string message;
+    int exit_code = -1;
+  };
+  struct Target;  // one process of an attempt: where it runs and as what
+
+  void Supervise(const std::string& id);
+  AttemptResult RunAttempt(const std::string& id);
+  // Waits for the attempt's reservation; fills targets. Empty message: ready.
+  AttemptResult ReserveSlices(const std::string& id, std::string* pg_id, std::vector<Target>* targets);
+  AttemptResult PickDriverNode(const std::string& id, std::vector<Target>* targets);
+  void RemoveReservation(const std::string& pg_id);
+  void AppendLog(const std::string& id, const std::string& text);
+  bool StopWanted(const std::string& id);
+  void SetMessage(const std::string& id, const std::string& state, const std::string& message);
+
+  // constant after construction / SetHeadAddress
+  JobManagerConfig cfg_;
+  std::string head_address_;
+  std::string log_dir_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // job state or log changes
+  // guarded by mu_
+  std::map<std::string, Job> jobs_;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex log_mu_;  // serialises appends to the job logs
+};
+
+}  // namespace torus
