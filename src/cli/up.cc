@@ -368,7 +368,13 @@ struct Supervisor {
     const json& s = h.spec;
     std::vector<std::string> argv;
     std::string ns = s.value("netns", "");
-    if (!ns.empty()) argv = {ip, "netns", "exec", ns};
+    if (!ns.empty()) {
+      // Its own network namespace and, like a pod, its own host name (UTS namespace): programs
+      // that find their address from gethostname() (gloo under jax.distributed) resolve it, via
+      // the namespace's hosts file, to this host's address rather than a shared loopback one.
+      argv = {ip, "netns", "exec", ns, "unshare", "--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\"",
+              s.value("name", std::string("host"))};
+    }
     std::vector<std::string> node = {self, "node", "--address", head_address, "--session-dir", session,
                                      "--bind", s["ip"].get<std::string>(), "--resources", s["resources"].dump()};
     argv.insert(argv.end(), node.begin(), node.end());
