@@ -158,6 +158,18 @@ int PortFlag(const Args& a, const std::string& flag, int def) {
   Die("--" + flag + " must be a port number between 0 and 65535, got '" + v + "'");
 }
 
+// A positive integer (a period in ms, a rate) from a flag, or death naming the flag.
+int MillisFlag(const Args& a, const std::string& flag, int def) {
+  std::string v = a.Get(flag, std::to_string(def));
+  try {
+    size_t used = 0;
+    int ms = std::stoi(v, &used);
+    if (used == v.size() && ms > 0) return ms;
+  } catch (...) {
+  }
+  Die("--" + flag + " must be a positive number of milliseconds, got '" + v + "'");
+}
+
 // ------------------------------------------------------------------------------- daemons
 
 int RunHead(const Args& a) {
@@ -168,6 +180,8 @@ int RunHead(const Args& a) {
   cfg.bind_host = a.Get("bind", "127.0.0.1");
   cfg.port = PortFlag(a, "port", kDefaultPort);
   cfg.session_dir = a.Get("session-dir");
+  cfg.node_timeout_ms = MillisFlag(a, "node-timeout-ms", cfg.node_timeout_ms);
+  cfg.view_records_per_s = MillisFlag(a, "view-records-per-s", cfg.view_records_per_s);
   auto tok = FindToken(cfg.session_dir);
   if (!tok.ok()) Die(tok.status().message());
   cfg.token = *tok;
@@ -189,6 +203,7 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   if (cfg.head_address.empty()) return InvalidArgument("torus node needs --address HEAD_HOST:PORT");
   cfg.bind_host = a.Get("bind", "127.0.0.1");
   cfg.port = PortFlag(a, "node-port", 0);
+  cfg.heartbeat_ms = MillisFlag(a, "heartbeat-ms", cfg.heartbeat_ms);
   cfg.session_dir = a.Get("session-dir");
   auto res = ParseResources(a);
   if (!res.ok()) return res.status();
@@ -238,7 +253,7 @@ pid_t SpawnDaemon(const std::string& session, const std::string& name,
 
 std::vector<std::string> NodeArgs(const Args& a) {
   std::vector<std::string> v;
-  for (const char* k : {"num-cpus", "resources", "labels", "bind"}) {
+  for (const char* k : {"num-cpus", "resources", "labels", "bind", "heartbeat-ms"}) {
     if (a.Has(k)) {
       v.push_back(std::string("--") + k);
       v.push_back(a.Get(k));
@@ -655,7 +670,7 @@ int List(const Args& a) {
 void Usage() {
   std::cout << "usage: torus <command> [options]\n"
                "  start --head [--port N] [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
-               "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
+               "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--heartbeat-ms MS] [--block]\n"
                "  up FILE.yaml [--wait] [--netns] [--no-atomic-restart]   (docs/launcher.md)\n"
                "  down\n"
                "  stop\n"

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <set>
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include "common/ids.h"
 #include "common/logging.h"
 #include "head/placement.h"
@@ -81,18 +79,27 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
     return grpc::Status::OK;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto& e = nodes_[n.node_id()];
-  bool fresh = e.rec.node_id().empty();
-  e.rec = n;
+  auto [it, fresh] = nodes_.try_emplace(n.node_id());
+  const std::string* id = &it->first;
+  auto& e = it->second;
+  if (!fresh) {
+    auto old = node_by_address_.find(e.address);
+    if (old != node_by_address_.end() && old->second == id) node_by_address_.erase(old);
+  }
+  SetFromRecord(names_, n, &e);
+  e.known = true;
   e.ledger_seq = 0;
-  node_by_address_[n.address()] = n.node_id();
-  e.rec.set_alive(true);
-  e.rec.set_start_time_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count());
+  e.pending.clear();
+  node_by_address_.erase(std::string_view(e.address));
+  node_by_address_.emplace(std::string_view(e.address), id);
+  if (!e.alive) ++alive_nodes_;
+  e.alive = true;
+  e.start_time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
   e.last_heartbeat = Clock::now();
-  IndexNodeLocked(e);
-  BumpView();
+  IndexNodeLocked(*id, e);
+  BumpView(id);
   reply->set_session_dir(cfg_.session_dir);
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
@@ -106,9 +113,10 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(req->node_id());
   if (it == nodes_.end()) return grpc::Status::OK;
-  it->second.rec.set_alive(false);
-  IndexNodeLocked(it->second);
-  BumpView();
+  if (it->second.alive) --alive_nodes_;
+  it->second.alive = false;
+  IndexNodeLocked(it->first, it->second);
+  BumpView(&it->first);
   TORUS_LOG(INFO) << "node left: " << req->node_id();
   OnNodeLostForPgs(req->node_id());
   for (auto& [id, a] : actors_) {
@@ -125,41 +133,102 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(req->node_id());
-  if (it == nodes_.end() || !it->second.rec.alive()) {
+  if (it == nodes_.end() || !it->second.alive) {
     reply->set_unknown_node(true);
     return grpc::Status::OK;
   }
   auto& e = it->second;
   e.last_heartbeat = Clock::now();
   // A heartbeat older than a bundle reply we already applied would undo that reply.
-  bool changed = req->ledger_seq() >= e.ledger_seq &&
-                 !google::protobuf::util::MessageDifferencer::Equals(e.rec.available(),
-                                                                     req->available());
+  bool changed = req->ledger_seq() >= e.ledger_seq && !SameResources(names_, e.Available(), req->available());
   if (changed) {
-    *e.rec.mutable_available() = req->available();
+    SetAvailable(names_, req->available(), &e);
     e.ledger_seq = req->ledger_seq();
-    IndexNodeLocked(e);
-    BumpView();
+    IndexNodeLocked(it->first, e);
+    BumpView(&it->first);
   }
-  e.rec.mutable_pending()->CopyFrom(req->pending());
-  reply->set_view_version(view_version_);
-  if (req->view_version() != view_version_) {
-    for (const auto& [id, n] : nodes_) {
-      if (!n.rec.alive()) continue;
-      auto* r = reply->add_nodes();
-      r->set_node_id(n.rec.node_id());
-      r->set_address(n.rec.address());
-      r->set_alive(true);
-      *r->mutable_total() = n.rec.total();
-      *r->mutable_available() = n.rec.available();
-      *r->mutable_labels() = n.rec.labels();
-    }
+  if (req->pending_size() > 0 || !e.pending.empty()) {
+    e.pending.assign(req->pending().begin(), req->pending().end());
   }
+  FillViewLocked(req->view_version(), reply);
   if (changed) {
     SchedulePendingActors();
     pg_cv_.notify_all();
   }
   return grpc::Status::OK;
+}
+
+void Head::BumpView(const std::string* node) {
+  ++view_version_;
+  view_log_.emplace_back(view_version_, node);
+  // Keep about two changes per node (at least 4096): a node more than that behind gets the
+  // whole view instead of a delta.
+  size_t cap = std::max<size_t>(4096, 2 * nodes_.size());
+  while (view_log_.size() > cap) {
+    view_log_floor_ = view_log_.front().first;
+    view_log_.pop_front();
+  }
+}
+
+void Head::FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) {
+  reply->set_view_version(view_version_);
+  if (version == view_version_) return;
+  // A delta when the log covers every change after `version` and it is smaller than the view.
+  if (version >= view_log_floor_ && version < view_version_ && !view_log_.empty()) {
+    size_t from = static_cast<size_t>(version + 1 - view_log_.front().first);
+    std::vector<const std::string*> changed;
+    for (size_t i = from; i < view_log_.size(); ++i) {
+      if (view_log_[i].second) changed.push_back(view_log_[i].second);
+    }
+    std::sort(changed.begin(), changed.end());
+    changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+    if (changed.size() <= nodes_.size() / 2 || changed.size() <= 64) {
+      reply->set_view_delta(true);
+      for (const std::string* id : changed) {
+        auto it = nodes_.find(*id);
+        if (it == nodes_.end() || !it->second.alive) {
+          reply->add_removed_node_ids(*id);
+        } else {
+          FillRecord(names_, it->first, it->second, /*full=*/false, reply->add_nodes());
+        }
+      }
+      return;
+    }
+  }
+  // The whole view, paced: when the budget of records is spent, the node keeps its version
+  // and asks again on its next heartbeat.
+  auto now = Clock::now();
+  double rate = std::max(1, cfg_.view_records_per_s);
+  double cap = std::max(rate, static_cast<double>(alive_nodes_));
+  full_view_tokens_ = std::min(
+      cap, full_view_tokens_ + rate * std::chrono::duration<double>(now - full_view_refill_).count());
+  full_view_refill_ = now;
+  if (full_view_tokens_ < static_cast<double>(alive_nodes_)) {
+    reply->set_view_version(version);
+    return;
+  }
+  // One serialization of the whole view serves every node that needs it: rebuilt when the view
+  // changed, at most once a second while the log still covers the snapshot's version (its
+  // receivers then catch up by deltas).
+  bool stale = snapshot_version_ != view_version_;
+  bool usable = snapshot_version_ >= view_log_floor_ && snapshot_version_ > 0;
+  if (stale && (!usable || now - snapshot_built_ >= std::chrono::seconds(1))) {
+    rpc::ListReply view;
+    for (const auto& [id, n] : nodes_) {
+      if (n.alive) FillRecord(names_, id, n, /*full=*/false, view.add_nodes());
+    }
+    view.SerializeToString(&snapshot_);
+    snapshot_version_ = view_version_;
+    snapshot_nodes_ = alive_nodes_;
+    snapshot_built_ = now;
+  }
+  if (version == snapshot_version_) {  // nothing newer to give than what it has
+    reply->set_view_version(version);
+    return;
+  }
+  full_view_tokens_ -= static_cast<double>(snapshot_nodes_);
+  reply->set_view_version(snapshot_version_);
+  reply->set_view_snapshot(snapshot_);
 }
 
 void Head::MonitorLoop() {
@@ -168,11 +237,12 @@ void Head::MonitorLoop() {
     std::lock_guard<std::mutex> lock(mu_);
     auto now = Clock::now();
     for (auto& [id, n] : nodes_) {
-      if (!n.rec.alive()) continue;
+      if (!n.alive) continue;
       if (now - n.last_heartbeat > std::chrono::milliseconds(cfg_.node_timeout_ms)) {
-        n.rec.set_alive(false);
-        IndexNodeLocked(n);
-        BumpView();
+        n.alive = false;
+        --alive_nodes_;
+        IndexNodeLocked(id, n);
+        BumpView(&id);
         TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << cfg_.node_timeout_ms
                            << " ms: declared dead";
         for (auto& [aid, a] : actors_) {
@@ -289,15 +359,19 @@ void Head::SchedulePendingActors() {
       continue;
     }
     // Least-loaded feasible node, by free CPU.
-    const NodeEntry* best = nullptr;
+    const std::string* best = nullptr;
+    double best_cpu = 0;
     bool feasible = false;
     for (const auto& [nid, n] : nodes_) {
-      if (!n.rec.alive()) continue;
-      if (!MatchesLabels(a.selector, n.rec.labels())) continue;
-      if (Fits(placement, FromProto(n.rec.total()))) feasible = true;
-      auto avail = FromProto(n.rec.available());
+      if (!n.alive) continue;
+      if (!a.selector.empty() && !MatchesLabels(a.selector, LabelsOf(names_, nid, n))) continue;
+      if (Fits(placement, ToResourceMap(names_, n.total))) feasible = true;
+      auto avail = ToResourceMap(names_, n.Available());
       if (!Fits(placement, avail)) continue;
-      if (!best || avail["CPU"] > FromProto(best->rec.available())["CPU"]) best = &n;
+      if (!best || avail["CPU"] > best_cpu) {
+        best = &nid;
+        best_cpu = avail["CPU"];
+      }
     }
     if (!best) {
       std::string reason = feasible ? "waiting for resources " + ResourcesToString(placement)
@@ -311,11 +385,11 @@ void Head::SchedulePendingActors() {
     a.placing = true;
     a.pending_reason.clear();
     // Charge the view now so that a burst of creations spreads out.
-    NodeEntry& target = nodes_[best->rec.node_id()];
-    auto avail = FromProto(target.rec.available());
+    NodeEntry& target = nodes_[*best];
+    auto avail = ToResourceMap(names_, target.Available());
     Subtract(avail, placement);
-    ToProto(avail, target.rec.mutable_available());
-    std::thread([this, id = id, nid = target.rec.node_id(), addr = target.rec.address()] {
+    SetAvailable(names_, avail, &target);
+    std::thread([this, id = id, nid = *best, addr = target.address] {
       PlaceActor(id, nid, addr);
     }).detach();
   }
@@ -377,7 +451,7 @@ void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
 void Head::KillActorWorker(const rpc::ActorRecord& rec) {
   auto it = nodes_.find(rec.node_id());
   if (it == nodes_.end() || rec.worker_id().empty()) return;
-  std::string addr = it->second.rec.address();
+  std::string addr = it->second.address;
   std::string wid = rec.worker_id();
   std::string token = cfg_.token;
   std::thread([addr, wid, token] {
@@ -532,7 +606,7 @@ void Head::FinishJobLocked(const std::string& job_id) {
 grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, n] : nodes_) *reply->add_nodes() = n.rec;
+  for (const auto& [id, n] : nodes_) FillRecord(names_, id, n, /*full=*/true, reply->add_nodes());
   for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
   for (const auto& [id, j] : jobs_) *reply->add_jobs() = j;
   for (const auto& [id, e] : pgs_) *reply->add_placement_groups() = e.rec;
@@ -716,15 +790,15 @@ std::vector<std::pair<grpc::Status, rpc::PrepareBundlesReply>> Head::CallNodes(
 void Head::ApplyLedgerLocked(const std::string& node_address, const rpc::PrepareBundlesReply& reply) {
   auto id = node_by_address_.find(node_address);
   if (id == node_by_address_.end()) return;
-  auto it = nodes_.find(id->second);
-  if (it == nodes_.end() || it->second.rec.address() != node_address) return;
+  auto it = nodes_.find(*id->second);
+  if (it == nodes_.end() || it->second.address != node_address) return;
   auto& e = it->second;
   if (reply.ledger_seq() < e.ledger_seq) return;
   e.ledger_seq = reply.ledger_seq();
-  if (!google::protobuf::util::MessageDifferencer::Equals(e.rec.available(), reply.available())) {
-    *e.rec.mutable_available() = reply.available();
-    IndexNodeLocked(e);
-    BumpView();
+  if (!SameResources(names_, e.Available(), reply.available())) {
+    SetAvailable(names_, reply.available(), &e);
+    IndexNodeLocked(it->first, e);
+    BumpView(&it->first);
   }
 }
 
@@ -847,10 +921,10 @@ void Head::OnNodeLostForPgs(const std::string& node_id) {
 std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of) {
   std::vector<NodeView> view;
   for (const auto& [nid, n] : nodes_) {
-    if (!n.rec.alive()) continue;
+    if (!n.alive) continue;
     (*index_of)[nid] = static_cast<int>(view.size());
-    view.push_back({nid, FromProto(n.rec.total()), FromProto(n.rec.available()),
-                    std::map<std::string, std::string>(n.rec.labels().begin(), n.rec.labels().end())});
+    view.push_back({nid, ToResourceMap(names_, n.total), ToResourceMap(names_, n.Available()),
+                    LabelsOf(names_, nid, n)});
   }
   return view;
 }
@@ -868,9 +942,7 @@ std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
     if (e.selectors[bundle].empty()) return true;
     auto it = nodes_.find(node_id);
     if (it == nodes_.end()) return false;
-    std::map<std::string, std::string> labels(it->second.rec.labels().begin(),
-                                              it->second.rec.labels().end());
-    return MatchesLabels(e.selectors[bundle], labels);
+    return MatchesLabels(e.selectors[bundle], LabelsOf(names_, it->first, it->second));
   };
   for (int si = 0; si < sl.num_slices(); ++si) {
     if (!(*slice_names)[si].empty()) {
@@ -926,7 +998,7 @@ void Head::SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_
   std::string coordinator;
   if (sl.num_slices() > 1 && !placed_ids.empty()) {
     auto it = nodes_.find(placed_ids[0]);
-    std::string addr = it == nodes_.end() ? std::string() : it->second.rec.address();
+    std::string addr = it == nodes_.end() ? std::string() : it->second.address;
     coordinator = addr.substr(0, addr.rfind(':'));
     if (sl.pod_type().rfind("v7x", 0) == 0) coordinator += ":8081";  // as GKE's webhook does
   }
@@ -946,20 +1018,16 @@ void Head::SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_
   }
 }
 
-void Head::IndexNodeLocked(const NodeEntry& n) {
-  if (!n.rec.alive()) {
-    slice_index_.Remove(n.rec.node_id());
+void Head::IndexNodeLocked(const std::string& node_id, const NodeEntry& n) {
+  if (!n.alive) {
+    slice_index_.Remove(node_id);
     return;
   }
-  const auto& labels = n.rec.labels();
-  auto label = [&](std::string_view k) {
-    auto it = labels.find(std::string(k));
-    return it == labels.end() ? std::string() : it->second;
-  };
+  auto label = [&](std::string_view k) { return LabelOf(names_, node_id, n, k); };
   SliceHostInfo info;
   info.pod_type = label(tpu::kLabelPodType);
   if (info.pod_type.empty()) {
-    slice_index_.Remove(n.rec.node_id());
+    slice_index_.Remove(node_id);
     return;
   }
   info.slice_name = label(tpu::kLabelSliceName);
@@ -969,16 +1037,13 @@ void Head::IndexNodeLocked(const NodeEntry& n) {
   } catch (...) {
     info.worker_id = -1;
   }
-  auto amount = [](const rpc::ResourceSet& r, const std::string& k) {
-    auto it = r.amounts().find(k);
-    return it == r.amounts().end() ? 0.0 : it->second;
-  };
-  double total = amount(n.rec.total(), "TPU");
+  auto amount = [&](const CompactResources& r, const std::string& k) { return Amount(names_, r, k); };
+  double total = amount(n.total, "TPU");
   info.chips = static_cast<int>(total + kResourceEps);
-  info.chips_free = amount(n.rec.available(), "TPU") + kResourceEps >= total;
+  info.chips_free = amount(n.Available(), "TPU") + kResourceEps >= total;
   std::string head = "TPU-" + info.pod_type + "-head";
-  info.head_free = amount(n.rec.total(), head) <= 0 || amount(n.rec.available(), head) + kResourceEps >= 1;
-  slice_index_.Upsert(n.rec.node_id(), info);
+  info.head_free = amount(n.total, head) <= 0 || amount(n.Available(), head) + kResourceEps >= 1;
+  slice_index_.Upsert(node_id, info);
 }
 
 grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRequest* req,
@@ -1149,10 +1214,10 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
     for (int i = 0; i < e.rec.bundles_size(); ++i) {
       if (!e.rec.bundles(i).node_id().empty()) continue;
       const auto& node = nodes_[placed_ids[i]];
-      auto& r = by_node[node.rec.address()];
+      auto& r = by_node[node.address];
       r.set_pg_id(chosen);
       *r.add_bundles() = e.rec.bundles(i);
-      node_of_addr[node.rec.address()] = node.rec.node_id();
+      node_of_addr[node.address] = placed_ids[i];
     }
     std::string token = cfg_.token;
     lock.unlock();

@@ -24,6 +24,7 @@
 #include "common/labels.h"
 #include "common/resources.h"
 #include "common/status.h"
+#include "head/node_table.h"
 #include "head/slice_index.h"
 #include "head/jobs.h"
 #include "proto/torus.grpc.pb.h"
@@ -36,6 +37,10 @@ struct HeadConfig {
   std::string session_dir;
   std::string token;
   int node_timeout_ms = 5000;  // missed heartbeats for this long => node dead
+  // Whole cluster views (to a node that is new, or whose view is older than the change log)
+  // cost one NodeRecord per alive node; at most this many records are shipped per second, so
+  // that a cluster of thousands coming up cannot starve the heartbeats. Other nodes get deltas.
+  int view_records_per_s = 20000;
 };
 
 class Head final : public rpc::Head::Service {
@@ -117,14 +122,12 @@ class Head final : public rpc::Head::Service {
   // index) for the slice indices not granted yet; fills *slice_names. Require mu_.
   std::optional<std::vector<std::string>> PlaceSlices(PgEntry& e, std::vector<std::string>* slice_names,
                                                       std::string* reason);
-  struct NodeEntry {
-    rpc::NodeRecord rec;
-    std::chrono::steady_clock::time_point last_heartbeat;
-    uint64_t ledger_seq = 0;  // of rec.available (HeartbeatRequest.ledger_seq)
-  };
-  void IndexNodeLocked(const NodeEntry& n);
   // MEGASCALE_* environment of each bundle of a slice reservation being granted (require mu_).
-  void SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_ids);  // the slice index follows the node (require mu_)
+  void SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_ids);
+  // the slice index follows the node (require mu_)
+  void IndexNodeLocked(const std::string& node_id, const NodeEntry& n);
+  // The cluster view for a heartbeat from a node at `version` (require mu_).
+  void FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply);
   struct ActorEntry {
     rpc::ActorRecord rec;
     rpc::CreateActorRequest spec;
@@ -134,8 +137,8 @@ class Head final : public rpc::Head::Service {
     LabelSelectorTerms selector;
   };
 
-  // Require mu_.
-  void BumpView() { ++view_version_; }
+  // Require mu_. A change to the cluster view; `node` (a key of nodes_) when a node changed.
+  void BumpView(const std::string* node = nullptr);
   void SchedulePendingActors();
   void PlaceActor(const std::string& actor_id, const std::string& node_id,
                   const std::string& node_address);  // runs on its own thread, no lock
@@ -151,9 +154,23 @@ class Head final : public rpc::Head::Service {
   std::mutex mu_;
   std::condition_variable cv_;  // actor state changes
   // guarded by mu_
-  std::map<std::string, NodeEntry> nodes_;
-  std::unordered_map<std::string, std::string> node_by_address_;  // address -> node id
+  std::map<std::string, NodeEntry> nodes_;  // never erased: keys are stable
+  size_t alive_nodes_ = 0;
+  NamePool names_;                          // label keys/values, resource names of nodes_
+  // address -> node id; each key views the address string of the entry it maps to
+  std::unordered_map<std::string_view, const std::string*> node_by_address_;
   uint64_t view_version_ = 1;
+  // The node (or nullptr) that changed at each recent view version, oldest first: heartbeat
+  // views are deltas from it. view_log_floor_: versions at or above it are covered.
+  std::deque<std::pair<uint64_t, const std::string*>> view_log_;
+  uint64_t view_log_floor_ = 1;
+  double full_view_tokens_ = 0;  // records of whole views that may be shipped now
+  std::chrono::steady_clock::time_point full_view_refill_;
+  // The whole view serialized (HeartbeatReply.view_snapshot) as of snapshot_version_.
+  std::string snapshot_;
+  uint64_t snapshot_version_ = 0;
+  size_t snapshot_nodes_ = 0;
+  std::chrono::steady_clock::time_point snapshot_built_;
   std::unordered_map<std::string, ActorEntry> actors_;
   std::map<std::pair<std::string, std::string>, std::string> named_actors_;  // (ns, name) -> id
   std::map<std::string, rpc::JobRequest> jobs_;

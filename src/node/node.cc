@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <cstring>
+#include <iterator>
 #include <thread>
 
 #include "common/ids.h"
@@ -964,7 +965,34 @@ void Node::HeartbeatLoop() {
         (void)RegisterWithHead();
       } else if (reply.view_version() != req.view_version()) {
         std::lock_guard<std::mutex> lock(mu_);
-        view_.assign(reply.nodes().begin(), reply.nodes().end());
+        if (reply.view_delta()) {
+          // Only the nodes that changed since our version: replace, add or drop those.
+          std::set<std::string> gone(reply.removed_node_ids().begin(), reply.removed_node_ids().end());
+          std::map<std::string, const rpc::NodeRecord*> changed;
+          for (const auto& n : reply.nodes()) changed[n.node_id()] = &n;
+          std::vector<rpc::NodeRecord> next;
+          next.reserve(view_.size() + changed.size());
+          for (auto& n : view_) {
+            if (gone.count(n.node_id())) continue;
+            auto c = changed.find(n.node_id());
+            if (c == changed.end()) {
+              next.push_back(std::move(n));
+            } else {
+              next.push_back(*c->second);
+              changed.erase(c);
+            }
+          }
+          for (const auto& n : reply.nodes()) {
+            if (changed.count(n.node_id())) next.push_back(n);
+          }
+          view_ = std::move(next);
+        } else {
+          rpc::ListReply snapshot;
+          if (snapshot.ParseFromString(reply.view_snapshot())) {
+            view_.assign(std::make_move_iterator(snapshot.mutable_nodes()->begin()),
+                         std::make_move_iterator(snapshot.mutable_nodes()->end()));
+          }
+        }
         view_version_ = reply.view_version();
         TrySchedule();
       }

@@ -1,0 +1,589 @@
+// The head at scale, over the real protocol: starts a real `torus head` process, registers N
+// simulated TPU hosts with it over gRPC (RegisterNode, then Heartbeat at the node period) and
+// serves the Node RPCs the head sends them (Prepare/Commit/ReleaseBundles, each node with its own
+// ledger: available resources and ledger_seq, replied as src/node/node.cc does). All N nodes
+// live in this process behind one gRPC server bound to the wildcard address; node i advertises
+// its own loopback address 127.x.y.z:PORT and the call's :authority tells which node is called.
+//
+// Hosts are v6e 4x4 slices (4 hosts of 4 chips), labelled and resourced by the node's own code
+// (tpu::ComputeNodeTpuIdentity, spec/tpu.md section 4). Measured after a warm-up: heartbeats/s
+// the head answered, head CPU (from /proc/<pid>/stat), head RSS/PSS minus its RSS/PSS before any
+// node registered, false deaths (nodes the head lists dead, "declared dead" in its log), the
+// head's decision_us for slice reservations and for an ordinary 4-bundle SPREAD group.
+//
+//   head_scale --torus build/torus --nodes 10000 --heartbeat-ms 1000 [--warmup-s 10]
+//              [--measure-s 20] [--cycles 50] [--csv FILE] [-- HEAD FLAGS...]
+// bench/head_scale.sh runs it for 1k, 2k, 5k, 10k nodes.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/ids.h"
+#include "common/resources.h"
+#include "common/rpc.h"
+#include "common/session.h"
+#include "proto/torus.grpc.pb.h"
+#include "tpu/node_identity.h"
+
+namespace {
+using Clock = std::chrono::steady_clock;
+using namespace torus;
+
+struct SimNode {
+  std::string id, address, hostname;
+  std::map<std::string, std::string> labels;
+  ResourceMap total, available;
+  uint64_t ledger_seq = 0;
+  uint64_t view_version = 0;
+  std::map<std::string, std::map<int, ResourceMap>> bundles;  // pg -> index -> resources
+};
+
+// Every simulated node's state, guarded by one mutex (calls are rare next to heartbeats).
+struct Cluster {
+  std::mutex mu;
+  std::vector<SimNode> nodes;
+  std::unordered_map<std::string, int> by_address;
+  std::string token;
+  std::atomic<uint64_t> view_records{0};  // NodeRecords received in heartbeat replies
+  std::atomic<uint64_t> view_replies{0};  // heartbeat replies that carried a view
+  std::atomic<uint64_t> view_bytes{0};    // bytes of views (deltas and snapshots) received
+};
+
+void FillLedger(const SimNode& n, rpc::PrepareBundlesReply* reply) {
+  ToProto(n.available, reply->mutable_available());
+  reply->set_ledger_seq(n.ledger_seq);
+}
+
+// The Node service of all simulated nodes; which node is called comes from the :authority.
+class SimNodeService final : public rpc::Node::Service {
+ public:
+  explicit SimNodeService(Cluster* c) : c_(c) {}
+
+  grpc::Status PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
+                              rpc::PrepareBundlesReply* reply) override {
+    if (auto s = CheckToken(ctx, c_->token); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(c_->mu);
+    SimNode* n = Find(ctx);
+    if (!n) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no simulated node at this address");
+    auto& mine = n->bundles[req->pg_id()];
+    ResourceMap sum;
+    for (const auto& b : req->bundles()) {
+      if (!mine.count(b.index())) Add(sum, FromProto(b.resources()));
+    }
+    if (!Fits(sum, n->available)) {
+      if (mine.empty()) n->bundles.erase(req->pg_id());
+      reply->set_error("node " + n->id + " has " + ResourcesToString(n->available) +
+                       " available, the bundles need " + ResourcesToString(sum));
+      FillLedger(*n, reply);
+      return grpc::Status::OK;
+    }
+    Subtract(n->available, sum);
+    ++n->ledger_seq;
+    for (const auto& b : req->bundles()) {
+      if (!mine.count(b.index())) mine[b.index()] = FromProto(b.resources());
+    }
+    reply->set_ok(true);
+    FillLedger(*n, reply);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CommitBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
+                             rpc::PrepareBundlesReply* reply) override {
+    if (auto s = CheckToken(ctx, c_->token); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(c_->mu);
+    SimNode* n = Find(ctx);
+    if (!n) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no simulated node at this address");
+    reply->set_ok(true);
+    FillLedger(*n, reply);
+    if (!n->bundles.count(req->pg_id())) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no prepared bundles of " + req->pg_id());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReleaseBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
+                              rpc::PrepareBundlesReply* reply) override {
+    if (auto s = CheckToken(ctx, c_->token); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(c_->mu);
+    SimNode* n = Find(ctx);
+    if (!n) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no simulated node at this address");
+    reply->set_ok(true);
+    auto pit = n->bundles.find(req->pg_id());
+    if (pit != n->bundles.end()) {
+      ++n->ledger_seq;
+      std::map<int, bool> which;
+      for (const auto& b : req->bundles()) which[b.index()] = true;
+      for (auto bit = pit->second.begin(); bit != pit->second.end();) {
+        if (!which.empty() && !which.count(bit->first)) {
+          ++bit;
+          continue;
+        }
+        Add(n->available, bit->second);
+        bit = pit->second.erase(bit);
+      }
+      if (pit->second.empty()) n->bundles.erase(pit);
+    }
+    FillLedger(*n, reply);
+    return grpc::Status::OK;
+  }
+
+ private:
+  SimNode* Find(grpc::ServerContext* ctx) {
+    auto authority = ctx->ExperimentalGetAuthority();
+    auto it = c_->by_address.find(std::string(authority.data(), authority.size()));
+    return it == c_->by_address.end() ? nullptr : &c_->nodes[it->second];
+  }
+  Cluster* c_;
+};
+
+// ------------------------------------------------------------------------------- head process
+
+struct ProcMem {
+  long rss_kb = 0, pss_kb = 0;
+};
+
+ProcMem ReadMem(pid_t pid) {
+  ProcMem m;
+  std::ifstream st("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(st, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) m.rss_kb = std::stol(line.substr(6));
+  }
+  std::ifstream sm("/proc/" + std::to_string(pid) + "/smaps_rollup");
+  while (std::getline(sm, line)) {
+    if (line.rfind("Pss:", 0) == 0) m.pss_kb = std::stol(line.substr(4));
+  }
+  return m;
+}
+
+// utime + stime of a process, in clock ticks.
+long CpuTicks(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto p = s.rfind(')');
+  if (p == std::string::npos) return 0;
+  std::istringstream in(s.substr(p + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return utime + stime;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+pid_t g_head_pid = 0;
+
+[[noreturn]] void Fail(const std::string& msg) {
+  std::cerr << "head_scale: " << msg << std::endl;
+  if (g_head_pid > 0) {
+    kill(g_head_pid, SIGKILL);
+    waitpid(g_head_pid, nullptr, 0);
+  }
+  _exit(1);
+}
+
+// ------------------------------------------------------------------------------- heartbeats
+
+struct HbCall {
+  int node = 0;
+  grpc::ClientContext ctx;
+  rpc::HeartbeatRequest req;
+  rpc::HeartbeatReply reply;
+  grpc::Status status;
+  Clock::time_point sent;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<rpc::HeartbeatReply>> reader;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string torus_exe = "build/torus", csv;
+  int num_nodes = 1000, heartbeat_ms = 1000, warmup_s = 10, measure_s = 20, cycles = 50;
+  int channels = 8;
+  std::vector<std::string> head_flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] {
+      if (i + 1 >= argc) Fail(a + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (a == "--") {
+      for (++i; i < argc; ++i) head_flags.push_back(argv[i]);
+    } else if (a == "--torus") torus_exe = next();
+    else if (a == "--nodes") num_nodes = std::stoi(next());
+    else if (a == "--heartbeat-ms") heartbeat_ms = std::stoi(next());
+    else if (a == "--warmup-s") warmup_s = std::stoi(next());
+    else if (a == "--measure-s") measure_s = std::stoi(next());
+    else if (a == "--cycles") cycles = std::stoi(next());
+    else if (a == "--channels") channels = std::stoi(next());
+    else if (a == "--csv") csv = next();
+    else Fail("unknown flag " + a);
+  }
+  if (num_nodes % 4 != 0 || num_nodes > 60000) Fail("--nodes must be a multiple of 4, at most 60000");
+
+  // A session of our own, and the head in it.
+  auto session = CreateSession(false);
+  if (!session.ok()) Fail(session.status().ToString());
+  auto token = FindToken(*session);
+  if (!token.ok()) Fail(token.status().ToString());
+  std::string head_log = *session + "/head.log";
+  pid_t head_pid = fork();
+  if (head_pid == 0) {
+    int fd = open(head_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<std::string> args = {torus_exe, "head", "--port", "0", "--session-dir", *session};
+    for (auto& f : head_flags) args.push_back(f);
+    std::vector<char*> cargs;
+    for (auto& s : args) cargs.push_back(s.data());
+    cargs.push_back(nullptr);
+    execv(torus_exe.c_str(), cargs.data());
+    _exit(127);
+  }
+  g_head_pid = head_pid;
+  std::string head_address;
+  for (int i = 0; i < 1000 && head_address.empty(); ++i) {
+    auto r = ReadFile(*session + "/head_address");
+    if (r.ok() && !r->empty()) head_address = *r;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (head_address.empty()) Fail("the head did not start; see " + head_log);
+  auto kill_head = [&] {
+    kill(head_pid, SIGTERM);
+    for (int i = 0; i < 300; ++i) {
+      if (waitpid(head_pid, nullptr, WNOHANG) == head_pid) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(head_pid, SIGKILL);
+    waitpid(head_pid, nullptr, 0);
+  };
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ProcMem base = ReadMem(head_pid);
+
+  // The simulated nodes and their server.
+  Cluster c;
+  c.token = *token;
+  SimNodeService service(&c);
+  int port = 0;
+  auto server = StartServer("0.0.0.0", &port, {&service});
+  if (!server || port == 0) Fail("cannot start the node server");
+  c.nodes.resize(num_nodes);
+  for (int i = 0; i < num_nodes; ++i) {
+    SimNode& n = c.nodes[i];
+    int slice = i / 4, worker = i % 4;
+    int a = 1 + (i >> 16), b = (i >> 8) & 255, d = i & 255;
+    n.address = "127." + std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(d) + ":" +
+                std::to_string(port);
+    n.id = RandomHex(14);
+    char slice_name[32];
+    snprintf(slice_name, sizeof slice_name, "sim-v6e16-%05d", slice);
+    n.hostname = std::string(slice_name) + "-w" + std::to_string(worker);
+    std::string hosts;
+    for (int w = 0; w < 4; ++w) hosts += (w ? "," : "") + std::string(slice_name) + "-w" + std::to_string(w);
+    tpu::NodeTpuInput in;
+    in.env = {{"TPU_NAME", slice_name},
+              {"TPU_WORKER_ID", std::to_string(worker)},
+              {"TPU_ACCELERATOR_TYPE", "v6e-16"},
+              {"TPU_TOPOLOGY", "4x4"},
+              {"TPU_WORKER_HOSTNAMES", hosts},
+              {"TORUS_TPU_CHIPS", "4"}};
+    auto id = tpu::ComputeNodeTpuIdentity(in);
+    if (!id.ok()) Fail(id.status().ToString());
+    n.labels = id->labels;
+    n.labels["torus.io/node-id"] = n.id;
+    n.labels["torus.io/hostname"] = n.hostname;
+    n.total = {{"CPU", 8}, {"memory", 64.0 * (1ull << 30)}};
+    for (const auto& [k, v] : id->resources) n.total[k] = v;
+    n.available = n.total;
+    c.by_address[n.address] = i;
+  }
+
+  // Channels to the head: a few connections shared by the nodes (see docs/benchmarks_scale.md).
+  std::vector<std::unique_ptr<rpc::Head::Stub>> stubs;
+  for (int k = 0; k < channels; ++k) {
+    grpc::ChannelArguments args;
+    args.SetInt("torus.head_scale.channel", k);  // distinct args: a connection of its own
+    args.SetMaxReceiveMessageSize(-1);
+    stubs.push_back(rpc::Head::NewStub(
+        grpc::CreateCustomChannel(head_address, grpc::InsecureChannelCredentials(), args)));
+  }
+  auto register_node = [&](int i) {
+    rpc::RegisterNodeRequest req;
+    auto* r = req.mutable_node();
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      const SimNode& n = c.nodes[i];
+      r->set_node_id(n.id);
+      r->set_address(n.address);
+      r->set_hostname(n.hostname);
+      r->set_pid(100000 + i);
+      r->set_alive(true);
+      ToProto(n.total, r->mutable_total());
+      ToProto(n.available, r->mutable_available());
+      for (const auto& [k, v] : n.labels) (*r->mutable_labels())[k] = v;
+    }
+    rpc::RegisterNodeReply reply;
+    auto ctx = NewContext(c.token, 30000);
+    return stubs[i % channels]->RegisterNode(ctx.get(), req, &reply);
+  };
+
+  // Heartbeats: node i beats at phase i*P/N of each period P, asynchronously, once registered.
+  std::unique_ptr<std::atomic<bool>[]> registered(new std::atomic<bool>[num_nodes]);
+  for (int i = 0; i < num_nodes; ++i) registered[i] = false;
+  grpc::CompletionQueue cq;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> hb_ok{0}, hb_fail{0}, hb_unknown{0};
+  std::mutex lat_mu;
+  std::vector<double> hb_lat_ms;
+  bool record_lat = false;
+  std::thread completer([&] {
+    void* tag;
+    bool ok;
+    while (cq.Next(&tag, &ok)) {
+      std::unique_ptr<HbCall> call(static_cast<HbCall*>(tag));
+      if (!call->status.ok()) {
+        ++hb_fail;
+        continue;
+      }
+      ++hb_ok;
+      {
+        std::lock_guard<std::mutex> lock(lat_mu);
+        if (record_lat) {
+          hb_lat_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - call->sent).count());
+        }
+      }
+      if (call->reply.unknown_node()) {
+        ++hb_unknown;
+        (void)register_node(call->node);
+        continue;
+      }
+      if (call->reply.nodes_size() > 0 || call->reply.view_version() != call->req.view_version()) {
+        c.view_records += call->reply.nodes_size();
+        c.view_bytes += call->reply.ByteSizeLong();
+        ++c.view_replies;
+        std::lock_guard<std::mutex> lock(c.mu);
+        c.nodes[call->node].view_version = call->reply.view_version();
+      }
+    }
+  });
+  std::thread beater([&] {
+    auto period = std::chrono::microseconds(static_cast<int64_t>(heartbeat_ms) * 1000);
+    auto start = Clock::now();
+    int64_t sent = 0;  // heartbeats issued so far, node = sent % N
+    while (!stop) {
+      auto now = Clock::now();
+      int64_t due = static_cast<int64_t>(std::chrono::duration<double>(now - start) /
+                                         std::chrono::duration<double>(period) * num_nodes);
+      for (; sent < due && !stop; ++sent) {
+        if (!registered[sent % num_nodes]) continue;
+        auto* call = new HbCall;
+        call->node = static_cast<int>(sent % num_nodes);
+        {
+          std::lock_guard<std::mutex> lock(c.mu);
+          const SimNode& n = c.nodes[call->node];
+          call->req.set_node_id(n.id);
+          ToProto(n.available, call->req.mutable_available());
+          call->req.set_ledger_seq(n.ledger_seq);
+          call->req.set_view_version(n.view_version);
+        }
+        call->ctx.AddMetadata(kTokenMetadataKey, c.token);
+        call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        call->sent = Clock::now();
+        call->reader = stubs[call->node % channels]->AsyncHeartbeat(&call->ctx, call->req, &cq);
+        call->reader->Finish(&call->reply, &call->status, call);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+
+  auto reg_start = Clock::now();
+  {
+    std::vector<std::thread> ts;
+    std::atomic<int> next{0};
+    for (int t = 0; t < 8; ++t) {
+      ts.emplace_back([&] {
+        for (int i; (i = next++) < num_nodes;) {
+          auto st = register_node(i);
+          if (!st.ok()) Fail("RegisterNode failed: " + st.error_message());
+          registered[i] = true;  // heartbeats start right away, as a node's do
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+  }
+  double reg_s = std::chrono::duration<double>(Clock::now() - reg_start).count();
+  std::this_thread::sleep_for(std::chrono::seconds(warmup_s));
+  // Measurement window.
+  uint64_t ok0 = hb_ok, fail0 = hb_fail, vr0 = c.view_records, vb0 = c.view_bytes;
+  long cpu0 = CpuTicks(head_pid);
+  auto t0 = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(lat_mu);
+    record_lat = true;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(measure_s));
+  {
+    std::lock_guard<std::mutex> lock(lat_mu);
+    record_lat = false;
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  long cpu1 = CpuTicks(head_pid);
+  double hb_per_s = (hb_ok - ok0) / secs;
+  double hb_fail_per_s = (hb_fail - fail0) / secs;
+  double view_rec_per_s = (c.view_records - vr0) / secs;
+  double view_kb_per_s = (c.view_bytes - vb0) / secs / 1024;
+  double head_cpu = (cpu1 - cpu0) / static_cast<double>(sysconf(_SC_CLK_TCK)) / secs * 100.0;
+  ProcMem mem = ReadMem(head_pid);
+
+  // Reservations, while the nodes keep heartbeating.
+  rpc::Head::Stub& head = *stubs[0];
+  int pg_not_created = 0;
+  auto reserve_cycles = [&](bool slice, int n, std::vector<double>* decision,
+                            std::vector<double>* rtt) {
+    for (int k = 0; k < n; ++k) {
+      rpc::PlacementGroupRecord req;
+      req.set_name(std::string(slice ? "scale-slice-" : "scale-pg-") + std::to_string(k));
+      req.set_strategy("SPREAD");
+      if (slice) {
+        auto* sl = req.mutable_slice();
+        sl->set_topology("4x4");
+        sl->set_accelerator_version("v6e");
+        sl->set_num_slices(1);
+        sl->set_timeout_ms(-1);
+        for (int b = 0; b < 4; ++b) {
+          auto* bundle = req.add_bundles();
+          auto& am = *bundle->mutable_resources()->mutable_amounts();
+          am["CPU"] = 1;
+          am["TPU"] = 4;
+          if (b == 0) am["TPU-v6e-16-head"] = 1;
+          auto* t = bundle->add_label_selector();
+          t->set_key("torus.io/tpu-pod-type");
+          t->set_expr("v6e-16");
+          t = bundle->add_label_selector();
+          t->set_key("torus.io/accelerator-type");
+          t->set_expr("TPU-V6E");
+        }
+      } else {
+        for (int b = 0; b < 4; ++b) (*req.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 1;
+      }
+      auto t_start = Clock::now();
+      rpc::CreatePlacementGroupReply cr;
+      auto ctx = NewContext(c.token, 30000);
+      auto st = head.CreatePlacementGroup(ctx.get(), req, &cr);
+      if (!st.ok() || (cr.has_error() && cr.error().code() != 0)) {
+        Fail("CreatePlacementGroup: " + st.error_message() + cr.error().message());
+      }
+      rpc::PlacementGroupRequest g;
+      g.set_pg_id(cr.pg_id());
+      g.set_wait_created_ms(30000);
+      rpc::GetPlacementGroupReply gr;
+      auto ctx2 = NewContext(c.token, 40000);
+      st = head.GetPlacementGroup(ctx2.get(), g, &gr);
+      if (!st.ok() || gr.pg().state() != "CREATED") {
+        // Counted, not fatal: e.g. a prepare that timed out on a loaded machine.
+        std::cerr << "head_scale: placement group not created in 30 s: " << st.error_message() << " "
+                  << gr.pg().pending_reason() << std::endl;
+        ++pg_not_created;
+        rpc::Empty e;
+        auto ctx3 = NewContext(c.token, 30000);
+        (void)head.RemovePlacementGroup(ctx3.get(), g, &e);
+        continue;
+      }
+      rtt->push_back(std::chrono::duration<double, std::micro>(Clock::now() - t_start).count());
+      decision->push_back(gr.pg().decision_us());
+      rpc::Empty e;
+      auto ctx3 = NewContext(c.token, 30000);
+      st = head.RemovePlacementGroup(ctx3.get(), g, &e);
+      if (!st.ok()) Fail("RemovePlacementGroup: " + st.error_message());
+    }
+  };
+  std::vector<double> slice_dec, slice_rtt, pg_dec, pg_rtt;
+  reserve_cycles(true, cycles, &slice_dec, &slice_rtt);
+  if (cycles > 0) reserve_cycles(false, std::max(5, cycles / 5), &pg_dec, &pg_rtt);
+
+  // Liveness as the head sees it, then stop.
+  rpc::ListReply list;
+  {
+    auto ctx = NewContext(c.token, 30000);
+    (void)head.List(ctx.get(), rpc::Empty(), &list);
+  }
+  int alive = 0;
+  for (const auto& n : list.nodes()) alive += n.alive();
+  stop = true;
+  beater.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  int declared_dead = 0;
+  {
+    std::ifstream f(head_log);
+    std::string line;
+    while (std::getline(f, line)) declared_dead += line.find("declared dead") != std::string::npos;
+  }
+  kill_head();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  cq.Shutdown();
+  completer.join();
+
+  double loadavg = 0;
+  {
+    std::ifstream f("/proc/loadavg");
+    f >> loadavg;
+  }
+  double per_node_rss = (mem.rss_kb - base.rss_kb) * 1024.0 / num_nodes;
+  double per_node_pss = (mem.pss_kb - base.pss_kb) * 1024.0 / num_nodes;
+  std::vector<double> lat;
+  {
+    std::lock_guard<std::mutex> lock(lat_mu);
+    lat = hb_lat_ms;
+  }
+  std::ostringstream row;
+  row << num_nodes << "," << heartbeat_ms << "," << reg_s << "," << hb_per_s << "," << hb_fail_per_s << ","
+      << head_cpu << "," << Median(lat) << "," << Pct(lat, 0.99) << "," << view_rec_per_s << "," << view_kb_per_s << ","
+      << base.rss_kb << "," << mem.rss_kb << "," << per_node_rss << "," << base.pss_kb << "," << mem.pss_kb
+      << "," << per_node_pss << "," << (num_nodes - alive) << "," << declared_dead << "," << hb_unknown << ","
+      << Median(slice_dec) << "," << Pct(slice_dec, 0.9) << "," << Median(slice_rtt) / 1000 << ","
+      << Median(pg_dec) << "," << Median(pg_rtt) / 1000 << "," << pg_not_created << "," << loadavg;
+  const char* header =
+      "nodes,heartbeat_ms,register_s,heartbeats_per_s,heartbeat_failures_per_s,head_cpu_pct,"
+      "heartbeat_p50_ms,heartbeat_p99_ms,view_records_per_s,view_kb_per_s,rss_base_kb,rss_kb,rss_bytes_per_node,"
+      "pss_base_kb,pss_kb,pss_bytes_per_node,false_deaths,declared_dead_log,unknown_node_replies,"
+      "slice_decision_us_p50,slice_decision_us_p90,slice_reserve_ms_p50,pg_spread4_decision_us_p50,"
+      "pg_spread4_reserve_ms_p50,groups_not_created,loadavg1";
+  std::cout << header << "\n" << row.str() << std::endl;
+  if (!csv.empty()) {
+    bool fresh = !std::ifstream(csv).good();
+    std::ofstream out(csv, std::ios::app);
+    if (fresh) out << header << "\n";
+    out << row.str() << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The head at 1k, 2k, 5k and 10k simulated TPU hosts over the real protocol (bench/head_scale.cc):
+# a fresh `torus head` process per size, every node heartbeating at --heartbeat-ms.
+# Usage: bench/head_scale.sh [--nodes 1000,2000,5000,10000] [--heartbeat-ms 1000]
+#                            [--warmup-s 20] [--measure-s 20] [--cycles 50] [-- HEAD FLAGS]
+# Writes bench/results/head_scale-<UTC time>.csv and prints a table (after scripts/build.sh release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes=1000,2000,5000,10000
+hb=1000; warmup=20; measure=20; cycles=50
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) sizes="$2"; shift 2 ;;
+    --heartbeat-ms) hb="$2"; shift 2 ;;
+    --warmup-s) warmup="$2"; shift 2 ;;
+    --measure-s) measure="$2"; shift 2 ;;
+    --cycles) cycles="$2"; shift 2 ;;
+    --) shift; break ;;
+    *) echo "unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-scale.XXXXXX)}"
+mkdir -p bench/results
+csv="bench/results/head_scale-$(date -u +%Y%m%dT%H%M%SZ).csv"
+echo "# machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# heartbeat every ${hb} ms per node, warm-up ${warmup} s, measured ${measure} s, ${cycles} slice cycles"
+for n in ${sizes//,/ }; do
+  build/bench/head_scale --torus build/torus --nodes "$n" --heartbeat-ms "$hb" --warmup-s "$warmup" \
+    --measure-s "$measure" --cycles "$cycles" --csv "$csv" -- "$@" >/dev/null
+done
+python3 - "$csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+cols = [("nodes", "nodes", "{:.0f}"), ("heartbeats_per_s", "hb/s", "{:.0f}"),
+        ("head_cpu_pct", "head CPU %", "{:.1f}"), ("heartbeat_p99_ms", "hb p99 ms", "{:.1f}"),
+        ("view_records_per_s", "view rec/s", "{:.0f}"), ("view_kb_per_s", "view KiB/s", "{:.0f}"),
+        ("rss_bytes_per_node", "RSS B/node", "{:.0f}"), ("pss_bytes_per_node", "PSS B/node", "{:.0f}"),
+        ("false_deaths", "false deaths", "{:.0f}"), ("slice_decision_us_p50", "slice dec us p50", "{:.1f}"),
+        ("slice_decision_us_p90", "p90", "{:.1f}"), ("slice_reserve_ms_p50", "slice rtt ms", "{:.2f}"),
+        ("pg_spread4_decision_us_p50", "SPREAD4 dec us", "{:.0f}"), ("loadavg1", "load", "{:.1f}")]
+print(" | ".join(h for _, h, _ in cols))
+for r in rows:
+    print(" | ".join(f.format(float(r[k])) for k, _, f in cols))
+print("# csv:", sys.argv[1])
+PY

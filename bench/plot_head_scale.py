@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Plots bench/head_scale.sh results (a CSV of bench/results/) into docs/img/head_scale_*.png.
+
+Usage: bench/plot_scale.py [bench/results/head_scale-....csv]   (default: the newest one)
+Runs itself under a private virtualenv (.venv-plot, created with pip on first use) for matplotlib.
+"""
+import csv
+import glob
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV = os.path.join(ROOT, ".venv-plot")
+
+
+def ensure_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        return
+    except ImportError:
+        pass
+    py = os.path.join(VENV, "bin", "python3")
+    if os.path.abspath(sys.executable) == os.path.abspath(py):
+        sys.exit("matplotlib is missing from " + VENV)
+    if not os.path.exists(py):
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+        subprocess.check_call([py, "-m", "pip", "install", "-q", "matplotlib"])
+    os.execv(py, [py] + sys.argv)
+
+
+def main():
+    ensure_matplotlib()
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = sys.argv[1] if len(sys.argv) > 1 else max(glob.glob(os.path.join(ROOT, "bench/results/head_scale-*.csv")))
+    rows = sorted(csv.DictReader(open(path)), key=lambda r: int(r["nodes"]))
+    n = [int(r["nodes"]) for r in rows]
+    col = lambda k: [float(r[k]) for r in rows]
+    out = os.path.join(ROOT, "docs", "img")
+    os.makedirs(out, exist_ok=True)
+
+    def fig(name, title, series, ylabel, limit=None, limit_label=None):
+        plt.figure(figsize=(6, 4))
+        for label, ys in series:
+            plt.plot(n, ys, marker="o", label=label)
+        if limit is not None:
+            plt.axhline(limit, color="red", linestyle="--", label=limit_label)
+        plt.xlabel("simulated nodes")
+        plt.ylabel(ylabel)
+        plt.title(title)
+        plt.grid(True, alpha=0.3)
+        plt.legend()
+        plt.ylim(bottom=0)
+        plt.tight_layout()
+        plt.savefig(os.path.join(out, name), dpi=100)
+        plt.close()
+        print("wrote", os.path.join("docs/img", name))
+
+    fig("head_scale_memory.png", "Head memory per idle node",
+        [("RSS", col("rss_bytes_per_node")), ("PSS", col("pss_bytes_per_node"))], "bytes per node",
+        1024, "target: 1 KiB")
+    fig("head_scale_heartbeats.png", "Heartbeats handled and head CPU",
+        [("heartbeats/s / 100", [x / 100 for x in col("heartbeats_per_s")]),
+         ("head CPU %", col("head_cpu_pct"))], "heartbeats/s / 100, CPU %")
+    fig("head_scale_slice_decision.png", "Slice reservation decision (decision_us)",
+        [("p50", col("slice_decision_us_p50")), ("p90", col("slice_decision_us_p90"))], "microseconds",
+        100, "target: 100 us")
+    fig("head_scale_false_deaths.png", "False deaths (nodes the head declared dead)",
+        [("false deaths", col("false_deaths"))], "nodes")
+
+
+if __name__ == "__main__":
+    main()

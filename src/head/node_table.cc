@@ -1,0 +1,144 @@
+#include "head/node_table.h"
+
+#include <algorithm>
+
+namespace torus {
+
+uint32_t NamePool::Intern(std::string_view s) {
+  auto it = ids_.find(s);
+  if (it != ids_.end()) return it->second;
+  uint32_t id = static_cast<uint32_t>(names_.size());
+  names_.emplace_back(s);
+  ids_.emplace(std::string_view(names_.back()), id);
+  return id;
+}
+
+namespace {
+template <typename Map>
+void SetResourcesFrom(NamePool& pool, const Map& in, CompactResources* out) {
+  CompactResources r;
+  r.reserve(in.size());
+  for (const auto& [k, v] : in) r.emplace_back(pool.Intern(k), v);
+  std::sort(r.begin(), r.end());
+  *out = std::move(r);  // exact capacity: no slack kept per node
+}
+
+bool SameCompact(const CompactResources& a, const CompactResources& b) { return a == b; }
+}  // namespace
+
+void SetResources(NamePool& pool, const rpc::ResourceSet& in, CompactResources* out) {
+  SetResourcesFrom(pool, in.amounts(), out);
+}
+
+void SetResources(NamePool& pool, const ResourceMap& in, CompactResources* out) {
+  SetResourcesFrom(pool, in, out);
+}
+
+bool SameResources(const NamePool& pool, const CompactResources& a, const rpc::ResourceSet& b) {
+  if (static_cast<size_t>(b.amounts_size()) != a.size()) return false;
+  for (const auto& [id, v] : a) {
+    auto it = b.amounts().find(pool.Get(id));
+    if (it == b.amounts().end() || it->second != v) return false;
+  }
+  return true;
+}
+
+ResourceMap ToResourceMap(const NamePool& pool, const CompactResources& r) {
+  ResourceMap m;
+  for (const auto& [id, v] : r) m[pool.Get(id)] = v;
+  return m;
+}
+
+void ToProto(const NamePool& pool, const CompactResources& r, rpc::ResourceSet* out) {
+  auto* m = out->mutable_amounts();
+  m->clear();
+  for (const auto& [id, v] : r) (*m)[pool.Get(id)] = v;
+}
+
+double Amount(const NamePool& pool, const CompactResources& r, std::string_view name) {
+  for (const auto& [id, v] : r) {
+    if (pool.Get(id) == name) return v;
+  }
+  return 0.0;
+}
+
+namespace {
+void KeepAvailable(CompactResources r, NodeEntry* n) {
+  if (SameCompact(r, n->total)) {
+    n->available_is_total = true;
+    CompactResources().swap(n->available);
+  } else {
+    n->available_is_total = false;
+    n->available = std::move(r);
+  }
+}
+}  // namespace
+
+void SetAvailable(NamePool& pool, const rpc::ResourceSet& in, NodeEntry* n) {
+  CompactResources r;
+  SetResources(pool, in, &r);
+  KeepAvailable(std::move(r), n);
+}
+
+void SetAvailable(NamePool& pool, const ResourceMap& in, NodeEntry* n) {
+  CompactResources r;
+  SetResources(pool, in, &r);
+  KeepAvailable(std::move(r), n);
+}
+
+void SetFromRecord(NamePool& pool, const rpc::NodeRecord& rec, NodeEntry* n) {
+  n->address = rec.address();
+  n->hostname = rec.hostname();
+  n->pid = rec.pid();
+  std::vector<std::pair<uint32_t, uint32_t>> labels;
+  labels.reserve(rec.labels_size());
+  for (const auto& [k, v] : rec.labels()) {
+    uint32_t value = v == rec.node_id()                           ? NodeEntry::kOwnId
+                     : !rec.hostname().empty() && v == rec.hostname() ? NodeEntry::kOwnHostname
+                                                                      : pool.Intern(v);
+    labels.emplace_back(pool.Intern(k), value);
+  }
+  n->labels = std::move(labels);
+  SetResources(pool, rec.total(), &n->total);
+  SetAvailable(pool, rec.available(), n);
+}
+
+namespace {
+const std::string& LabelValue(const NamePool& pool, const std::string& node_id, const NodeEntry& n,
+                              uint32_t v) {
+  return v == NodeEntry::kOwnId ? node_id : v == NodeEntry::kOwnHostname ? n.hostname : pool.Get(v);
+}
+}  // namespace
+
+std::map<std::string, std::string> LabelsOf(const NamePool& pool, const std::string& node_id,
+                                            const NodeEntry& n) {
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : n.labels) out.emplace(pool.Get(k), LabelValue(pool, node_id, n, v));
+  return out;
+}
+
+std::string LabelOf(const NamePool& pool, const std::string& node_id, const NodeEntry& n,
+                    std::string_view key) {
+  for (const auto& [k, v] : n.labels) {
+    if (pool.Get(k) == key) return LabelValue(pool, node_id, n, v);
+  }
+  return std::string();
+}
+
+void FillRecord(const NamePool& pool, const std::string& node_id, const NodeEntry& n, bool full,
+                rpc::NodeRecord* out) {
+  out->set_node_id(node_id);
+  out->set_address(n.address);
+  out->set_alive(n.alive);
+  ToProto(pool, n.total, out->mutable_total());
+  ToProto(pool, n.Available(), out->mutable_available());
+  auto* labels = out->mutable_labels();
+  for (const auto& [k, v] : n.labels) (*labels)[pool.Get(k)] = LabelValue(pool, node_id, n, v);
+  if (!full) return;
+  out->set_hostname(n.hostname);
+  out->set_pid(n.pid);
+  out->set_start_time_ms(n.start_time_ms);
+  for (const auto& d : n.pending) *out->add_pending() = d;
+}
+
+}  // namespace torus

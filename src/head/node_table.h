@@ -1,0 +1,88 @@
+// The head's compact node entry (one per registered node), so that an idle node costs the head
+// well under 1 KiB at 10,000 nodes (docs/benchmarks_scale.md): label keys and values and
+// resource names are interned once in a NamePool shared by the table (a v6e host's dozen labels
+// repeat across the cluster, or across the 4 hosts of a slice), resources are small sorted
+// vectors instead of maps, and `available` is stored only while it differs from `total`.
+// Records (rpc::NodeRecord) are built on demand for listings and heartbeat views.
+// Thread-compatible: the head guards the pool and the entries with its mutex.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/resources.h"
+#include "proto/torus.pb.h"
+
+namespace torus {
+
+// Strings interned for good; ids are dense and stable. Get() references stay valid.
+class NamePool {
+ public:
+  uint32_t Intern(std::string_view s);
+  const std::string& Get(uint32_t id) const { return names_[id]; }
+  size_t size() const { return names_.size(); }
+
+ private:
+  std::deque<std::string> names_;
+  std::unordered_map<std::string_view, uint32_t> ids_;  // views into names_
+};
+
+using CompactResources = std::vector<std::pair<uint32_t, double>>;  // (name id, amount)
+
+struct NodeEntry {
+  // A label whose value is the node's own id or hostname is not interned (one-off strings).
+  static constexpr uint32_t kOwnId = 0xffffffffu;
+  static constexpr uint32_t kOwnHostname = 0xfffffffeu;
+
+  std::string address;
+  std::string hostname;
+  std::vector<std::pair<uint32_t, uint32_t>> labels;  // (key id, value id)
+  CompactResources total;
+  CompactResources available;       // meaningless while available_is_total
+  bool available_is_total = true;
+  bool alive = false;
+  bool known = false;               // registered at least once
+  int64_t pid = 0;
+  int64_t start_time_ms = 0;
+  std::vector<rpc::PendingDemand> pending;
+  std::chrono::steady_clock::time_point last_heartbeat;
+  uint64_t ledger_seq = 0;          // of `available` (HeartbeatRequest.ledger_seq)
+
+  const CompactResources& Available() const { return available_is_total ? total : available; }
+};
+
+// Sets `out` from a resource set.
+void SetResources(NamePool& pool, const rpc::ResourceSet& in, CompactResources* out);
+void SetResources(NamePool& pool, const ResourceMap& in, CompactResources* out);
+// Equal amounts for the same names (no allocation).
+bool SameResources(const NamePool& pool, const CompactResources& a, const rpc::ResourceSet& b);
+ResourceMap ToResourceMap(const NamePool& pool, const CompactResources& r);
+void ToProto(const NamePool& pool, const CompactResources& r, rpc::ResourceSet* out);
+double Amount(const NamePool& pool, const CompactResources& r, std::string_view name);
+
+// The node's available resources; stored apart only when they differ from its totals.
+void SetAvailable(NamePool& pool, const rpc::ResourceSet& in, NodeEntry* n);
+void SetAvailable(NamePool& pool, const ResourceMap& in, NodeEntry* n);
+
+// Address, hostname, pid, labels, totals and available from a registration.
+void SetFromRecord(NamePool& pool, const rpc::NodeRecord& rec, NodeEntry* n);
+
+std::map<std::string, std::string> LabelsOf(const NamePool& pool, const std::string& node_id,
+                                            const NodeEntry& n);
+// One label's value, "" when absent.
+std::string LabelOf(const NamePool& pool, const std::string& node_id, const NodeEntry& n,
+                    std::string_view key);
+
+// The record of a node: for a heartbeat view (id, address, alive, resources, labels) or, with
+// `full`, for listings (also hostname, pid, pending demands, start time).
+void FillRecord(const NamePool& pool, const std::string& node_id, const NodeEntry& n, bool full,
+                rpc::NodeRecord* out);
+
+}  // namespace torus
