@@ -363,6 +363,7 @@ int main(int argc, char** argv) {
   grpc::CompletionQueue cq;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> hb_ok{0}, hb_fail{0}, hb_unknown{0};
+  std::atomic<uint32_t> paced_ms{0};
   std::mutex lat_mu;
   std::vector<double> hb_lat_ms;
   bool record_lat = false;
@@ -376,6 +377,7 @@ int main(int argc, char** argv) {
         continue;
       }
       ++hb_ok;
+      paced_ms = call->reply.heartbeat_ms();
       {
         std::lock_guard<std::mutex> lock(lat_mu);
         if (record_lat) {
@@ -396,15 +398,18 @@ int main(int argc, char** argv) {
       }
     }
   });
+  // The head paces heartbeats (HeartbeatReply.heartbeat_ms): every simulated node beats at the
+  // longer of --heartbeat-ms and the period the head asked for, as Node::HeartbeatLoop does.
   std::thread beater([&] {
-    auto period = std::chrono::microseconds(static_cast<int64_t>(heartbeat_ms) * 1000);
-    auto start = Clock::now();
-    int64_t sent = 0;  // heartbeats issued so far, node = sent % N
+    double credit = 0;  // heartbeats due but not yet issued
+    auto last = Clock::now();
+    int64_t sent = 0;   // heartbeats issued so far, node = sent % N
     while (!stop) {
       auto now = Clock::now();
-      int64_t due = static_cast<int64_t>(std::chrono::duration<double>(now - start) /
-                                         std::chrono::duration<double>(period) * num_nodes);
-      for (; sent < due && !stop; ++sent) {
+      int period_ms = std::max<int>(heartbeat_ms, static_cast<int>(paced_ms.load()));
+      credit += std::chrono::duration<double>(now - last).count() * 1000.0 / period_ms * num_nodes;
+      last = now;
+      for (; credit >= 1 && !stop; credit -= 1, ++sent) {
         if (!registered[sent % num_nodes]) continue;
         auto* call = new HbCall;
         call->node = static_cast<int>(sent % num_nodes);
@@ -416,6 +421,7 @@ int main(int argc, char** argv) {
           call->req.set_ledger_seq(n.ledger_seq);
           call->req.set_view_version(n.view_version);
         }
+        call->req.set_heartbeat_ms(static_cast<uint32_t>(period_ms));
         call->ctx.AddMetadata(kTokenMetadataKey, c.token);
         call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
         call->sent = Clock::now();
@@ -571,13 +577,13 @@ int main(int argc, char** argv) {
       << base.rss_kb << "," << mem.rss_kb << "," << per_node_rss << "," << base.pss_kb << "," << mem.pss_kb
       << "," << per_node_pss << "," << (num_nodes - alive) << "," << declared_dead << "," << hb_unknown << ","
       << Median(slice_dec) << "," << Pct(slice_dec, 0.9) << "," << Median(slice_rtt) / 1000 << ","
-      << Median(pg_dec) << "," << Median(pg_rtt) / 1000 << "," << pg_not_created << "," << loadavg;
+      << Median(pg_dec) << "," << Median(pg_rtt) / 1000 << "," << pg_not_created << "," << paced_ms.load() << "," << loadavg;
   const char* header =
       "nodes,heartbeat_ms,register_s,heartbeats_per_s,heartbeat_failures_per_s,head_cpu_pct,"
       "heartbeat_p50_ms,heartbeat_p99_ms,view_records_per_s,view_kb_per_s,rss_base_kb,rss_kb,rss_bytes_per_node,"
       "pss_base_kb,pss_kb,pss_bytes_per_node,false_deaths,declared_dead_log,unknown_node_replies,"
       "slice_decision_us_p50,slice_decision_us_p90,slice_reserve_ms_p50,pg_spread4_decision_us_p50,"
-      "pg_spread4_reserve_ms_p50,groups_not_created,loadavg1";
+      "pg_spread4_reserve_ms_p50,groups_not_created,paced_heartbeat_ms,loadavg1";
   std::cout << header << "\n" << row.str() << std::endl;
   if (!csv.empty()) {
     bool fresh = !std::ifstream(csv).good();

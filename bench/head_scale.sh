@@ -31,7 +31,8 @@ done
 python3 - "$csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-cols = [("nodes", "nodes", "{:.0f}"), ("heartbeats_per_s", "hb/s", "{:.0f}"),
+cols = [("nodes", "nodes", "{:.0f}"), ("paced_heartbeat_ms", "period ms", "{:.0f}"),
+        ("register_s", "register s", "{:.1f}"), ("heartbeats_per_s", "hb/s", "{:.0f}"),
         ("head_cpu_pct", "head CPU %", "{:.1f}"), ("heartbeat_p99_ms", "hb p99 ms", "{:.1f}"),
         ("view_records_per_s", "view rec/s", "{:.0f}"), ("view_kb_per_s", "view KiB/s", "{:.0f}"),
         ("rss_bytes_per_node", "RSS B/node", "{:.0f}"), ("pss_bytes_per_node", "PSS B/node", "{:.0f}"),

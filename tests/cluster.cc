@@ -409,7 +409,8 @@ RunResult TestCluster::Torus(const std::vector<std::string>& args,
 }
 
 void TestCluster::StartHead(double num_cpus, const nlohmann::json& resources,
-                            const std::map<std::string, std::string>& labels) {
+                            const std::map<std::string, std::string>& labels,
+                            const std::vector<std::string>& head_flags) {
   Phase phase("StartHead");
   RunResult r;
   // The port may be taken between FreePort() and the head's bind: try a few.
@@ -422,6 +423,7 @@ void TestCluster::StartHead(double num_cpus, const nlohmann::json& resources,
       args.push_back("--labels");
       args.push_back(LabelsArg(labels));
     }
+    args.insert(args.end(), head_flags.begin(), head_flags.end());
     r = Torus(args);
     if (r.exit_code == 0) break;
   }

@@ -105,8 +105,10 @@ class TestCluster {
 
   // `torus start --head --port <free port>` with the head's own node; throws std::runtime_error
   // when it does not come up.
+  // `head_flags` are added to `torus start --head` (e.g. {"--max-heartbeats-per-s", "2"}).
   void StartHead(double num_cpus = 1, const nlohmann::json& resources = nlohmann::json::object(),
-                 const std::map<std::string, std::string>& labels = {});
+                 const std::map<std::string, std::string>& labels = {},
+                 const std::vector<std::string>& head_flags = {});
   // Adds a node and waits until the head lists it alive (`torus start` with the node's env added
   // to this process' environment). Throws std::runtime_error on failure.
   NodeInfo AddNode(const NodeSpec& spec);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <ray/api.h>
 #include <stdexcept>
 #include <string>
@@ -281,6 +282,53 @@ TEST_F(NodeFailureTest, DISABLED_TaskOnAKilledNodeIsRetriedElsewhere) {
         return false;
       },
       std::chrono::seconds(20)));
+}
+
+// Heartbeat pacing: a head allowed 1 heartbeat per second with 2 nodes asks each to beat every
+// 2 s, and its death timeout follows the period (5 periods, not --node-timeout-ms 1000 alone):
+// the nodes report the paced period, stay alive, and a killed node is still declared dead.
+struct PacedHeartbeatTest : ClusterTest<PacedHeartbeatTest> {
+  static constexpr const char* kName = "paced";
+  static constexpr bool kConnectDriver = false;
+  static void Build(TestCluster& c) {
+    c.StartHead(1, nlohmann::json::object(), {},
+                {"--max-heartbeats-per-s", "1", "--node-timeout-ms", "1000"});
+    NodeSpec s;
+    s.num_cpus = 1;
+    c.AddNode(s);
+  }
+};
+
+TEST_F(PacedHeartbeatTest, NodesBeatAtThePacedPeriodAndStayAlive) {
+  auto states = [&] {
+    std::map<std::string, std::pair<std::string, int>> out;  // id -> (state, heartbeat_ms)
+    for (const auto& n : cluster().ListJson("nodes")) {
+      out[n.value("node_id", "")] = {n.value("state", ""), n.value("heartbeat_ms", 0)};
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto st = states();
+        if (st.size() != 2) return false;
+        for (const auto& [id, s] : st) {
+          if (s.second != 2000) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(15)))
+      << "nodes do not report the paced 2000 ms period: " << cluster().ListJson("nodes").dump();
+  // Silent for up to 2 s between beats, longer than --node-timeout-ms: alive all the same.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  while (std::chrono::steady_clock::now() < until) {
+    for (const auto& [id, s] : states()) ASSERT_EQ(s.first, "ALIVE") << "node " << id;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  const NodeInfo victim = cluster().nodes().back();
+  cluster().KillNode(victim);
+  EXPECT_TRUE(WaitUntil([&] { return states()[victim.node_id].first == "DEAD"; },
+                        std::chrono::seconds(30)));
+  EXPECT_EQ(states()[cluster().head_node().node_id].first, "ALIVE");
 }
 
 }  // namespace

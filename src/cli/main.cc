@@ -172,6 +172,17 @@ int MillisFlag(const Args& a, const std::string& flag, int def) {
 
 // ------------------------------------------------------------------------------- daemons
 
+// The head's tuning flags; `torus start --head` passes them on to its head.
+const char* const kHeadTuningFlags[] = {"node-timeout-ms", "view-records-per-s", "max-heartbeats-per-s",
+                                        "push-view-max-nodes"};
+
+void SetHeadTuning(const Args& a, HeadConfig* cfg) {
+  cfg->node_timeout_ms = MillisFlag(a, "node-timeout-ms", cfg->node_timeout_ms);
+  cfg->view_records_per_s = MillisFlag(a, "view-records-per-s", cfg->view_records_per_s);
+  cfg->max_heartbeats_per_s = MillisFlag(a, "max-heartbeats-per-s", cfg->max_heartbeats_per_s);
+  cfg->push_view_max_nodes = MillisFlag(a, "push-view-max-nodes", cfg->push_view_max_nodes);
+}
+
 int RunHead(const Args& a) {
   sigset_t set;
   BlockSignals(&set);
@@ -180,8 +191,7 @@ int RunHead(const Args& a) {
   cfg.bind_host = a.Get("bind", "127.0.0.1");
   cfg.port = PortFlag(a, "port", kDefaultPort);
   cfg.session_dir = a.Get("session-dir");
-  cfg.node_timeout_ms = MillisFlag(a, "node-timeout-ms", cfg.node_timeout_ms);
-  cfg.view_records_per_s = MillisFlag(a, "view-records-per-s", cfg.view_records_per_s);
+  SetHeadTuning(a, &cfg);
   auto tok = FindToken(cfg.session_dir);
   if (!tok.ok()) Die(tok.status().message());
   cfg.token = *tok;
@@ -296,6 +306,7 @@ int Start(const Args& a) {
       hc.port = std::stoi(port);
       hc.session_dir = *session;
       hc.token = *FindToken(*session);
+      SetHeadTuning(a, &hc);
       Head head(hc);
       if (auto s = head.Start(); !s.ok()) Die(s.ToString());
       (void)WriteFile(*session + "/head_address", head.address());
@@ -318,6 +329,12 @@ int Start(const Args& a) {
     if (a.Has("bind")) {
       hargs.push_back("--bind");
       hargs.push_back(a.Get("bind"));
+    }
+    for (const char* f : kHeadTuningFlags) {
+      if (!a.Has(f)) continue;
+      (void)MillisFlag(a, f, 1);  // a bad value dies here, not in the head's log
+      hargs.push_back(std::string("--") + f);
+      hargs.push_back(a.Get(f));
     }
     pid_t hp = SpawnDaemon(*session, "head", hargs);
     std::string address;
@@ -519,6 +536,7 @@ int List(const Args& a) {
       j["address"] = n.address();
       j["hostname"] = n.hostname();
       j["state"] = n.alive() ? "ALIVE" : "DEAD";
+      j["heartbeat_ms"] = n.heartbeat_ms();
       j["resources_total"] = ResJson(n.total());
       j["resources_available"] = ResJson(n.available());
       if (n.alive()) {
@@ -670,6 +688,7 @@ int List(const Args& a) {
 void Usage() {
   std::cout << "usage: torus <command> [options]\n"
                "  start --head [--port N] [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
+               "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
                "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--heartbeat-ms MS] [--block]\n"
                "  up FILE.yaml [--wait] [--netns] [--no-atomic-restart]   (docs/launcher.md)\n"
                "  down\n"

@@ -101,6 +101,8 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   IndexNodeLocked(*id, e);
   BumpView(id);
   reply->set_session_dir(cfg_.session_dir);
+  e.beat_ms = PacedHeartbeatMsLocked();
+  reply->set_heartbeat_ms(e.beat_ms);
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
   SchedulePendingActors();
@@ -139,6 +141,10 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   }
   auto& e = it->second;
   e.last_heartbeat = Clock::now();
+  uint32_t paced = PacedHeartbeatMsLocked();
+  reply->set_heartbeat_ms(paced);
+  e.beat_ms = std::max(paced, req->heartbeat_ms());
+  e.reported_beat_ms = req->heartbeat_ms();
   // A heartbeat older than a bundle reply we already applied would undo that reply.
   bool changed = req->ledger_seq() >= e.ledger_seq && !SameResources(names_, e.Available(), req->available());
   if (changed) {
@@ -150,7 +156,11 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   if (req->pending_size() > 0 || !e.pending.empty()) {
     e.pending.assign(req->pending().begin(), req->pending().end());
   }
-  FillViewLocked(req->view_version(), reply);
+  if (req->want_view() || alive_nodes_ <= static_cast<size_t>(cfg_.push_view_max_nodes)) {
+    FillViewLocked(req->view_version(), reply);
+  } else {
+    reply->set_view_version(req->view_version());  // nothing shipped: the node keeps its view
+  }
   if (changed) {
     SchedulePendingActors();
     pg_cv_.notify_all();
@@ -173,37 +183,46 @@ void Head::BumpView(const std::string* node) {
 void Head::FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) {
   reply->set_view_version(view_version_);
   if (version == view_version_) return;
-  // A delta when the log covers every change after `version` and it is smaller than the view.
-  if (version >= view_log_floor_ && version < view_version_ && !view_log_.empty()) {
+  // One budget of view records per second (--view-records-per-s) paces all view shipping
+  // except small deltas, so that thousands of nodes coming up at once cannot turn heartbeats
+  // into an O(N^2) flood. A node refused now keeps its version and asks on its next beat.
+  auto now = Clock::now();
+  double rate = std::max(1, cfg_.view_records_per_s);
+  double cap = std::max(rate, static_cast<double>(alive_nodes_));
+  view_tokens_ = std::min(cap, view_tokens_ + rate * std::chrono::duration<double>(now - view_refill_).count());
+  view_refill_ = now;
+  constexpr uint64_t kFreeDelta = 64;
+  // A delta when the log covers every change after `version` and there are at most half as
+  // many changes as nodes. The log holds one entry per version, so this test is O(1).
+  uint64_t behind = view_version_ - version;
+  if (version >= view_log_floor_ && version < view_version_ && !view_log_.empty() &&
+      (behind <= kFreeDelta || behind <= nodes_.size() / 2)) {
+    if (behind > kFreeDelta && view_tokens_ < static_cast<double>(behind)) {
+      reply->set_view_version(version);
+      return;
+    }
     size_t from = static_cast<size_t>(version + 1 - view_log_.front().first);
     std::vector<const std::string*> changed;
+    changed.reserve(behind);
     for (size_t i = from; i < view_log_.size(); ++i) {
       if (view_log_[i].second) changed.push_back(view_log_[i].second);
     }
     std::sort(changed.begin(), changed.end());
     changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
-    if (changed.size() <= nodes_.size() / 2 || changed.size() <= 64) {
-      reply->set_view_delta(true);
-      for (const std::string* id : changed) {
-        auto it = nodes_.find(*id);
-        if (it == nodes_.end() || !it->second.alive) {
-          reply->add_removed_node_ids(*id);
-        } else {
-          FillRecord(names_, it->first, it->second, /*full=*/false, reply->add_nodes());
-        }
+    if (behind > kFreeDelta) view_tokens_ -= static_cast<double>(changed.size());
+    reply->set_view_delta(true);
+    for (const std::string* id : changed) {
+      auto it = nodes_.find(*id);
+      if (it == nodes_.end() || !it->second.alive) {
+        reply->add_removed_node_ids(*id);
+      } else {
+        FillRecord(names_, it->first, it->second, /*full=*/false, reply->add_nodes());
       }
-      return;
     }
+    return;
   }
-  // The whole view, paced: when the budget of records is spent, the node keeps its version
-  // and asks again on its next heartbeat.
-  auto now = Clock::now();
-  double rate = std::max(1, cfg_.view_records_per_s);
-  double cap = std::max(rate, static_cast<double>(alive_nodes_));
-  full_view_tokens_ = std::min(
-      cap, full_view_tokens_ + rate * std::chrono::duration<double>(now - full_view_refill_).count());
-  full_view_refill_ = now;
-  if (full_view_tokens_ < static_cast<double>(alive_nodes_)) {
+  // The whole view.
+  if (view_tokens_ < static_cast<double>(alive_nodes_)) {
     reply->set_view_version(version);
     return;
   }
@@ -226,9 +245,15 @@ void Head::FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) {
     reply->set_view_version(version);
     return;
   }
-  full_view_tokens_ -= static_cast<double>(snapshot_nodes_);
+  view_tokens_ -= static_cast<double>(snapshot_nodes_);
   reply->set_view_version(snapshot_version_);
   reply->set_view_snapshot(snapshot_);
+}
+
+uint32_t Head::PacedHeartbeatMsLocked() const {
+  if (cfg_.max_heartbeats_per_s <= 0) return 0;
+  return static_cast<uint32_t>((alive_nodes_ * 1000 + cfg_.max_heartbeats_per_s - 1) /
+                               static_cast<size_t>(cfg_.max_heartbeats_per_s));
 }
 
 void Head::MonitorLoop() {
@@ -236,14 +261,26 @@ void Head::MonitorLoop() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::lock_guard<std::mutex> lock(mu_);
     auto now = Clock::now();
+    // A head that did not run for a while (starved, stopped, swapped out) cannot tell a silent
+    // node from its own absence: that gap does not count against any node.
+    if (last_monitor_ != Clock::time_point{} && now - last_monitor_ > std::chrono::seconds(1)) {
+      auto gap = now - last_monitor_;
+      TORUS_LOG(WARNING) << "node monitor did not run for "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(gap).count()
+                         << " ms; heartbeat deadlines moved by that much";
+      for (auto& [id, n] : nodes_) n.last_heartbeat += gap;
+    }
+    last_monitor_ = now;
     for (auto& [id, n] : nodes_) {
       if (!n.alive) continue;
-      if (now - n.last_heartbeat > std::chrono::milliseconds(cfg_.node_timeout_ms)) {
+      int64_t timeout_ms = std::max<int64_t>(cfg_.node_timeout_ms,
+                                             int64_t{kMissedHeartbeats} * n.beat_ms);
+      if (now - n.last_heartbeat > std::chrono::milliseconds(timeout_ms)) {
         n.alive = false;
         --alive_nodes_;
         IndexNodeLocked(id, n);
         BumpView(&id);
-        TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << cfg_.node_timeout_ms
+        TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << timeout_ms
                            << " ms: declared dead";
         for (auto& [aid, a] : actors_) {
           if (a.rec.node_id() == id && a.rec.state() == "ALIVE") {
@@ -918,13 +955,14 @@ void Head::OnNodeLostForPgs(const std::string& node_id) {
   pg_cv_.notify_all();
 }
 
-std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of) {
+std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels) {
   std::vector<NodeView> view;
+  view.reserve(alive_nodes_);
   for (const auto& [nid, n] : nodes_) {
     if (!n.alive) continue;
     (*index_of)[nid] = static_cast<int>(view.size());
     view.push_back({nid, ToResourceMap(names_, n.total), ToResourceMap(names_, n.Available()),
-                    LabelsOf(names_, nid, n)});
+                    with_labels ? LabelsOf(names_, nid, n) : std::map<std::string, std::string>()});
   }
   return view;
 }
@@ -1051,7 +1089,7 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, int> index_of;
-  auto view = ViewOfNodes(&index_of);
+  auto view = ViewOfNodes(&index_of, /*with_labels=*/true);
   if (!req->topology().empty() || !req->accelerator_version().empty()) {
     auto shape = tpu::ComputeSliceShape(req->accelerator_version(), req->topology(),
                                         req->chips_per_vm() > 0 ? std::optional<int>(req->chips_per_vm())
@@ -1172,7 +1210,10 @@ bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
         break;
       }
       std::map<std::string, int> index_of;
-      std::vector<NodeView> view = ViewOfNodes(&index_of);
+      // Labels are copied only when some bundle selects on them (10,000 nodes: ~12 each).
+      bool with_labels = std::any_of(e.selectors.begin(), e.selectors.end(),
+                                     [](const LabelSelectorTerms& t) { return !t.empty(); });
+      std::vector<NodeView> view = ViewOfNodes(&index_of, with_labels);
       std::vector<BundleDemand> demands;
       for (int i = 0; i < e.rec.bundles_size(); ++i) {
         const auto& b = e.rec.bundles(i);

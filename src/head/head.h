@@ -36,11 +36,21 @@ struct HeadConfig {
   int port = 0;
   std::string session_dir;
   std::string token;
-  int node_timeout_ms = 5000;  // missed heartbeats for this long => node dead
+  // A node is declared dead after no heartbeat for the longer of node_timeout_ms and
+  // kMissedHeartbeats of the period it beats at (its own, or the head's pacing below).
+  int node_timeout_ms = 5000;
+  // Heartbeat pacing: the head asks nodes to beat no faster than N / max_heartbeats_per_s
+  // seconds (N alive nodes), so the heartbeat load on the head stays bounded at any cluster
+  // size (at 10,000 nodes and the default: every 5 s, dead after 25 s of silence).
+  int max_heartbeats_per_s = 2000;
   // Whole cluster views (to a node that is new, or whose view is older than the change log)
   // cost one NodeRecord per alive node; at most this many records are shipped per second, so
   // that a cluster of thousands coming up cannot starve the heartbeats. Other nodes get deltas.
   int view_records_per_s = 20000;
+  // Up to this many alive nodes every heartbeat reply carries the view changes; beyond it only
+  // a node that asks (HeartbeatRequest.want_view: it has work waiting that it may spill) gets
+  // them, so that an idle cluster of 10,000 nodes ships no views at all.
+  int push_view_max_nodes = 1000;
 };
 
 class Head final : public rpc::Head::Service {
@@ -117,7 +127,7 @@ class Head final : public rpc::Head::Service {
   void OnNodeLostForPgs(const std::string& node_id);  // require mu_
   void FinishJobLocked(const std::string& job_id);     // require mu_
   // Alive nodes as placement views (require mu_); index_of maps node id -> index.
-  std::vector<struct NodeView> ViewOfNodes(std::map<std::string, int>* index_of);
+  std::vector<struct NodeView> ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels);
   // Node id per bundle for a slice reservation, choosing whole idle slices (from the slice
   // index) for the slice indices not granted yet; fills *slice_names. Require mu_.
   std::optional<std::vector<std::string>> PlaceSlices(PgEntry& e, std::vector<std::string>* slice_names,
@@ -156,6 +166,10 @@ class Head final : public rpc::Head::Service {
   // guarded by mu_
   std::map<std::string, NodeEntry> nodes_;  // never erased: keys are stable
   size_t alive_nodes_ = 0;
+  static constexpr int kMissedHeartbeats = 5;
+  // The period nodes are asked to beat at now (0: their own), from alive_nodes_ (require mu_).
+  uint32_t PacedHeartbeatMsLocked() const;
+  std::chrono::steady_clock::time_point last_monitor_{};
   NamePool names_;                          // label keys/values, resource names of nodes_
   // address -> node id; each key views the address string of the entry it maps to
   std::unordered_map<std::string_view, const std::string*> node_by_address_;
@@ -164,8 +178,8 @@ class Head final : public rpc::Head::Service {
   // views are deltas from it. view_log_floor_: versions at or above it are covered.
   std::deque<std::pair<uint64_t, const std::string*>> view_log_;
   uint64_t view_log_floor_ = 1;
-  double full_view_tokens_ = 0;  // records of whole views that may be shipped now
-  std::chrono::steady_clock::time_point full_view_refill_;
+  double view_tokens_ = 0;  // view records that may be shipped now (--view-records-per-s)
+  std::chrono::steady_clock::time_point view_refill_;
   // The whole view serialized (HeartbeatReply.view_snapshot) as of snapshot_version_.
   std::string snapshot_;
   uint64_t snapshot_version_ = 0;

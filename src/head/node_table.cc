@@ -138,6 +138,7 @@ void FillRecord(const NamePool& pool, const std::string& node_id, const NodeEntr
   out->set_hostname(n.hostname);
   out->set_pid(n.pid);
   out->set_start_time_ms(n.start_time_ms);
+  out->set_heartbeat_ms(n.reported_beat_ms);
   for (const auto& d : n.pending) *out->add_pending() = d;
 }
 

@@ -54,6 +54,8 @@ struct NodeEntry {
   std::vector<rpc::PendingDemand> pending;
   std::chrono::steady_clock::time_point last_heartbeat;
   uint64_t ledger_seq = 0;          // of `available` (HeartbeatRequest.ledger_seq)
+  uint32_t beat_ms = 0;             // the longer of the period it reported and the one it was told
+  uint32_t reported_beat_ms = 0;    // the period the node reported (HeartbeatRequest.heartbeat_ms)
 
   const CompactResources& Available() const { return available_is_total ? total : available; }
 };

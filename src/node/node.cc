@@ -149,6 +149,7 @@ Status Node::RegisterWithHead() {
     return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
   }
   if (cfg_.session_dir.empty()) cfg_.session_dir = reply.session_dir();
+  head_heartbeat_ms_ = reply.heartbeat_ms();
   return Status::Ok();
 }
 
@@ -925,8 +926,10 @@ std::vector<rpc::PendingDemand> Node::PendingDemands() {
 void Node::HeartbeatLoop() {
   int failures = 0;
   while (!stopping_) {
+    int period_ms = std::max<int>(cfg_.heartbeat_ms, static_cast<int>(head_heartbeat_ms_.load()));
     rpc::HeartbeatRequest req;
     req.set_node_id(cfg_.node_id);
+    req.set_heartbeat_ms(static_cast<uint32_t>(period_ms));
     std::vector<pid_t> to_kill;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -934,6 +937,7 @@ void Node::HeartbeatLoop() {
       req.set_ledger_seq(ledger_seq_);
       for (auto& d : PendingDemands()) *req.add_pending() = d;
       req.set_view_version(view_version_);
+      req.set_want_view(!pending_.empty());
       // Stop idle workers beyond the CPU count once they have idled long enough.
       int idle = 0;
       for (auto& [id, w] : workers_) idle += w->state == WorkerState::kIdle;
@@ -960,6 +964,7 @@ void Node::HeartbeatLoop() {
       }
     } else {
       failures = 0;
+      head_heartbeat_ms_ = reply.heartbeat_ms();
       if (reply.unknown_node()) {
         TORUS_LOG(WARNING) << "head does not know this node; registering again";
         (void)RegisterWithHead();
@@ -997,7 +1002,8 @@ void Node::HeartbeatLoop() {
         TrySchedule();
       }
     }
-    for (int i = 0; i < cfg_.heartbeat_ms / 10 && !stopping_; ++i) {
+    period_ms = std::max<int>(cfg_.heartbeat_ms, static_cast<int>(head_heartbeat_ms_.load()));
+    for (int i = 0; i < period_ms / 10 && !stopping_; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }

@@ -206,6 +206,9 @@ class Node final : public rpc::Node::Service {
   std::unique_ptr<ArenaAllocator> arena_alloc_;
   std::vector<rpc::NodeRecord> view_;            // other nodes, from the head
   uint64_t view_version_ = 0;
+  // The head's heartbeat pacing (RegisterNodeReply/HeartbeatReply.heartbeat_ms); the node beats
+  // at the longer of it and cfg_.heartbeat_ms.
+  std::atomic<uint32_t> head_heartbeat_ms_{0};
   std::map<std::string, int> starting_by_key_;
 
   std::atomic<bool> stopping_{false};
