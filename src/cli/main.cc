@@ -9,6 +9,7 @@
 //
 // THREADS (daemons): main blocks SIGINT/SIGTERM before any thread starts and waits for them with
 // sigwait(); the head/node objects own their threads (see head.h, node.h).
+#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -184,6 +185,17 @@ void SetHeadTuning(const Args& a, HeadConfig* cfg) {
 }
 
 int RunHead(const Args& a) {
+  // The head daemon is a control plane with many gRPC threads: one malloc arena per thread
+  // would keep the memory of bursts (thousands of nodes registering) per thread. Two arenas and
+  // a periodic trim keep its resident memory close to what its tables hold
+  // (docs/benchmarks_scale.md: bytes per idle node at 10,000 nodes).
+  mallopt(M_ARENA_MAX, 2);
+  std::thread([] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      malloc_trim(0);
+    }
+  }).detach();
   sigset_t set;
   BlockSignals(&set);
   SetLogComponent("head");

@@ -171,9 +171,9 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
 void Head::BumpView(const std::string* node) {
   ++view_version_;
   view_log_.emplace_back(view_version_, node);
-  // Keep about two changes per node (at least 4096): a node more than that behind gets the
-  // whole view instead of a delta.
-  size_t cap = std::max<size_t>(4096, 2 * nodes_.size());
+  // Deltas are given only to nodes at most max(64, N/2) versions behind (FillViewLocked): the
+  // log keeps that many (at least 4096); a node further behind gets the whole view.
+  size_t cap = std::max<size_t>(4096, nodes_.size() / 2 + 1);
   while (view_log_.size() > cap) {
     view_log_floor_ = view_log_.front().first;
     view_log_.pop_front();
@@ -1004,13 +1004,13 @@ std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
         }
       }
       for (int k = 0; k < per; ++k) {
-        if (!labels_match(si * per + k, s.hosts[k / b_per_host])) return false;
+        if (!labels_match(si * per + k, std::string(s.hosts[k / b_per_host]))) return false;
       }
       return true;
     });
     bool found = pick != nullptr;
     if (found) {
-      for (int k = 0; k < per; ++k) out[si * per + k] = pick->hosts[k / b_per_host];
+      for (int k = 0; k < per; ++k) out[si * per + k] = std::string(pick->hosts[k / b_per_host]);
       (*slice_names)[si] = pick->name;
       used.insert(pick->name);
     }

@@ -8,7 +8,7 @@ namespace {
 const std::set<std::string> kNone;
 }
 
-void SliceIndex::Upsert(const std::string& node_id, const SliceHostInfo& info) {
+void SliceIndex::Upsert(std::string_view node_id, const SliceHostInfo& info) {
   if (info.pod_type.empty() || info.chips <= 0) {
     Remove(node_id);
     return;
@@ -26,7 +26,7 @@ void SliceIndex::Upsert(const std::string& node_id, const SliceHostInfo& info) {
       Remove(node_id);  // a multi-host slice needs its name
       return;
     }
-    name = node_id;
+    name = std::string(node_id);
     worker = 0;
   }
   auto mit = members_.find(node_id);
@@ -40,7 +40,7 @@ void SliceIndex::Upsert(const std::string& node_id, const SliceHostInfo& info) {
     s.pod_type = info.pod_type;
     s.topology = info.topology;
     s.hosts_expected = hosts;
-    s.hosts.assign(hosts, "");
+    s.hosts.assign(hosts, std::string_view());
     s.chips.assign(hosts, 0);
   }
   bool busy = !info.chips_free || (worker == 0 && !info.head_free);
@@ -63,7 +63,7 @@ void SliceIndex::Upsert(const std::string& node_id, const SliceHostInfo& info) {
   Evaluate(s);
 }
 
-void SliceIndex::Remove(const std::string& node_id) {
+void SliceIndex::Remove(std::string_view node_id) {
   auto mit = members_.find(node_id);
   if (mit == members_.end()) return;
   Member m = mit->second;
@@ -72,7 +72,7 @@ void SliceIndex::Remove(const std::string& node_id) {
   if (sit == slices_.end()) return;
   Slice& s = sit->second;
   if (m.worker >= 0) {
-    s.hosts[m.worker].clear();
+    s.hosts[m.worker] = std::string_view();
     s.chips[m.worker] = 0;
     s.busy -= m.busy;
   } else {
