@@ -16,7 +16,7 @@ trap '$T stop >/dev/null 2>&1 || true' EXIT
 
 start_head() {
   port=$(( 20000 + RANDOM % 20000 ))
-  $T start --head --port "$port" --num-cpus 1 >/dev/null
+  $T start --head --port "$port" --num-cpus 1 ${TORUS_HEAD_FLAGS:-} >/dev/null
   export TORUS_ADDRESS="127.0.0.1:$port"
 }
 count_nodes() {

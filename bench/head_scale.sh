@@ -42,5 +42,14 @@ cols = [("nodes", "nodes", "{:.0f}"), ("paced_heartbeat_ms", "period ms", "{:.0f
 print(" | ".join(h for _, h, _ in cols))
 for r in rows:
     print(" | ".join(f.format(float(r[k])) for k, _, f in cols))
+# Memory per node beyond a fixed base: the growth of the head's resident memory between two
+# cluster sizes, per added node (RSS and PSS), which cancels whatever the head holds at any size.
+for a, b in zip(rows, rows[1:]):
+    dn = float(b["nodes"]) - float(a["nodes"])
+    if dn <= 0:
+        continue
+    rss = (float(b["rss_kb"]) - float(a["rss_kb"])) * 1024 / dn
+    pss = (float(b["pss_kb"]) - float(a["pss_kb"])) * 1024 / dn
+    print(f"# growth {a['nodes']} -> {b['nodes']} nodes: {rss:.0f} B RSS, {pss:.0f} B PSS per added node")
 print("# csv:", sys.argv[1])
 PY

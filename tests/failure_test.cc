@@ -53,6 +53,8 @@ int FailBoom(int) { throw std::runtime_error("boom"); }
 
 int FailIdentity(int x) { return x; }
 
+std::string FailWhere() { return ThisNode(); }
+
 // First attempt: records its pid and sleeps (to be killed); later attempts return `value`.
 int FailSleepFirstAttempt(std::string dir, int value) {
   if (RecordAttempt(dir) == 0) std::this_thread::sleep_for(std::chrono::seconds(120));
@@ -101,7 +103,7 @@ class FailActor {
   int calls_ = 0;
 };
 
-RAY_REMOTE(FailBoom, FailIdentity, FailSleepFirstAttempt, FailAbortAlways, FailSegvTimes,
+RAY_REMOTE(FailBoom, FailIdentity, FailWhere, FailSleepFirstAttempt, FailAbortAlways, FailSegvTimes,
            FailWhereSleep, FailActor::Create, FailActor::CreateThrowing, &FailActor::Echo,
            &FailActor::Calls);
 
@@ -329,6 +331,24 @@ TEST_F(PacedHeartbeatTest, NodesBeatAtThePacedPeriodAndStayAlive) {
   EXPECT_TRUE(WaitUntil([&] { return states()[victim.node_id].first == "DEAD"; },
                         std::chrono::seconds(30)));
   EXPECT_EQ(states()[cluster().head_node().node_id].first, "ALIVE");
+}
+
+// Views pulled: with --push-view-max-nodes 1 the head ships no cluster view to idle nodes; a
+// node with a lease it cannot run asks for one (want_view) and spills the task where it fits.
+struct PulledViewTest : ClusterTest<PulledViewTest> {
+  static constexpr const char* kName = "pulledview";
+  static void Build(TestCluster& c) {
+    c.StartHead(1, nlohmann::json::object(), {}, {"--push-view-max-nodes", "1"});
+    NodeSpec s;
+    s.num_cpus = 1;
+    s.resources = {{"far", 1}};
+    c.AddNode(s);
+  }
+};
+
+TEST_F(PulledViewTest, AWaitingLeaseFetchesTheViewAndSpills) {
+  auto where = ray::Task(FailWhere).SetResource("far", 1).Remote();
+  EXPECT_EQ(*where.Get(kGetTimeoutMs), cluster().nodes().back().node_id);
 }
 
 }  // namespace
