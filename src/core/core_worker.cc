@@ -93,6 +93,7 @@ struct ObjectEntry {
   int local_refs = 0;
   int pins = 0;  // in-flight tasks that take it as an argument
   bool fetching = false;
+  bool waited = false;  // a Get/Wait/GetObject sleeps on cv_ until this one is ready
 };
 
 struct TaskRecord {
@@ -145,10 +146,10 @@ class Conn {
   // sends everything queued as one batch.
   // `direct` is the caller's hint that nothing else is in flight (a synchronous pattern); with
   // work in flight, queueing lets the writer batch.
-  void Send(rpc::TaskSpec spec, bool direct) {
+  void Send(std::shared_ptr<TaskRecord> t, bool direct) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!direct || writing_ || !q_.empty() || closing_) {
-      q_.push_back(std::move(spec));
+      q_.push_back(std::move(t));
       cv_.notify_one();
       return;
     }
@@ -159,8 +160,8 @@ class Conn {
       first_sent_ = true;
     }
     lock.unlock();
-    *batch.add_tasks() = std::move(spec);
-    bool ok = stream_->Write(batch);
+    std::shared_ptr<TaskRecord> one[1] = {std::move(t)};
+    bool ok = WriteSpecs(batch, one, 1);
     lock.lock();
     writing_ = false;
     if (!ok) ctx_.TryCancel();
@@ -193,7 +194,19 @@ class Conn {
   bool returned = false;
 
  private:
+  // Writes the specs as one TaskBatch without copying them: the batch borrows each record's
+  // spec for the Write and gives it back. A spec is not modified once sent (a retry sends a copy).
+  bool WriteSpecs(rpc::TaskBatch& batch, const std::shared_ptr<TaskRecord>* ts, size_t n) {
+    auto* tasks = batch.mutable_tasks();
+    tasks->Reserve(static_cast<int>(n));
+    for (size_t i = 0; i < n; ++i) tasks->UnsafeArenaAddAllocated(&ts[i]->spec);
+    bool ok = stream_->Write(batch);
+    tasks->UnsafeArenaExtractSubrange(0, tasks->size(), nullptr);
+    return ok;
+  }
+
   void WriteLoop() {
+    std::vector<std::shared_ptr<TaskRecord>> sending;
     while (true) {
       rpc::TaskBatch batch;
       {
@@ -205,12 +218,11 @@ class Conn {
           batch.set_lease_id(lease_id_for_worker_);
           first_sent_ = true;
         }
-        while (!q_.empty()) {
-          *batch.add_tasks() = std::move(q_.front());
-          q_.pop_front();
-        }
+        sending.assign(std::make_move_iterator(q_.begin()), std::make_move_iterator(q_.end()));
+        q_.clear();
       }
-      bool ok = stream_->Write(batch);
+      bool ok = WriteSpecs(batch, sending.data(), sending.size());
+      sending.clear();
       {
         std::lock_guard<std::mutex> lock(mu_);
         writing_ = false;
@@ -239,7 +251,7 @@ class Conn {
   std::unique_ptr<grpc::ClientReaderWriter<rpc::TaskBatch, rpc::ResultBatch>> stream_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<rpc::TaskSpec> q_;
+  std::deque<std::shared_ptr<TaskRecord>> q_;
   bool closing_ = false;
   bool writing_ = false;
   bool first_sent_ = false;
@@ -414,6 +426,10 @@ void CoreWorker::Shutdown() {
     auto ctx = NewContext(opts_.token, 2000);
     (void)node_->FreeObjects(ctx.get(), req, &e);
   }
+  {
+    std::lock_guard<std::mutex> lock(hk_mu_);
+    hk_cv_.notify_all();
+  }
   if (housekeeping_thread_.joinable()) housekeeping_thread_.join();
   // End helper threads: cancel their blocking RPCs, then wait for them.
   std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> tracked;
@@ -487,8 +503,13 @@ void CoreWorker::HousekeepingLoop() {
     std::vector<Conn*> to_return;
     std::vector<std::unique_ptr<Conn>> to_join;
     {
+      {
+        // Its own condition variable: cv_ is signalled for object readiness, which would wake
+        // this thread on every result.
+        std::unique_lock<std::mutex> hk_lock(hk_mu_);
+        hk_cv_.wait_for(hk_lock, std::chrono::milliseconds(2), [this] { return shutting_down_.load(); });
+      }
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(2));
       auto now = Clock::now();
       for (auto& c : conns_) {
         if (c->broken || c->returned || !c->actor_id.empty() || !c->in_flight.empty()) continue;
@@ -607,7 +628,7 @@ void CoreWorker::MaybeFree(const std::string& id) {
   }).detach();
 }
 
-void CoreWorker::StoreResult(const std::string& id, const rpc::TaskResult& r) {
+void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
   auto it = objects_.find(id);
   if (it == objects_.end()) {
     // Nobody holds a reference any more: drop the value (and its segment).
@@ -625,6 +646,10 @@ void CoreWorker::StoreResult(const std::string& id, const rpc::TaskResult& r) {
   }
   ObjectEntry& e = it->second;
   e.ready = true;
+  if (e.waited) {
+    e.waited = false;
+    cv_.notify_all();
+  }
   if (r.is_error()) {
     e.is_error = true;
     e.error = r.error();
@@ -632,7 +657,8 @@ void CoreWorker::StoreResult(const std::string& id, const rpc::TaskResult& r) {
     e.in_shm = true;
     e.shm = r.value();
   } else {
-    e.inline_data = std::make_shared<const std::string>(r.value().inline_data());
+    e.inline_data =
+        std::make_shared<const std::string>(std::move(*r.mutable_value()->mutable_inline_data()));
   }
   OnObjectReady(id);
 }
@@ -833,12 +859,23 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
   bool blocked = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    // ids[0, cursor) were ready when last looked at. A wait sleeps until the first id that is
+    // not ready is stored (StoreResult wakes the waiters of entries marked `waited`), so a Get of
+    // many refs neither wakes on every result nor rescans every id each time. Once the cursor
+    // reaches the end, one full pass confirms that all are ready.
+    size_t cursor = 0;
     auto all_ready = [&] {
-      for (const auto& id : ids) {
-        auto it = objects_.find(id);
-        if (it == objects_.end() || !it->second.ready) return false;
+      for (bool verified = false;; verified = true) {
+        for (; cursor < ids.size(); ++cursor) {
+          auto it = objects_.find(ids[cursor]);
+          if (it == objects_.end() || !it->second.ready) {
+            if (it != objects_.end()) it->second.waited = true;
+            return false;
+          }
+        }
+        if (verified) return true;
+        cursor = 0;
       }
-      return true;
     };
     for (const auto& id : ids) {
       auto it = objects_.find(id);
@@ -936,6 +973,11 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
       n += ready[i];
     }
     if (n >= num_objects || shutting_down_) break;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ready[i]) continue;
+      auto it = objects_.find(ids[i]);
+      if (it != objects_.end()) it->second.waited = true;
+    }
     if (deadline == Clock::time_point::max()) {
       cv_.wait(lock);
     } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
@@ -976,6 +1018,7 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
       return grpc::Status::OK;
     }
     if (ctx->IsCancelled() || shutting_down_ || Clock::now() >= deadline) return grpc::Status::OK;
+    it->second.waited = true;
     cv_.wait_for(lock, std::chrono::milliseconds(100));
   }
 }
@@ -1022,17 +1065,30 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   spec.set_job_id(JobId());
   spec.set_ray_namespace(GetNamespace());
   spec.set_name(options.name.empty() ? function_name : options.name);
-  ResourceMap res(options.resources.begin(), options.resources.end());
-  if (res.empty()) res["CPU"] = 1;
-  if (auto it = res.find("TPU"); it != res.end()) {
-    if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
-      throw internal::RayException(st.ToString());
+  std::string key;
+  if (options.resources.empty()) {
+    // The default shape {CPU: 1}: its proto and key are built once, not per task.
+    static const auto* kDefault = [] {
+      auto* d = new std::pair<rpc::ResourceSet, std::string>();
+      ResourceMap cpu1{{"CPU", 1}};
+      ToProto(cpu1, &d->first);
+      d->second = ResourcesToString(cpu1);
+      return d;
+    }();
+    *spec.mutable_resources() = kDefault->first;
+    key = kDefault->second;
+  } else {
+    ResourceMap res(options.resources.begin(), options.resources.end());
+    if (auto it = res.find("TPU"); it != res.end()) {
+      if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
+        throw internal::RayException(st.ToString());
+      }
     }
+    ToProto(res, spec.mutable_resources());
+    key = ResourcesToString(res);
   }
-  ToProto(res, spec.mutable_resources());
   // Negative means "retry forever", as in Ray.
   t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
-  std::string key = ResourcesToString(res);
   if (!options.placement_group_id.empty()) {
     key += "|pg=" + options.placement_group_id + ":" + std::to_string(options.bundle_index);
   }
@@ -1146,7 +1202,6 @@ void CoreWorker::OnObjectReady(const std::string& id) {
       Enqueue(t);
     }
   }
-  cv_.notify_all();
 }
 
 void CoreWorker::Enqueue(std::shared_ptr<TaskRecord> t) {
@@ -1178,7 +1233,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q) {
     t->sent_at = Clock::now();
     best->in_flight[t->spec.task_id()] = t;
     SetTaskState(t->spec, "RUNNING", best->worker_id);
-    best->Send(t->spec, best->in_flight.size() == 1 && q.tasks.empty());
+    best->Send(std::move(t), best->in_flight.size() == 1 && q.tasks.empty());
   }
   if (!q.tasks.empty() && q.lease_requests < kMaxLeaseRequestsInFlight) RequestLease(q);
 }
@@ -1294,7 +1349,6 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
   }
   if (conn->in_flight.empty()) conn->idle_since = Clock::now();
   if (q) PumpQueue(*q);
-  cv_.notify_all();
 }
 
 void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
@@ -1411,6 +1465,8 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
 void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*,
                              StatusCode code) {
   if (t->spec.attempt() < t->max_retries) {
+    // A fresh record: the broken connection's writer may still be reading the sent spec.
+    t = std::make_shared<TaskRecord>(*t);
     t->spec.set_attempt(t->spec.attempt() + 1);
     TORUS_LOG(INFO) << "retrying task " << t->spec.function() << " (attempt "
                     << t->spec.attempt() + 1 << " of " << t->max_retries + 1 << ") because " << why;
@@ -1568,7 +1624,7 @@ void CoreWorker::PumpActor(ActorQueue& a) {
     t->conn = a.conn;
     a.conn->in_flight[t->spec.task_id()] = t;
     SetTaskState(t->spec, "RUNNING", a.conn->worker_id);
-    a.conn->Send(t->spec, a.conn->in_flight.size() == 1 && a.waiting.empty());
+    a.conn->Send(std::move(t), a.conn->in_flight.size() == 1 && a.waiting.empty());
   }
 }
 
@@ -1851,25 +1907,39 @@ bool CoreWorker::WasCurrentActorRestarted() { return actor_restarted_; }
 
 // ------------------------------------------------------------------------------- execution
 
+namespace {
+// Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
+// 16-hex counter. The task table is keyed by that counter (no string key per task).
+uint64_t TaskCounterOf(const std::string& task_id) {
+  uint64_t v = 0;
+  size_t start = task_id.size() >= 16 ? task_id.size() - 16 : 0;
+  for (size_t i = start; i < task_id.size(); ++i) {
+    char c = task_id[i];
+    v = (v << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  return v;
+}
+}  // namespace
+
 void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, const char* state,
                               const std::string& worker, const std::string& error) {
-  auto [it, fresh] = task_table_.try_emplace(spec.task_id());
-  rpc::TaskInfo& info = it->second;
+  uint64_t key = TaskCounterOf(spec.task_id());
+  auto [it, fresh] = task_table_.try_emplace(key);
+  TaskEntry& info = it->second;
   if (fresh) {
-    info.set_task_id(spec.task_id());
-    info.set_name(spec.name().empty() ? spec.function() : spec.name());
-    info.set_actor_id(spec.actor_id());
-    info.set_job_id(spec.job_id());
-    info.set_submitted_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count());
+    info.name = spec.name().empty() ? spec.function() : spec.name();
+    info.actor_id = spec.actor_id();
+    info.job_id = spec.job_id();
+    info.submitted_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
   }
-  info.set_state(state);
-  info.set_attempt(spec.attempt());
-  if (!worker.empty()) info.set_worker_id(worker);
-  if (!error.empty()) info.set_error(error);
+  info.state = state;
+  info.attempt = spec.attempt();
+  if (!worker.empty()) info.worker_id = worker;
+  if (!error.empty()) info.error = error;
   if (state[0] == 'F') {  // FINISHED / FAILED
-    finished_tasks_.push_back(spec.task_id());
+    finished_tasks_.push_back(key);
     while (finished_tasks_.size() > 10000) {
       task_table_.erase(finished_tasks_.front());
       finished_tasks_.pop_front();
@@ -1880,7 +1950,19 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, const char* state,
 grpc::Status CoreWorker::ListTasks(grpc::ServerContext* ctx, const rpc::Empty*, rpc::TaskList* out) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, info] : task_table_) *out->add_tasks() = info;
+  std::string prefix = opts_.worker_id.substr(0, 16);
+  for (const auto& [key, e] : task_table_) {
+    rpc::TaskInfo* info = out->add_tasks();
+    info->set_task_id(prefix + Hex64(key));
+    info->set_name(e.name);
+    info->set_state(e.state);
+    info->set_worker_id(e.worker_id);
+    info->set_attempt(e.attempt);
+    info->set_error(e.error);
+    info->set_actor_id(e.actor_id);
+    info->set_job_id(e.job_id);
+    info->set_submitted_ms(e.submitted_ms);
+  }
   return grpc::Status::OK;
 }
 
