@@ -71,6 +71,18 @@ std::string HexOf(const std::string& id) {
   return at == std::string::npos ? id : id.substr(0, at);
 }
 
+// Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
+// 16-hex counter. The task table is keyed by that counter (no string key per task).
+uint64_t TaskCounterOf(const std::string& task_id) {
+  uint64_t v = 0;
+  size_t start = task_id.size() >= 16 ? task_id.size() - 16 : 0;
+  for (size_t i = start; i < task_id.size(); ++i) {
+    char c = task_id[i];
+    v = (v << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  return v;
+}
+
 const std::string& NilBytes() {
   static const std::string nil("\xc0", 1);  // msgpack nil
   return nil;
@@ -96,8 +108,7 @@ struct ObjectEntry {
   bool waited = false;  // a Get/Wait/GetObject sleeps on cv_ until this one is ready
 };
 
-struct TaskRecord {
-  rpc::TaskSpec spec;
+struct TaskRecordFields {
   int max_retries = 0;
   std::string key;                 // scheduling key (normal tasks)
   std::string actor_id;            // actor calls
@@ -107,6 +118,30 @@ struct TaskRecord {
   int missing = 0;
   Conn* conn = nullptr;
   Clock::time_point sent_at;
+};
+
+// The spec lives on an arena whose first block is inside the record: building a spec (about
+// ten strings and a map) costs no heap allocation per field, and dropping it none per field.
+struct TaskRecord : TaskRecordFields {
+  TaskRecord() : arena(Options(block)), spec(*google::protobuf::Arena::CreateMessage<rpc::TaskSpec>(&arena)) {}
+  // A copy for a retry: the same fields, a fresh arena holding a copy of the spec.
+  TaskRecord(const TaskRecord& o)
+      : TaskRecordFields(o), arena(Options(block)),
+        spec(*google::protobuf::Arena::CreateMessage<rpc::TaskSpec>(&arena)) {
+    spec.CopyFrom(o.spec);
+  }
+  TaskRecord& operator=(const TaskRecord&) = delete;
+
+  static google::protobuf::ArenaOptions Options(char* b) {
+    google::protobuf::ArenaOptions o;
+    o.initial_block = b;
+    o.initial_block_size = kBlockSize;
+    return o;
+  }
+  static constexpr size_t kBlockSize = 1024;
+  alignas(16) char block[kBlockSize];
+  google::protobuf::Arena arena;
+  rpc::TaskSpec& spec;
 };
 
 struct SchedulingQueue {
@@ -188,7 +223,7 @@ class Conn {
 
   // Guarded by CoreWorker::mu_.
   std::string key, lease_id, worker_id, node_address, actor_id;
-  std::unordered_map<std::string, std::shared_ptr<TaskRecord>> in_flight;
+  std::unordered_map<uint64_t, std::shared_ptr<TaskRecord>> in_flight;  // by TaskCounterOf(task id)
   Clock::time_point idle_since = Clock::now();
   bool broken = false;
   bool returned = false;
@@ -538,7 +573,18 @@ void CoreWorker::HousekeepingLoop() {
 // ------------------------------------------------------------------------------- objects
 
 std::string CoreWorker::NewObjectId() {
-  return opts_.worker_id.substr(0, 16) + Hex64(++next_object_) + "@" + address_;
+  // opts_.worker_id[0, 16) + Hex64(counter) + "@" + address_, built with one allocation.
+  static const char* kDigits = "0123456789abcdef";
+  uint64_t v = ++next_object_;
+  std::string id;
+  id.reserve(33 + address_.size());
+  id.append(opts_.worker_id, 0, 16);
+  char hex[16];
+  for (int i = 15; i >= 0; --i, v >>= 4) hex[i] = kDigits[v & 0xf];
+  id.append(hex, 16);
+  id += '@';
+  id += address_;
+  return id;
 }
 
 ObjectEntry& CoreWorker::Entry(const std::string& id) { return objects_[id]; }
@@ -591,12 +637,16 @@ void CoreWorker::RemoveLocalReference(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = objects_.find(id);
   if (it == objects_.end()) return;
-  if (--it->second.local_refs <= 0) MaybeFree(id);
+  if (--it->second.local_refs <= 0) MaybeFreeAt(it);
 }
 
 void CoreWorker::MaybeFree(const std::string& id) {
   auto it = objects_.find(id);
   if (it == objects_.end()) return;
+  MaybeFreeAt(it);
+}
+
+void CoreWorker::MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it) {
   ObjectEntry& e = it->second;
   if (e.local_refs > 0 || e.pins > 0) return;
   if (!e.owned && e.fetching) return;  // the fetch thread will find no entry and drop the value
@@ -863,7 +913,10 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
     // not ready is stored (StoreResult wakes the waiters of entries marked `waited`), so a Get of
     // many refs neither wakes on every result nor rescans every id each time. Once the cursor
     // reaches the end, one full pass confirms that all are ready.
+    // The confirming pass also records each entry for the reads below (no lookups after it;
+    // the lock is held from it to them).
     size_t cursor = 0;
+    std::vector<ObjectEntry*> entries(ids.size());
     auto all_ready = [&] {
       for (bool verified = false;; verified = true) {
         for (; cursor < ids.size(); ++cursor) {
@@ -872,6 +925,7 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
             if (it != objects_.end()) it->second.waited = true;
             return false;
           }
+          entries[cursor] = &it->second;
         }
         if (verified) return true;
         cursor = 0;
@@ -885,8 +939,10 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
               "object " + id + " was freed: no ObjectRef to it was held");
         }
         Entry(id);  // a temporary borrowed entry; erased below if nobody refers to it
+        EnsureFetching(id);
+      } else if (!it->second.ready && !it->second.fetching && !it->second.owned) {
+        EnsureFetching(id);
       }
-      EnsureFetching(id);
     }
     if (!all_ready()) {
       if (!opts_.is_driver && !blocked) {
@@ -907,9 +963,11 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
         }
       }
     }
+    bool any_borrowed = false;
     try {
       for (size_t i = 0; i < ids.size(); ++i) {
-        ObjectEntry& e = objects_[ids[i]];
+        ObjectEntry& e = *entries[i];
+        any_borrowed |= !e.owned;
         ThrowIfError(ids[i], e);
         if (e.in_shm && e.shm.node_id() == node_id_) {
           out[i] = std::make_shared<ArenaBuffer>(arena_, e.shm.offset(), e.shm.size());
@@ -930,11 +988,11 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
       }
       throw;
     }
-    for (const auto& id : ids) {
-      auto it = objects_.find(id);
+    for (size_t i = 0; any_borrowed && i < ids.size(); ++i) {
+      auto it = objects_.find(ids[i]);
       if (it != objects_.end() && !it->second.in_shm && it->second.local_refs <= 0 &&
           it->second.pins <= 0 && !it->second.owned) {
-        MaybeFree(id);
+        MaybeFreeAt(it);
       }
     }
   }
@@ -1231,7 +1289,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q) {
     q.tasks.pop_front();
     t->conn = best;
     t->sent_at = Clock::now();
-    best->in_flight[t->spec.task_id()] = t;
+    best->in_flight[TaskCounterOf(t->spec.task_id())] = t;
     SetTaskState(t->spec, "RUNNING", best->worker_id);
     best->Send(std::move(t), best->in_flight.size() == 1 && q.tasks.empty());
   }
@@ -1333,7 +1391,7 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
     if (it != queues_.end()) q = it->second.get();
   }
   for (auto& r : *batch.mutable_results()) {
-    auto it = conn->in_flight.find(r.task_id());
+    auto it = conn->in_flight.find(TaskCounterOf(r.task_id()));
     if (it == conn->in_flight.end()) continue;
     auto t = it->second;
     conn->in_flight.erase(it);
@@ -1622,7 +1680,7 @@ void CoreWorker::PumpActor(ActorQueue& a) {
     auto t = std::move(a.waiting.front());
     a.waiting.pop_front();
     t->conn = a.conn;
-    a.conn->in_flight[t->spec.task_id()] = t;
+    a.conn->in_flight[TaskCounterOf(t->spec.task_id())] = t;
     SetTaskState(t->spec, "RUNNING", a.conn->worker_id);
     a.conn->Send(std::move(t), a.conn->in_flight.size() == 1 && a.waiting.empty());
   }
@@ -1907,19 +1965,6 @@ bool CoreWorker::WasCurrentActorRestarted() { return actor_restarted_; }
 
 // ------------------------------------------------------------------------------- execution
 
-namespace {
-// Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
-// 16-hex counter. The task table is keyed by that counter (no string key per task).
-uint64_t TaskCounterOf(const std::string& task_id) {
-  uint64_t v = 0;
-  size_t start = task_id.size() >= 16 ? task_id.size() - 16 : 0;
-  for (size_t i = start; i < task_id.size(); ++i) {
-    char c = task_id[i];
-    v = (v << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-  }
-  return v;
-}
-}  // namespace
 
 void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, const char* state,
                               const std::string& worker, const std::string& error) {

@@ -139,6 +139,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   // Object store. Require mu_.
   ObjectEntry& Entry(const std::string& id);
   void MaybeFree(const std::string& id);
+  void MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it);
   void StoreResult(const std::string& id, rpc::TaskResult& r);  // takes the value out of r
   void FailObject(const std::string& id, StatusCode code, const std::string& msg);
   // Location of a value we hold, for an Arg or a GetObject reply. Require mu_.
