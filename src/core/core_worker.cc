@@ -202,6 +202,16 @@ class Conn {
     if (!ok) ctx_.TryCancel();
     cv_.notify_one();
   }
+  // Queues several tasks with one wake of the writer, so they go out as one batch.
+  void SendAll(std::vector<std::shared_ptr<TaskRecord>> ts, bool direct) {
+    if (ts.size() == 1) {
+      Send(std::move(ts[0]), direct);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : ts) q_.push_back(std::move(t));
+    cv_.notify_one();
+  }
   // Half-close: no more sends; the reader ends when the worker finishes.
   void Close() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1276,12 +1286,26 @@ int CoreWorker::PipelineDepth(const std::string& function) const {
 }
 
 void CoreWorker::PumpQueue(SchedulingQueue& q) {
+  // With deep pipelining a lease is topped up only once half of its window is free, and then
+  // filled in one go: a sequential worker answers each batch with one result batch, so
+  // refilling a few slots per returned batch would keep every batch as small as the first
+  // ones for as long as the stream lives.
+  std::vector<std::pair<Conn*, std::vector<std::shared_ptr<TaskRecord>>>> out;
+  auto opened = [&](Conn* c) {
+    for (auto& o : out) {
+      if (o.first == c) return &o.second;
+    }
+    return static_cast<std::vector<std::shared_ptr<TaskRecord>>*>(nullptr);
+  };
   while (!q.tasks.empty()) {
     int depth = PipelineDepth(q.tasks.front()->spec.function());
+    int refill_below = depth > 1 ? depth / 2 : depth;
     Conn* best = nullptr;
     for (Conn* c : q.leases) {
       if (c->broken || c->returned) continue;
-      if (static_cast<int>(c->in_flight.size()) >= depth) continue;
+      int n = static_cast<int>(c->in_flight.size());
+      if (n >= depth) continue;
+      if (n >= refill_below && !opened(c)) continue;
       if (!best || c->in_flight.size() < best->in_flight.size()) best = c;
     }
     if (!best) break;
@@ -1291,7 +1315,17 @@ void CoreWorker::PumpQueue(SchedulingQueue& q) {
     t->sent_at = Clock::now();
     best->in_flight[TaskCounterOf(t->spec.task_id())] = t;
     SetTaskState(t->spec, "RUNNING", best->worker_id);
-    best->Send(std::move(t), best->in_flight.size() == 1 && q.tasks.empty());
+    auto* v = opened(best);
+    if (!v) {
+      out.emplace_back(best, std::vector<std::shared_ptr<TaskRecord>>());
+      v = &out.back().second;
+    }
+    v->push_back(std::move(t));
+  }
+  for (auto& [c, ts] : out) {
+    // A lone task on an idle stream with nothing else queued: the caller writes it itself.
+    bool direct = ts.size() == 1 && c->in_flight.size() == 1 && q.tasks.empty();
+    c->SendAll(std::move(ts), direct);
   }
   if (!q.tasks.empty() && q.lease_requests < kMaxLeaseRequestsInFlight) RequestLease(q);
 }
