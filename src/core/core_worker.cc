@@ -200,7 +200,9 @@ class Conn {
     lock.lock();
     writing_ = false;
     if (!ok) ctx_.TryCancel();
-    cv_.notify_one();
+    // Only when the writer has something to do: waking it for nothing costs a thread switch
+    // on every synchronous call.
+    if (!q_.empty() || closing_) cv_.notify_one();
   }
   // Queues several tasks with one wake of the writer, so they go out as one batch.
   void SendAll(std::vector<std::shared_ptr<TaskRecord>> ts, bool direct) {
