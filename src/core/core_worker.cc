@@ -71,6 +71,18 @@ std::string HexOf(const std::string& id) {
   return at == std::string::npos ? id : id.substr(0, at);
 }
 
+// Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
+// 16-hex counter. The task table is keyed by that counter (no string key per task).
+uint64_t TaskCounterOf(const std::string& task_id) {
+  uint64_t v = 0;
+  size_t start = task_id.size() >= 16 ? task_id.size() - 16 : 0;
+  for (size_t i = start; i < task_id.size(); ++i) {
+    char c = task_id[i];
+    v = (v << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  return v;
+}
+
 const std::string& NilBytes() {
   static const std::string nil("\xc0", 1);  // msgpack nil
   return nil;
@@ -93,10 +105,10 @@ struct ObjectEntry {
   int local_refs = 0;
   int pins = 0;  // in-flight tasks that take it as an argument
   bool fetching = false;
+  bool waited = false;  // a Get/Wait/GetObject sleeps on cv_ until this one is ready
 };
 
-struct TaskRecord {
-  rpc::TaskSpec spec;
+struct TaskRecordFields {
   int max_retries = 0;
   std::string key;                 // scheduling key (normal tasks)
   std::string actor_id;            // actor calls
@@ -106,6 +118,30 @@ struct TaskRecord {
   int missing = 0;
   Conn* conn = nullptr;
   Clock::time_point sent_at;
+};
+
+// The spec lives on an arena whose first block is inside the record: building a spec (about
+// ten strings and a map) costs no heap allocation per field, and dropping it none per field.
+struct TaskRecord : TaskRecordFields {
+  TaskRecord() : arena(Options(block)), spec(*google::protobuf::Arena::CreateMessage<rpc::TaskSpec>(&arena)) {}
+  // A copy for a retry: the same fields, a fresh arena holding a copy of the spec.
+  TaskRecord(const TaskRecord& o)
+      : TaskRecordFields(o), arena(Options(block)),
+        spec(*google::protobuf::Arena::CreateMessage<rpc::TaskSpec>(&arena)) {
+    spec.CopyFrom(o.spec);
+  }
+  TaskRecord& operator=(const TaskRecord&) = delete;
+
+  static google::protobuf::ArenaOptions Options(char* b) {
+    google::protobuf::ArenaOptions o;
+    o.initial_block = b;
+    o.initial_block_size = kBlockSize;
+    return o;
+  }
+  static constexpr size_t kBlockSize = 1024;
+  alignas(16) char block[kBlockSize];
+  google::protobuf::Arena arena;
+  rpc::TaskSpec& spec;
 };
 
 struct SchedulingQueue {
@@ -145,10 +181,10 @@ class Conn {
   // sends everything queued as one batch.
   // `direct` is the caller's hint that nothing else is in flight (a synchronous pattern); with
   // work in flight, queueing lets the writer batch.
-  void Send(rpc::TaskSpec spec, bool direct) {
+  void Send(std::shared_ptr<TaskRecord> t, bool direct) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!direct || writing_ || !q_.empty() || closing_) {
-      q_.push_back(std::move(spec));
+      q_.push_back(std::move(t));
       cv_.notify_one();
       return;
     }
@@ -159,11 +195,23 @@ class Conn {
       first_sent_ = true;
     }
     lock.unlock();
-    *batch.add_tasks() = std::move(spec);
-    bool ok = stream_->Write(batch);
+    std::shared_ptr<TaskRecord> one[1] = {std::move(t)};
+    bool ok = WriteSpecs(batch, one, 1);
     lock.lock();
     writing_ = false;
     if (!ok) ctx_.TryCancel();
+    // Only when the writer has something to do: waking it for nothing costs a thread switch
+    // on every synchronous call.
+    if (!q_.empty() || closing_) cv_.notify_one();
+  }
+  // Queues several tasks with one wake of the writer, so they go out as one batch.
+  void SendAll(std::vector<std::shared_ptr<TaskRecord>> ts, bool direct) {
+    if (ts.size() == 1) {
+      Send(std::move(ts[0]), direct);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : ts) q_.push_back(std::move(t));
     cv_.notify_one();
   }
   // Half-close: no more sends; the reader ends when the worker finishes.
@@ -187,13 +235,25 @@ class Conn {
 
   // Guarded by CoreWorker::mu_.
   std::string key, lease_id, worker_id, node_address, actor_id;
-  std::unordered_map<std::string, std::shared_ptr<TaskRecord>> in_flight;
+  std::unordered_map<uint64_t, std::shared_ptr<TaskRecord>> in_flight;  // by TaskCounterOf(task id)
   Clock::time_point idle_since = Clock::now();
   bool broken = false;
   bool returned = false;
 
  private:
+  // Writes the specs as one TaskBatch without copying them: the batch borrows each record's
+  // spec for the Write and gives it back. A spec is not modified once sent (a retry sends a copy).
+  bool WriteSpecs(rpc::TaskBatch& batch, const std::shared_ptr<TaskRecord>* ts, size_t n) {
+    auto* tasks = batch.mutable_tasks();
+    tasks->Reserve(static_cast<int>(n));
+    for (size_t i = 0; i < n; ++i) tasks->UnsafeArenaAddAllocated(&ts[i]->spec);
+    bool ok = stream_->Write(batch);
+    tasks->UnsafeArenaExtractSubrange(0, tasks->size(), nullptr);
+    return ok;
+  }
+
   void WriteLoop() {
+    std::vector<std::shared_ptr<TaskRecord>> sending;
     while (true) {
       rpc::TaskBatch batch;
       {
@@ -205,12 +265,11 @@ class Conn {
           batch.set_lease_id(lease_id_for_worker_);
           first_sent_ = true;
         }
-        while (!q_.empty()) {
-          *batch.add_tasks() = std::move(q_.front());
-          q_.pop_front();
-        }
+        sending.assign(std::make_move_iterator(q_.begin()), std::make_move_iterator(q_.end()));
+        q_.clear();
       }
-      bool ok = stream_->Write(batch);
+      bool ok = WriteSpecs(batch, sending.data(), sending.size());
+      sending.clear();
       {
         std::lock_guard<std::mutex> lock(mu_);
         writing_ = false;
@@ -239,7 +298,7 @@ class Conn {
   std::unique_ptr<grpc::ClientReaderWriter<rpc::TaskBatch, rpc::ResultBatch>> stream_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<rpc::TaskSpec> q_;
+  std::deque<std::shared_ptr<TaskRecord>> q_;
   bool closing_ = false;
   bool writing_ = false;
   bool first_sent_ = false;
@@ -414,6 +473,10 @@ void CoreWorker::Shutdown() {
     auto ctx = NewContext(opts_.token, 2000);
     (void)node_->FreeObjects(ctx.get(), req, &e);
   }
+  {
+    std::lock_guard<std::mutex> lock(hk_mu_);
+    hk_cv_.notify_all();
+  }
   if (housekeeping_thread_.joinable()) housekeeping_thread_.join();
   // End helper threads: cancel their blocking RPCs, then wait for them.
   std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> tracked;
@@ -487,8 +550,13 @@ void CoreWorker::HousekeepingLoop() {
     std::vector<Conn*> to_return;
     std::vector<std::unique_ptr<Conn>> to_join;
     {
+      {
+        // Its own condition variable: cv_ is signalled for object readiness, which would wake
+        // this thread on every result.
+        std::unique_lock<std::mutex> hk_lock(hk_mu_);
+        hk_cv_.wait_for(hk_lock, std::chrono::milliseconds(2), [this] { return shutting_down_.load(); });
+      }
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(2));
       auto now = Clock::now();
       for (auto& c : conns_) {
         if (c->broken || c->returned || !c->actor_id.empty() || !c->in_flight.empty()) continue;
@@ -517,7 +585,18 @@ void CoreWorker::HousekeepingLoop() {
 // ------------------------------------------------------------------------------- objects
 
 std::string CoreWorker::NewObjectId() {
-  return opts_.worker_id.substr(0, 16) + Hex64(++next_object_) + "@" + address_;
+  // opts_.worker_id[0, 16) + Hex64(counter) + "@" + address_, built with one allocation.
+  static const char* kDigits = "0123456789abcdef";
+  uint64_t v = ++next_object_;
+  std::string id;
+  id.reserve(33 + address_.size());
+  id.append(opts_.worker_id, 0, 16);
+  char hex[16];
+  for (int i = 15; i >= 0; --i, v >>= 4) hex[i] = kDigits[v & 0xf];
+  id.append(hex, 16);
+  id += '@';
+  id += address_;
+  return id;
 }
 
 ObjectEntry& CoreWorker::Entry(const std::string& id) { return objects_[id]; }
@@ -570,12 +649,16 @@ void CoreWorker::RemoveLocalReference(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = objects_.find(id);
   if (it == objects_.end()) return;
-  if (--it->second.local_refs <= 0) MaybeFree(id);
+  if (--it->second.local_refs <= 0) MaybeFreeAt(it);
 }
 
 void CoreWorker::MaybeFree(const std::string& id) {
   auto it = objects_.find(id);
   if (it == objects_.end()) return;
+  MaybeFreeAt(it);
+}
+
+void CoreWorker::MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it) {
   ObjectEntry& e = it->second;
   if (e.local_refs > 0 || e.pins > 0) return;
   if (!e.owned && e.fetching) return;  // the fetch thread will find no entry and drop the value
@@ -607,7 +690,7 @@ void CoreWorker::MaybeFree(const std::string& id) {
   }).detach();
 }
 
-void CoreWorker::StoreResult(const std::string& id, const rpc::TaskResult& r) {
+void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
   auto it = objects_.find(id);
   if (it == objects_.end()) {
     // Nobody holds a reference any more: drop the value (and its segment).
@@ -625,6 +708,10 @@ void CoreWorker::StoreResult(const std::string& id, const rpc::TaskResult& r) {
   }
   ObjectEntry& e = it->second;
   e.ready = true;
+  if (e.waited) {
+    e.waited = false;
+    cv_.notify_all();
+  }
   if (r.is_error()) {
     e.is_error = true;
     e.error = r.error();
@@ -632,7 +719,8 @@ void CoreWorker::StoreResult(const std::string& id, const rpc::TaskResult& r) {
     e.in_shm = true;
     e.shm = r.value();
   } else {
-    e.inline_data = std::make_shared<const std::string>(r.value().inline_data());
+    e.inline_data =
+        std::make_shared<const std::string>(std::move(*r.mutable_value()->mutable_inline_data()));
   }
   OnObjectReady(id);
 }
@@ -833,12 +921,27 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
   bool blocked = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    // ids[0, cursor) were ready when last looked at. A wait sleeps until the first id that is
+    // not ready is stored (StoreResult wakes the waiters of entries marked `waited`), so a Get of
+    // many refs neither wakes on every result nor rescans every id each time. Once the cursor
+    // reaches the end, one full pass confirms that all are ready.
+    // The confirming pass also records each entry for the reads below (no lookups after it;
+    // the lock is held from it to them).
+    size_t cursor = 0;
+    std::vector<ObjectEntry*> entries(ids.size());
     auto all_ready = [&] {
-      for (const auto& id : ids) {
-        auto it = objects_.find(id);
-        if (it == objects_.end() || !it->second.ready) return false;
+      for (bool verified = false;; verified = true) {
+        for (; cursor < ids.size(); ++cursor) {
+          auto it = objects_.find(ids[cursor]);
+          if (it == objects_.end() || !it->second.ready) {
+            if (it != objects_.end()) it->second.waited = true;
+            return false;
+          }
+          entries[cursor] = &it->second;
+        }
+        if (verified) return true;
+        cursor = 0;
       }
-      return true;
     };
     for (const auto& id : ids) {
       auto it = objects_.find(id);
@@ -848,8 +951,10 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
               "object " + id + " was freed: no ObjectRef to it was held");
         }
         Entry(id);  // a temporary borrowed entry; erased below if nobody refers to it
+        EnsureFetching(id);
+      } else if (!it->second.ready && !it->second.fetching && !it->second.owned) {
+        EnsureFetching(id);
       }
-      EnsureFetching(id);
     }
     if (!all_ready()) {
       if (!opts_.is_driver && !blocked) {
@@ -870,9 +975,11 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
         }
       }
     }
+    bool any_borrowed = false;
     try {
       for (size_t i = 0; i < ids.size(); ++i) {
-        ObjectEntry& e = objects_[ids[i]];
+        ObjectEntry& e = *entries[i];
+        any_borrowed |= !e.owned;
         ThrowIfError(ids[i], e);
         if (e.in_shm && e.shm.node_id() == node_id_) {
           out[i] = std::make_shared<ArenaBuffer>(arena_, e.shm.offset(), e.shm.size());
@@ -893,11 +1000,11 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
       }
       throw;
     }
-    for (const auto& id : ids) {
-      auto it = objects_.find(id);
+    for (size_t i = 0; any_borrowed && i < ids.size(); ++i) {
+      auto it = objects_.find(ids[i]);
       if (it != objects_.end() && !it->second.in_shm && it->second.local_refs <= 0 &&
           it->second.pins <= 0 && !it->second.owned) {
-        MaybeFree(id);
+        MaybeFreeAt(it);
       }
     }
   }
@@ -936,6 +1043,11 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
       n += ready[i];
     }
     if (n >= num_objects || shutting_down_) break;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ready[i]) continue;
+      auto it = objects_.find(ids[i]);
+      if (it != objects_.end()) it->second.waited = true;
+    }
     if (deadline == Clock::time_point::max()) {
       cv_.wait(lock);
     } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
@@ -976,6 +1088,7 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
       return grpc::Status::OK;
     }
     if (ctx->IsCancelled() || shutting_down_ || Clock::now() >= deadline) return grpc::Status::OK;
+    it->second.waited = true;
     cv_.wait_for(lock, std::chrono::milliseconds(100));
   }
 }
@@ -1022,17 +1135,30 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   spec.set_job_id(JobId());
   spec.set_ray_namespace(GetNamespace());
   spec.set_name(options.name.empty() ? function_name : options.name);
-  ResourceMap res(options.resources.begin(), options.resources.end());
-  if (res.empty()) res["CPU"] = 1;
-  if (auto it = res.find("TPU"); it != res.end()) {
-    if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
-      throw internal::RayException(st.ToString());
+  std::string key;
+  if (options.resources.empty()) {
+    // The default shape {CPU: 1}: its proto and key are built once, not per task.
+    static const auto* kDefault = [] {
+      auto* d = new std::pair<rpc::ResourceSet, std::string>();
+      ResourceMap cpu1{{"CPU", 1}};
+      ToProto(cpu1, &d->first);
+      d->second = ResourcesToString(cpu1);
+      return d;
+    }();
+    *spec.mutable_resources() = kDefault->first;
+    key = kDefault->second;
+  } else {
+    ResourceMap res(options.resources.begin(), options.resources.end());
+    if (auto it = res.find("TPU"); it != res.end()) {
+      if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
+        throw internal::RayException(st.ToString());
+      }
     }
+    ToProto(res, spec.mutable_resources());
+    key = ResourcesToString(res);
   }
-  ToProto(res, spec.mutable_resources());
   // Negative means "retry forever", as in Ray.
   t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
-  std::string key = ResourcesToString(res);
   if (!options.placement_group_id.empty()) {
     key += "|pg=" + options.placement_group_id + ":" + std::to_string(options.bundle_index);
   }
@@ -1146,7 +1272,6 @@ void CoreWorker::OnObjectReady(const std::string& id) {
       Enqueue(t);
     }
   }
-  cv_.notify_all();
 }
 
 void CoreWorker::Enqueue(std::shared_ptr<TaskRecord> t) {
@@ -1163,12 +1288,26 @@ int CoreWorker::PipelineDepth(const std::string& function) const {
 }
 
 void CoreWorker::PumpQueue(SchedulingQueue& q) {
+  // With deep pipelining a lease is topped up only once half of its window is free, and then
+  // filled in one go: a sequential worker answers each batch with one result batch, so
+  // refilling a few slots per returned batch would keep every batch as small as the first
+  // ones for as long as the stream lives.
+  std::vector<std::pair<Conn*, std::vector<std::shared_ptr<TaskRecord>>>> out;
+  auto opened = [&](Conn* c) {
+    for (auto& o : out) {
+      if (o.first == c) return &o.second;
+    }
+    return static_cast<std::vector<std::shared_ptr<TaskRecord>>*>(nullptr);
+  };
   while (!q.tasks.empty()) {
     int depth = PipelineDepth(q.tasks.front()->spec.function());
+    int refill_below = depth > 1 ? depth / 2 : depth;
     Conn* best = nullptr;
     for (Conn* c : q.leases) {
       if (c->broken || c->returned) continue;
-      if (static_cast<int>(c->in_flight.size()) >= depth) continue;
+      int n = static_cast<int>(c->in_flight.size());
+      if (n >= depth) continue;
+      if (n >= refill_below && !opened(c)) continue;
       if (!best || c->in_flight.size() < best->in_flight.size()) best = c;
     }
     if (!best) break;
@@ -1176,9 +1315,19 @@ void CoreWorker::PumpQueue(SchedulingQueue& q) {
     q.tasks.pop_front();
     t->conn = best;
     t->sent_at = Clock::now();
-    best->in_flight[t->spec.task_id()] = t;
+    best->in_flight[TaskCounterOf(t->spec.task_id())] = t;
     SetTaskState(t->spec, "RUNNING", best->worker_id);
-    best->Send(t->spec, best->in_flight.size() == 1 && q.tasks.empty());
+    auto* v = opened(best);
+    if (!v) {
+      out.emplace_back(best, std::vector<std::shared_ptr<TaskRecord>>());
+      v = &out.back().second;
+    }
+    v->push_back(std::move(t));
+  }
+  for (auto& [c, ts] : out) {
+    // A lone task on an idle stream with nothing else queued: the caller writes it itself.
+    bool direct = ts.size() == 1 && c->in_flight.size() == 1 && q.tasks.empty();
+    c->SendAll(std::move(ts), direct);
   }
   if (!q.tasks.empty() && q.lease_requests < kMaxLeaseRequestsInFlight) RequestLease(q);
 }
@@ -1278,7 +1427,7 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
     if (it != queues_.end()) q = it->second.get();
   }
   for (auto& r : *batch.mutable_results()) {
-    auto it = conn->in_flight.find(r.task_id());
+    auto it = conn->in_flight.find(TaskCounterOf(r.task_id()));
     if (it == conn->in_flight.end()) continue;
     auto t = it->second;
     conn->in_flight.erase(it);
@@ -1294,7 +1443,6 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
   }
   if (conn->in_flight.empty()) conn->idle_since = Clock::now();
   if (q) PumpQueue(*q);
-  cv_.notify_all();
 }
 
 void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
@@ -1411,6 +1559,8 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
 void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*,
                              StatusCode code) {
   if (t->spec.attempt() < t->max_retries) {
+    // A fresh record: the broken connection's writer may still be reading the sent spec.
+    t = std::make_shared<TaskRecord>(*t);
     t->spec.set_attempt(t->spec.attempt() + 1);
     TORUS_LOG(INFO) << "retrying task " << t->spec.function() << " (attempt "
                     << t->spec.attempt() + 1 << " of " << t->max_retries + 1 << ") because " << why;
@@ -1566,9 +1716,9 @@ void CoreWorker::PumpActor(ActorQueue& a) {
     auto t = std::move(a.waiting.front());
     a.waiting.pop_front();
     t->conn = a.conn;
-    a.conn->in_flight[t->spec.task_id()] = t;
+    a.conn->in_flight[TaskCounterOf(t->spec.task_id())] = t;
     SetTaskState(t->spec, "RUNNING", a.conn->worker_id);
-    a.conn->Send(t->spec, a.conn->in_flight.size() == 1 && a.waiting.empty());
+    a.conn->Send(std::move(t), a.conn->in_flight.size() == 1 && a.waiting.empty());
   }
 }
 
@@ -1851,25 +2001,26 @@ bool CoreWorker::WasCurrentActorRestarted() { return actor_restarted_; }
 
 // ------------------------------------------------------------------------------- execution
 
+
 void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, const char* state,
                               const std::string& worker, const std::string& error) {
-  auto [it, fresh] = task_table_.try_emplace(spec.task_id());
-  rpc::TaskInfo& info = it->second;
+  uint64_t key = TaskCounterOf(spec.task_id());
+  auto [it, fresh] = task_table_.try_emplace(key);
+  TaskEntry& info = it->second;
   if (fresh) {
-    info.set_task_id(spec.task_id());
-    info.set_name(spec.name().empty() ? spec.function() : spec.name());
-    info.set_actor_id(spec.actor_id());
-    info.set_job_id(spec.job_id());
-    info.set_submitted_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count());
+    info.name = spec.name().empty() ? spec.function() : spec.name();
+    info.actor_id = spec.actor_id();
+    info.job_id = spec.job_id();
+    info.submitted_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
   }
-  info.set_state(state);
-  info.set_attempt(spec.attempt());
-  if (!worker.empty()) info.set_worker_id(worker);
-  if (!error.empty()) info.set_error(error);
+  info.state = state;
+  info.attempt = spec.attempt();
+  if (!worker.empty()) info.worker_id = worker;
+  if (!error.empty()) info.error = error;
   if (state[0] == 'F') {  // FINISHED / FAILED
-    finished_tasks_.push_back(spec.task_id());
+    finished_tasks_.push_back(key);
     while (finished_tasks_.size() > 10000) {
       task_table_.erase(finished_tasks_.front());
       finished_tasks_.pop_front();
@@ -1880,7 +2031,19 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, const char* state,
 grpc::Status CoreWorker::ListTasks(grpc::ServerContext* ctx, const rpc::Empty*, rpc::TaskList* out) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, info] : task_table_) *out->add_tasks() = info;
+  std::string prefix = opts_.worker_id.substr(0, 16);
+  for (const auto& [key, e] : task_table_) {
+    rpc::TaskInfo* info = out->add_tasks();
+    info->set_task_id(prefix + Hex64(key));
+    info->set_name(e.name);
+    info->set_state(e.state);
+    info->set_worker_id(e.worker_id);
+    info->set_attempt(e.attempt);
+    info->set_error(e.error);
+    info->set_actor_id(e.actor_id);
+    info->set_job_id(e.job_id);
+    info->set_submitted_ms(e.submitted_ms);
+  }
   return grpc::Status::OK;
 }
 

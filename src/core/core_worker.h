@@ -139,7 +139,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   // Object store. Require mu_.
   ObjectEntry& Entry(const std::string& id);
   void MaybeFree(const std::string& id);
-  void StoreResult(const std::string& id, const rpc::TaskResult& r);
+  void MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it);
+  void StoreResult(const std::string& id, rpc::TaskResult& r);  // takes the value out of r
   void FailObject(const std::string& id, StatusCode code, const std::string& msg);
   // Location of a value we hold, for an Arg or a GetObject reply. Require mu_.
   bool LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
@@ -207,8 +208,14 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   // What this process submitted, for `torus list tasks`; finished entries are kept up to a bound.
   void SetTaskState(const rpc::TaskSpec& spec, const char* state, const std::string& worker = "",
                     const std::string& error = "");
-  std::unordered_map<std::string, rpc::TaskInfo> task_table_;
-  std::deque<std::string> finished_tasks_;
+  struct TaskEntry {  // one row of `torus list tasks` (rpc::TaskInfo), without per-field heap strings
+    std::string name, actor_id, job_id, worker_id, error;
+    const char* state = "";
+    int attempt = 0;
+    int64_t submitted_ms = 0;
+  };
+  std::unordered_map<uint64_t, TaskEntry> task_table_;  // by the task id's counter part
+  std::deque<uint64_t> finished_tasks_;
   int blocked_depth_ = 0;
 
   // worker side
@@ -244,6 +251,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
 
   std::atomic<bool> shutting_down_{false};
   std::thread housekeeping_thread_;
+  std::mutex hk_mu_;  // only for hk_cv_: wakes housekeeping at shutdown
+  std::condition_variable hk_cv_;
   // Drivers: a WatchJob call held open so the head notices if this process dies.
   std::unique_ptr<grpc::ClientContext> watch_ctx_;
   std::thread watch_thread_;
