@@ -159,29 +159,34 @@ int PortFlag(const Args& a, const std::string& flag, int def) {
   Die("--" + flag + " must be a port number between 0 and 65535, got '" + v + "'");
 }
 
-// A positive integer (a period in ms, a rate) from a flag, or death naming the flag.
-int MillisFlag(const Args& a, const std::string& flag, int def) {
+// A positive integer (a period in ms, a rate, a count) from a flag, or death naming the flag.
+int PositiveIntFlag(const Args& a, const std::string& flag, int def) {
   std::string v = a.Get(flag, std::to_string(def));
   try {
     size_t used = 0;
-    int ms = std::stoi(v, &used);
-    if (used == v.size() && ms > 0) return ms;
+    int n = std::stoi(v, &used);
+    if (used == v.size() && n > 0) return n;
   } catch (...) {
   }
-  Die("--" + flag + " must be a positive number of milliseconds, got '" + v + "'");
+  Die("--" + flag + " must be a positive integer, got '" + v + "'");
 }
 
 // ------------------------------------------------------------------------------- daemons
 
-// The head's tuning flags; `torus start --head` passes them on to its head.
-const char* const kHeadTuningFlags[] = {"node-timeout-ms", "view-records-per-s", "max-heartbeats-per-s",
-                                        "push-view-max-nodes"};
+// The head's tuning flags, each with the field it sets; `torus start --head` passes them on.
+struct HeadTuningFlag {
+  const char* name;
+  int HeadConfig::*field;
+};
+constexpr HeadTuningFlag kHeadTuningFlags[] = {
+    {"node-timeout-ms", &HeadConfig::node_timeout_ms},
+    {"view-records-per-s", &HeadConfig::view_records_per_s},
+    {"max-heartbeats-per-s", &HeadConfig::max_heartbeats_per_s},
+    {"push-view-max-nodes", &HeadConfig::push_view_max_nodes},
+};
 
 void SetHeadTuning(const Args& a, HeadConfig* cfg) {
-  cfg->node_timeout_ms = MillisFlag(a, "node-timeout-ms", cfg->node_timeout_ms);
-  cfg->view_records_per_s = MillisFlag(a, "view-records-per-s", cfg->view_records_per_s);
-  cfg->max_heartbeats_per_s = MillisFlag(a, "max-heartbeats-per-s", cfg->max_heartbeats_per_s);
-  cfg->push_view_max_nodes = MillisFlag(a, "push-view-max-nodes", cfg->push_view_max_nodes);
+  for (const auto& f : kHeadTuningFlags) cfg->*f.field = PositiveIntFlag(a, f.name, cfg->*f.field);
 }
 
 int RunHead(const Args& a) {
@@ -225,7 +230,7 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   if (cfg.head_address.empty()) return InvalidArgument("torus node needs --address HEAD_HOST:PORT");
   cfg.bind_host = a.Get("bind", "127.0.0.1");
   cfg.port = PortFlag(a, "node-port", 0);
-  cfg.heartbeat_ms = MillisFlag(a, "heartbeat-ms", cfg.heartbeat_ms);
+  cfg.heartbeat_ms = PositiveIntFlag(a, "heartbeat-ms", cfg.heartbeat_ms);
   cfg.session_dir = a.Get("session-dir");
   auto res = ParseResources(a);
   if (!res.ok()) return res.status();
@@ -342,11 +347,11 @@ int Start(const Args& a) {
       hargs.push_back("--bind");
       hargs.push_back(a.Get("bind"));
     }
-    for (const char* f : kHeadTuningFlags) {
-      if (!a.Has(f)) continue;
-      (void)MillisFlag(a, f, 1);  // a bad value dies here, not in the head's log
-      hargs.push_back(std::string("--") + f);
-      hargs.push_back(a.Get(f));
+    for (const auto& f : kHeadTuningFlags) {
+      if (!a.Has(f.name)) continue;
+      (void)PositiveIntFlag(a, f.name, 1);  // a bad value dies here, not in the head's log
+      hargs.push_back(std::string("--") + f.name);
+      hargs.push_back(a.Get(f.name));
     }
     pid_t hp = SpawnDaemon(*session, "head", hargs);
     std::string address;
