@@ -82,16 +82,26 @@ int main(int argc, char** argv) {
     o.topology = topology;
     o.accelerator_version = accel;
     int hosts = 0;
+    std::vector<double> reserve, release;  // the two halves of each timed round
     auto us = Time(iters, [&] {
+      auto t0 = Clock::now();
       auto s = torus::tpu::CreateSlicePlacementGroup(o);
       if (!s.Wait(60)) {
         fprintf(stderr, "slice %s %s not reserved in 60 s\n", accel.c_str(), topology.c_str());
         std::exit(1);
       }
+      auto t1 = Clock::now();
       hosts = s.NumHosts();
       s.Remove();
+      reserve.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      release.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
     });
-    Report("slice_reserve_release_" + accel + "_" + topology + "_" + std::to_string(hosts) + "_hosts", us);
+    reserve.erase(reserve.begin(), reserve.begin() + 3);  // the warm-ups
+    release.erase(release.begin(), release.begin() + 3);
+    std::string tag = accel + "_" + topology + "_" + std::to_string(hosts) + "_hosts";
+    Report("slice_reserve_release_" + tag, us);
+    Report("slice_reserve_only_" + tag, reserve);
+    Report("slice_release_only_" + tag, release);
   }
   ray::Shutdown();
   return 0;

@@ -462,5 +462,162 @@ TEST_F(SecurityTest, AuthenticatedNonsenseIsAnsweredNotFatal) {
   ExpectClusterServes(pids);
 }
 
+// The lane (src/common/lane.h, docs/wire.md), spoken from outside with hand-made frames: the
+// token is checked at the hello, garbage and unknown methods are refused, and a real call is
+// answered exactly as over gRPC.
+namespace {
+struct Frame {
+  uint16_t code = 0;
+  std::string text, payload;
+};
+
+std::string MakeFrame(uint8_t kind, const std::string& text, const std::string& payload) {
+  std::string f(16, '\0');
+  uint32_t magic = 0x314e4c54, tl = static_cast<uint32_t>(text.size()),
+           pl = static_cast<uint32_t>(payload.size());
+  memcpy(&f[0], &magic, 4);
+  f[4] = static_cast<char>(kind);
+  memcpy(&f[8], &tl, 4);
+  memcpy(&f[12], &pl, 4);
+  return f + text + payload;
+}
+
+bool SendAll(int fd, const std::string& bytes) {
+  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+bool RecvAll(int fd, char* buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 10000) <= 0) return false;
+    ssize_t k = recv(fd, buf + got, n - got, 0);
+    if (k <= 0) return false;
+    got += static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// Reads one reply frame; false if the connection closed (or nothing came in 10 s).
+bool ReadReply(int fd, Frame* out) {
+  char h[16];
+  if (!RecvAll(fd, h, 16)) return false;
+  uint32_t magic, tl, pl;
+  memcpy(&magic, h, 4);
+  memcpy(&out->code, h + 6, 2);
+  memcpy(&tl, h + 8, 4);
+  memcpy(&pl, h + 12, 4);
+  if (magic != 0x314e4c54 || h[4] != 3) return false;
+  out->text.assign(tl, '\0');
+  out->payload.assign(pl, '\0');
+  return (tl == 0 || RecvAll(fd, out->text.data(), tl)) && (pl == 0 || RecvAll(fd, out->payload.data(), pl));
+}
+
+int LanePort(const std::string& address, const char* token, grpc::Status* st) {
+  rpc::Lane::Stub stub(Channel(address));
+  rpc::LaneWhereReply reply;
+  auto ctx = Context(token);
+  *st = stub.Where(ctx.get(), rpc::Empty(), &reply);
+  return static_cast<int>(reply.port());
+}
+}  // namespace
+
+TEST_F(SecurityTest, LaneChecksTheTokenRefusesGarbageAndAnswersCalls) {
+  std::vector<pid_t> pids = DaemonPids();
+  const std::string token = cluster().token();
+  grpc::Status st;
+  EXPECT_EQ(LanePort(cluster().address(), "wrong-token-wrong-token", &st), 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  int port = LanePort(cluster().address(), token.c_str(), &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_GT(port, 0);
+
+  // A wrong or missing token: refused with a reply that says so, then closed.
+  for (const std::string& bad : {std::string("not-the-token"), std::string()}) {
+    int fd = Connect(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, MakeFrame(1, bad, "")));
+    Frame f;
+    ASSERT_TRUE(ReadReply(fd, &f));
+    EXPECT_EQ(f.code, static_cast<uint16_t>(grpc::StatusCode::UNAUTHENTICATED));
+    EXPECT_NE(f.text.find("token"), std::string::npos) << f.text;
+    // A call after the refusal is not served: the connection is closed.
+    SendAll(fd, MakeFrame(2, "/torus.rpc.Head/GetPlacementGroup", ""));
+    EXPECT_FALSE(ReadReply(fd, &f));
+    close(fd);
+  }
+  // A call before any hello: closed, nothing answered.
+  {
+    int fd = Connect(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, MakeFrame(2, "/torus.rpc.Head/GetPlacementGroup", "")));
+    Frame f;
+    EXPECT_FALSE(ReadReply(fd, &f));
+    close(fd);
+  }
+
+  // The right token: calls are answered; a bad method or a garbled request gets an error and the
+  // connection goes on serving; a malformed frame ends the connection.
+  int fd = Connect(port);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, MakeFrame(1, token, "")));
+  Frame f;
+  ASSERT_TRUE(ReadReply(fd, &f));
+  ASSERT_EQ(f.code, 0) << f.text;
+
+  rpc::PlacementGroupRequest req;
+  req.set_pg_id("no-such-group");
+  ASSERT_TRUE(SendAll(fd, MakeFrame(2, "/torus.rpc.Head/GetPlacementGroup", req.SerializeAsString())));
+  ASSERT_TRUE(ReadReply(fd, &f));
+  EXPECT_EQ(f.code, 0) << f.text;
+  rpc::GetPlacementGroupReply reply;
+  EXPECT_TRUE(reply.ParseFromString(f.payload));
+  EXPECT_FALSE(reply.found());
+
+  ASSERT_TRUE(SendAll(fd, MakeFrame(2, "/torus.rpc.Head/List", "")));  // not served on the lane
+  ASSERT_TRUE(ReadReply(fd, &f));
+  EXPECT_EQ(f.code, static_cast<uint16_t>(grpc::StatusCode::UNIMPLEMENTED)) << f.text;
+  EXPECT_NE(f.text.find("/torus.rpc.Head/List"), std::string::npos) << f.text;
+
+  ASSERT_TRUE(SendAll(fd, MakeFrame(2, "/torus.rpc.Head/GetPlacementGroup", std::string("\xff\xff\xff", 3))));
+  ASSERT_TRUE(ReadReply(fd, &f));
+  EXPECT_EQ(f.code, static_cast<uint16_t>(grpc::StatusCode::INVALID_ARGUMENT)) << f.text;
+
+  ASSERT_TRUE(SendAll(fd, MakeFrame(2, "/torus.rpc.Head/GetPlacementGroup", req.SerializeAsString())));
+  ASSERT_TRUE(ReadReply(fd, &f));
+  EXPECT_EQ(f.code, 0) << "the connection stopped serving after an error: " << f.text;
+
+  std::string huge = MakeFrame(2, "x", "");
+  uint32_t too_big = 1u << 31;
+  memcpy(&huge[12], &too_big, 4);  // a payload of 2 GiB announced
+  ASSERT_TRUE(SendAll(fd, huge));
+  EXPECT_FALSE(ReadReply(fd, &f)) << "a frame announcing 2 GiB was not refused";
+  close(fd);
+
+  // Every node's lane too, with a call the node serves there.
+  for (const auto& ep : Endpoints()) {
+    if (ep.what.rfind("node", 0) != 0) continue;
+    SCOPED_TRACE(ep.what);
+    int nport = LanePort(ep.address, token.c_str(), &st);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    int nfd = Connect(nport);
+    ASSERT_GE(nfd, 0);
+    ASSERT_TRUE(SendAll(nfd, MakeFrame(1, token, "")));
+    ASSERT_TRUE(ReadReply(nfd, &f));
+    ASSERT_EQ(f.code, 0) << f.text;
+    rpc::BundlesRequest release;
+    release.set_pg_id("no-such-group");
+    ASSERT_TRUE(SendAll(nfd, MakeFrame(2, "/torus.rpc.Node/ReleaseBundles", release.SerializeAsString())));
+    ASSERT_TRUE(ReadReply(nfd, &f));
+    EXPECT_EQ(f.code, 0) << f.text;
+    rpc::PrepareBundlesReply ledger;
+    EXPECT_TRUE(ledger.ParseFromString(f.payload));
+    EXPECT_TRUE(ledger.ok());
+    EXPECT_TRUE(SendAndExpectClose(nport, RandomBytes(4096, 7), std::chrono::seconds(10)));
+    close(nfd);
+  }
+  ExpectClusterServes(pids);
+}
+
 }  // namespace
 }  // namespace torus_test

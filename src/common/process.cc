@@ -1,6 +1,9 @@
 #include "common/process.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -88,6 +91,53 @@ std::string SelfExecutable() {
   if (n <= 0) return "";
   buf[n] = 0;
   return buf;
+}
+
+}  // namespace torus
+
+namespace torus {
+
+ChildExitWaiter::ChildExitWaiter() : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+ChildExitWaiter::~ChildExitWaiter() {
+  for (auto& [pid, fd] : pidfds_) {
+    if (fd >= 0) close(fd);
+  }
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void ChildExitWaiter::Wake() {
+  uint64_t one = 1;
+  if (wake_fd_ >= 0 && write(wake_fd_, &one, sizeof one) < 0) {
+    // The counter is saturated: a wake-up is pending anyway.
+  }
+}
+
+void ChildExitWaiter::Wait(const std::vector<pid_t>& children, int timeout_ms) {
+  // Keep one pidfd per child in the set (a zombie still has one, so none is missed).
+  std::unordered_map<pid_t, int> keep;
+  bool blind = wake_fd_ < 0;
+  for (pid_t pid : children) {
+    auto it = pidfds_.find(pid);
+    int fd = it != pidfds_.end() ? it->second : static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (it != pidfds_.end()) pidfds_.erase(it);
+    if (fd < 0) blind = true;
+    keep[pid] = fd;
+  }
+  for (auto& [pid, fd] : pidfds_) {
+    if (fd >= 0) close(fd);
+  }
+  pidfds_.swap(keep);
+  std::vector<pollfd> fds;
+  if (wake_fd_ >= 0) fds.push_back({wake_fd_, POLLIN, 0});
+  for (auto& [pid, fd] : pidfds_) {
+    if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  }
+  poll(fds.data(), fds.size(), blind ? std::min(timeout_ms, 5) : timeout_ms);
+  uint64_t n;
+  if (wake_fd_ >= 0 && read(wake_fd_, &n, sizeof n) < 0) {
+    // Nothing was pending.
+  }
 }
 
 }  // namespace torus

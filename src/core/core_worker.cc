@@ -14,6 +14,7 @@
 #include "tpu/chip_visibility.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "common/lane.h"
 #include "common/rpc.h"
 #include "torus/api/exceptions.h"
 
@@ -1776,8 +1777,8 @@ StatusOr<std::string> CoreWorker::BundleNode(const std::string& pg_id, int bundl
   while (true) {
     reply.Clear();
     req.set_wait_created_ms(2000);
-    auto st = Unary(opts_.head_address, opts_.token, 10000, &rpc::Head::Service::GetPlacementGroup,
-                    &rpc::Head::Stub::GetPlacementGroup, req, &reply);
+    auto st = LaneUnary(opts_.head_address, opts_.token, 10000, "/torus.rpc.Head/GetPlacementGroup",
+                        &rpc::Head::Service::GetPlacementGroup, &rpc::Head::Stub::GetPlacementGroup, req, &reply);
     if (!st.ok()) return FromGrpc(st, "cannot look up placement group " + pg_id);
     if (!reply.found()) return NotFound("placement group " + pg_id + " does not exist");
     const auto& pg = reply.pg();
@@ -1834,8 +1835,8 @@ std::string CoreWorker::CreatePlacementGroup(const internal::PlacementGroupSpec&
     }
   }
   rpc::CreatePlacementGroupReply reply;
-  auto st = Unary(opts_.head_address, opts_.token, 10000, &rpc::Head::Service::CreatePlacementGroup,
-                  &rpc::Head::Stub::CreatePlacementGroup, req, &reply);
+  auto st = LaneUnary(opts_.head_address, opts_.token, 10000, "/torus.rpc.Head/CreatePlacementGroup",
+                      &rpc::Head::Service::CreatePlacementGroup, &rpc::Head::Stub::CreatePlacementGroup, req, &reply);
   if (!st.ok()) throw internal::RayException("CreatePlacementGroup failed: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) {
     throw internal::RayException("CreatePlacementGroup: " + reply.error().message());
@@ -1851,8 +1852,8 @@ void CoreWorker::RemovePlacementGroup(const std::string& id) {
   rpc::PlacementGroupRequest req;
   req.set_pg_id(id);
   rpc::Empty e;
-  auto st = Unary(opts_.head_address, opts_.token, 30000, &rpc::Head::Service::RemovePlacementGroup,
-                  &rpc::Head::Stub::RemovePlacementGroup, req, &e);
+  auto st = LaneUnary(opts_.head_address, opts_.token, 30000, "/torus.rpc.Head/RemovePlacementGroup",
+                      &rpc::Head::Service::RemovePlacementGroup, &rpc::Head::Stub::RemovePlacementGroup, req, &e);
   if (!st.ok()) throw internal::RayException("RemovePlacementGroup: " + st.error_message());
   std::lock_guard<std::mutex> lock(mu_);
   created_pgs_.erase(id);
@@ -1907,8 +1908,8 @@ bool CoreWorker::WaitPlacementGroup(const std::string& id, int timeout_seconds) 
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     req.set_wait_created_ms(std::max<int64_t>(0, std::min<int64_t>(left, 5000)));
     rpc::GetPlacementGroupReply reply;
-    auto st = Unary(opts_.head_address, opts_.token, 15000, &rpc::Head::Service::GetPlacementGroup,
-                    &rpc::Head::Stub::GetPlacementGroup, req, &reply);
+    auto st = LaneUnary(opts_.head_address, opts_.token, 15000, "/torus.rpc.Head/GetPlacementGroup",
+                        &rpc::Head::Service::GetPlacementGroup, &rpc::Head::Stub::GetPlacementGroup, req, &reply);
     if (!st.ok()) throw internal::RayException("PlacementGroup::Wait: " + st.error_message());
     if (!reply.found()) throw internal::RayException("PlacementGroup::Wait: no placement group " + id);
     if (reply.pg().state() == "CREATED") return true;

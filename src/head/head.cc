@@ -28,8 +28,16 @@ Head::~Head() { Stop(); }
 Status Head::Start() {
   int port = cfg_.port;
   job_manager_ = std::make_unique<JobManager>(JobManagerConfig{cfg_.token, cfg_.session_dir});
-  server_ = StartServer(cfg_.bind_host, &port, {this, job_manager_.get()});
+  lane_ = std::make_unique<LaneServer>(cfg_.token, "head");
+  lane_->Handle("/torus.rpc.Head/CreatePlacementGroup", this, &rpc::Head::Service::CreatePlacementGroup);
+  lane_->Handle("/torus.rpc.Head/RemovePlacementGroup", this, &rpc::Head::Service::RemovePlacementGroup);
+  lane_->Handle("/torus.rpc.Head/GetPlacementGroup", this, &rpc::Head::Service::GetPlacementGroup);
+  if (lane_->Start(cfg_.bind_host) == 0) {
+    TORUS_LOG(WARNING) << "head: no lane port on " << cfg_.bind_host << "; placement-group calls use gRPC";
+  }
+  server_ = StartServer(cfg_.bind_host, &port, {this, job_manager_.get(), lane_.get()});
   if (!server_ || port == 0) {
+    lane_->Stop();
     return Unavailable("head cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port) +
                        " (port in use?)");
   }
@@ -61,6 +69,7 @@ void Head::Stop() {
   if (monitor_thread_.joinable()) monitor_thread_.join();
   if (pg_thread_.joinable()) pg_thread_.join();
   UnregisterInProcessServer(address_);
+  if (lane_) lane_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   std::lock_guard<std::mutex> lock(stop_mu_);
   stopped_ = true;
@@ -100,6 +109,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   e.last_heartbeat = Clock::now();
   IndexNodeLocked(*id, e);
   BumpView(id);
+  NoteLane(n.address(), static_cast<int>(req->lane_port()), req->lane_unix());
   reply->set_session_dir(cfg_.session_dir);
   e.beat_ms = PacedHeartbeatMsLocked();
   reply->set_heartbeat_ms(e.beat_ms);
@@ -751,7 +761,7 @@ std::vector<std::pair<std::string, rpc::BundlesRequest>> Head::RemovePgLocked(Pg
     if (b.node_address().empty()) continue;
     auto& r = by_node[b.node_address()];
     r.set_pg_id(e.rec.pg_id());
-    *r.add_bundles() = b;
+    r.add_bundles()->set_index(b.index());  // a release needs only the index
   }
   // A group being prepared right now is released by the scheduler thread when it sees REMOVED.
   if (!e.scheduling) {
@@ -791,9 +801,35 @@ std::vector<std::pair<grpc::Status, rpc::PrepareBundlesReply>> Head::CallNodes(
     std::unique_ptr<grpc::ClientAsyncResponseReader<rpc::PrepareBundlesReply>> reader;
   };
   std::vector<InFlight> inflight(calls.size());
+  // Nodes with a lane (every real node): one batch, all requests sent before any reply is read.
+  const char* method = op == BundleOp::kPrepare  ? "/torus.rpc.Node/PrepareBundles"
+                       : op == BundleOp::kCommit ? "/torus.rpc.Node/CommitBundles"
+                                                 : "/torus.rpc.Node/ReleaseBundles";
+  std::vector<LaneRequest> lane_reqs;
+  std::vector<size_t> lane_index;
+  std::vector<bool> done(calls.size(), false);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto& addr = calls[i].first;
+    if (InProcessServiceAt(addr) || !HasLane(addr, cfg_.token)) continue;
+    lane_reqs.push_back({addr, method, calls[i].second.SerializeAsString()});
+    lane_index.push_back(i);
+  }
+  if (!lane_reqs.empty()) {
+    auto results = LaneCallMany(cfg_.token, lane_reqs, 5000);
+    for (size_t k = 0; k < results.size(); ++k) {
+      if (!results[k].delivered) continue;  // no lane after all: gRPC below
+      auto& [st, reply] = out[lane_index[k]];
+      st = results[k].status;
+      if (st.ok() && !reply.ParseFromString(results[k].reply)) {
+        st = grpc::Status(grpc::StatusCode::INTERNAL, std::string("garbled reply to ") + method);
+      }
+      done[lane_index[k]] = true;
+    }
+  }
   grpc::CompletionQueue cq;
   int outstanding = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
+    if (done[i]) continue;
     const auto& [addr, req] = calls[i];
     auto& [st, reply] = out[i];
     if (auto* node = dynamic_cast<rpc::Node::Service*>(InProcessServiceAt(addr))) {
@@ -908,7 +944,7 @@ void Head::OnNodeLostForPgs(const std::string& node_id) {
             auto& r = by_node[b.node_address()];
             r.set_pg_id(id);
             r.set_reason(reason);
-            *r.add_bundles() = b;
+            r.add_bundles()->set_index(b.index());
           }
           b.clear_node_id();
           b.clear_node_address();

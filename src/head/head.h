@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "common/labels.h"
+#include "common/lane.h"
 #include "common/resources.h"
 #include "common/status.h"
 #include "head/node_table.h"
@@ -159,6 +160,7 @@ class Head final : public rpc::Head::Service {
 
   HeadConfig cfg_;
   std::string address_;
+  std::unique_ptr<LaneServer> lane_;  // placement-group calls from drivers (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<JobManager> job_manager_;  // submitted jobs (docs/jobs.md), served on our port
 

@@ -154,6 +154,7 @@ grpc::Status JobRunner::StartProcess(grpc::ServerContext* ctx, const rpc::JobPro
   }
   p.pid = *pid;
   procs_[id] = p;
+  waiter_.Wake();
   cv_.notify_all();
   reply->set_process_id(id);
   reply->set_pid(*pid);
@@ -294,7 +295,11 @@ void JobRunner::ReapLoop() {
       TORUS_LOG(INFO) << "job process " << id << " (pid " << pid << ") " << p.description;
       cv_.notify_all();
     }
-    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!any) {
+      std::vector<pid_t> pids;
+      for (const auto& [id, pid] : live) pids.push_back(pid);
+      waiter_.Wait(pids, 100);  // until one exits (or a kill deadline may be due)
+    }
   }
 }
 

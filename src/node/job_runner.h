@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/process.h"
 #include "common/status.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -65,6 +66,7 @@ class JobRunner final : public rpc::JobRunner::Service {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  ChildExitWaiter waiter_;  // the reaper sleeps here while processes run
   // guarded by mu_
   std::string session_dir_;
   std::map<std::string, Proc> procs_;  // by process id; kept after exit for late tails

@@ -107,8 +107,16 @@ Status Node::Start() {
   int port = cfg_.port;
   job_runner_ = std::make_unique<JobRunner>(JobRunnerConfig{
       cfg_.node_id, cfg_.token, cfg_.bind_host, static_cast<int>(tpu_chip_ids_.size())});
-  server_ = StartServer(cfg_.bind_host, &port, {this, job_runner_.get()});
+  lane_ = std::make_unique<LaneServer>(cfg_.token, "node " + cfg_.node_id);
+  lane_->Handle("/torus.rpc.Node/PrepareBundles", this, &rpc::Node::Service::PrepareBundles);
+  lane_->Handle("/torus.rpc.Node/CommitBundles", this, &rpc::Node::Service::CommitBundles);
+  lane_->Handle("/torus.rpc.Node/ReleaseBundles", this, &rpc::Node::Service::ReleaseBundles);
+  if (lane_->Start(cfg_.bind_host) == 0) {
+    TORUS_LOG(WARNING) << "node: no lane port on " << cfg_.bind_host << "; bundle calls use gRPC";
+  }
+  server_ = StartServer(cfg_.bind_host, &port, {this, job_runner_.get(), lane_.get()});
   if (!server_ || port == 0) {
+    lane_->Stop();
     return Unavailable("node cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port));
   }
   address_ = cfg_.bind_host + ":" + std::to_string(port);
@@ -132,6 +140,8 @@ Status Node::RegisterWithHead() {
   auto* n = req.mutable_node();
   n->set_node_id(cfg_.node_id);
   n->set_address(address_);
+  req.set_lane_port(lane_ ? lane_->port() : 0);
+  if (lane_) req.set_lane_unix(lane_->unix_name());
   n->set_hostname(hostname_);
   n->set_pid(getpid());
   n->set_alive(true);
@@ -199,9 +209,15 @@ void Node::Stop() {
     auto ctx = NewContext(cfg_.token, 1000);
     (void)head_->UnregisterNode(ctx.get(), req, &e);
   }
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);  // a beat waiting on beat_cv_ sees stopping_
+  }
+  beat_cv_.notify_all();
+  reaper_waiter_.Wake();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (reaper_thread_.joinable()) reaper_thread_.join();
   UnregisterInProcessServer(address_);
+  if (lane_) lane_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
@@ -336,6 +352,7 @@ Status Node::StartWorker(const std::string& key, const std::string& exe,
   if (!pid.ok()) return pid.status();
   w->pid = *pid;
   worker_by_pid_[w->pid] = w->id;
+  reaper_waiter_.Wake();
   if (reserved_for.empty()) starting_by_key_[key]++;
   TORUS_LOG(DEBUG) << "started worker " << w->id << " pid " << w->pid;
   workers_[w->id] = std::move(w);
@@ -892,13 +909,14 @@ void Node::ReaperLoop() {
         any = true;
       }
     }
-    return std::make_pair(any, pids.size());
+    return std::make_pair(any, pids);
   };
   while (!stopping_) {
-    if (!reap_once().first) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto [any, pids] = reap_once();
+    if (!any) reaper_waiter_.Wait(pids, 1000);
   }
   auto deadline = Clock::now() + std::chrono::seconds(2);
-  while (Clock::now() < deadline && reap_once().second > 0) {
+  while (Clock::now() < deadline && !reap_once().second.empty()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
@@ -1003,9 +1021,9 @@ void Node::HeartbeatLoop() {
       }
     }
     period_ms = std::max<int>(cfg_.heartbeat_ms, static_cast<int>(head_heartbeat_ms_.load()));
-    for (int i = 0; i < period_ms / 10 && !stopping_; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    // One timed wait, not 10 ms naps: an idle node should not wake 100 times a second.
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    beat_cv_.wait_for(lock, std::chrono::milliseconds(period_ms), [this] { return stopping_.load(); });
   }
 }
 

@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "common/labels.h"
+#include "common/lane.h"
+#include "common/process.h"
 #include "common/resources.h"
 #include "common/shm.h"
 #include "node/arena.h"
@@ -173,6 +175,7 @@ class Node final : public rpc::Node::Service {
   std::vector<int> tpu_chip_ids_;  // physical ids of this host's chips
   std::set<int> free_chips_;       // guarded by mu_
   std::unique_ptr<Mapping> arena_;  // the object store; every process of the node maps it
+  std::unique_ptr<LaneServer> lane_;  // bundle calls from the head (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
   std::unique_ptr<JobRunner> job_runner_;  // processes of submitted jobs (docs/jobs.md)
@@ -184,6 +187,7 @@ class Node final : public rpc::Node::Service {
   ResourceMap available_;
   std::unordered_map<std::string, std::unique_ptr<Worker>> workers_;  // by worker id
   std::unordered_map<pid_t, std::string> worker_by_pid_;
+  ChildExitWaiter reaper_waiter_;  // ReaperLoop sleeps here until a worker exits or starts
   std::unordered_map<std::string, std::string> worker_by_lease_;
   std::list<std::shared_ptr<PendingLease>> pending_;
   std::map<std::string, std::string> exits_;  // worker id -> how it ended
@@ -215,6 +219,7 @@ class Node final : public rpc::Node::Service {
   std::mutex stop_mu_;
   bool stopped_ = false;
   std::condition_variable stopped_cv_;
+  std::condition_variable beat_cv_;  // with stop_mu_: the heartbeat period, cut short by Stop
   std::thread heartbeat_thread_;
   std::thread reaper_thread_;
 };

@@ -1,0 +1,622 @@
+#include "common/lane.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <random>
+
+#include "common/logging.h"
+
+namespace torus {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// Splits "host:port" / "[v6]:port".
+bool SplitHostPort(const std::string& address, std::string* host, std::string* port) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return !host->empty() && !port->empty();
+}
+
+int64_t MsLeft(Clock::time_point deadline) {
+  return std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+}
+
+// Writes all of header + text + payload. False on any error (the connection is unusable).
+bool SendFrame(int fd, LaneKind kind, uint16_t code, std::string_view text, std::string_view payload) {
+  LaneHeader h{kLaneMagic, kind, 0, code, static_cast<uint32_t>(text.size()),
+               static_cast<uint32_t>(payload.size())};
+  iovec iov[3] = {{&h, sizeof h},
+                  {const_cast<char*>(text.data()), text.size()},
+                  {const_cast<char*>(payload.data()), payload.size()}};
+  int first = 0;
+  while (first < 3) {
+    msghdr m{};
+    m.msg_iov = iov + first;
+    m.msg_iovlen = 3 - first;
+    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    while (first < 3 && static_cast<size_t>(n) >= iov[first].iov_len) {
+      n -= static_cast<ssize_t>(iov[first].iov_len);
+      ++first;
+    }
+    if (first < 3) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + n;
+      iov[first].iov_len -= static_cast<size_t>(n);
+    }
+  }
+  return true;
+}
+
+// Reads exactly n bytes. With a deadline, waits in poll() first. 1 = done, 0 = the peer closed
+// before the first byte, -1 = error or closed midway, -2 = deadline passed.
+int ReadFull(int fd, void* buf, size_t n, const Clock::time_point* deadline) {
+  size_t got = 0;
+  while (got < n) {
+    if (deadline) {
+      pollfd p{fd, POLLIN, 0};
+      int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(MsLeft(*deadline), 1 << 30)));
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) return -2;
+      if (r < 0) return -1;
+    }
+    ssize_t k = read(fd, static_cast<char*>(buf) + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -2;  // SO_RCVTIMEO
+    if (k == 0) return got == 0 ? 0 : -1;
+    if (k < 0) return -1;
+    got += static_cast<size_t>(k);
+  }
+  return 1;
+}
+
+std::string PeerName(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, port, sizeof port,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "?";
+  }
+  return std::string(host) + ":" + port;
+}
+
+// Bytes received on one connection and the frames in them: one read() takes whatever has
+// arrived (usually a whole frame), instead of one read per header, text and payload.
+class Inbox {
+ public:
+  // 1: a whole frame of kind `kind` starts at the read position (h, text, payload point into the
+  // buffer until the next Fill or Next; the position moves past it); 0: more bytes needed;
+  // -1: the bytes are not a valid frame (*why says how).
+  int Next(uint8_t kind, LaneHeader* h, std::string_view* text, std::string_view* payload, std::string* why) {
+    if (len_ - pos_ < sizeof(LaneHeader)) return 0;
+    memcpy(h, data_.get() + pos_, sizeof *h);
+    if (h->magic != kLaneMagic || h->kind != kind || h->text_len > kLaneMaxText ||
+        h->payload_len > kLaneMaxPayload || (kind == kLaneCall && h->text_len == 0)) {
+      *why = "malformed frame (magic " + std::to_string(h->magic) + ", kind " + std::to_string(h->kind) +
+             ", text " + std::to_string(h->text_len) + " bytes, payload " + std::to_string(h->payload_len) +
+             " bytes)";
+      return -1;
+    }
+    size_t total = sizeof(LaneHeader) + h->text_len + h->payload_len;
+    if (len_ - pos_ < total) {
+      if (cap_ - pos_ < total) Make(total);
+      return 0;
+    }
+    const char* p = data_.get() + pos_ + sizeof(LaneHeader);
+    *text = std::string_view(p, h->text_len);
+    *payload = std::string_view(p + h->text_len, h->payload_len);
+    pos_ += total;
+    return 1;
+  }
+  void Reset() { pos_ = len_ = 0; }
+  // One read of what is there: blocks while there is nothing if `wait`, else fails with EAGAIN.
+  // Bytes read, 0 at end of stream, -1 on error (errno).
+  ssize_t Fill(int fd, bool wait = true) {
+    if (pos_ == len_) pos_ = len_ = 0;
+    if (cap_ - len_ < 1024) Make(len_ - pos_ + kChunk);
+    while (true) {
+      ssize_t k = recv(fd, data_.get() + len_, cap_ - len_, wait ? 0 : MSG_DONTWAIT);
+      if (k < 0 && errno == EINTR) continue;
+      if (k > 0) len_ += static_cast<size_t>(k);
+      return k;
+    }
+  }
+
+ private:
+  static constexpr size_t kChunk = 4 << 10;
+  // Moves the unread bytes to the front and makes room for `n` bytes from there on.
+  void Make(size_t n) {
+    if (pos_ > 0) {
+      memmove(data_.get(), data_.get() + pos_, len_ - pos_);
+      len_ -= pos_;
+      pos_ = 0;
+    }
+    if (cap_ < n) {
+      size_t cap = std::max(cap_ * 2, n);
+      std::unique_ptr<char[]> d(new char[cap]);
+      if (len_ > 0) memcpy(d.get(), data_.get(), len_);
+      data_ = std::move(d);
+      cap_ = cap;
+    }
+  }
+  std::unique_ptr<char[]> data_;
+  size_t cap_ = 0, len_ = 0, pos_ = 0;
+};
+
+// ------------------------------------------------------------------------------------- client
+
+struct PeerLane {
+  int port = 0;                  // 0: no lane known
+  std::string unix_name;         // tried first when set; cleared when it cannot be reached
+  Clock::time_point retry_at{};  // when port == 0: ask Lane.Where again after this
+};
+
+std::mutex g_mu;
+// Leaked on purpose, like the gRPC channel cache: used from threads that may outlive statics.
+auto* g_lanes = new std::unordered_map<std::string, PeerLane>();          // gRPC address -> lane
+auto* g_idle = new std::unordered_map<std::string, std::vector<int>>();  // address+token -> fds
+constexpr size_t kMaxIdlePerPeer = 16;
+
+std::string PoolKey(const std::string& address, const std::string& token) {
+  return address + '\n' + token;
+}
+
+void ForgetLane(const std::string& address) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_lanes->erase(address);
+}
+
+// Connects to the lane of `address` and says hello. Returns the fd, or -1 with *st set when the
+// lane refused the token (delivered: the caller reports it) or left *st OK when it is unreachable.
+int Hello(int fd, const std::string& token, Clock::time_point deadline, grpc::Status* st);
+
+// An abstract Unix socket: reachable only on this host, in this network namespace.
+int DialUnix(const std::string& name) {
+  sockaddr_un a{};
+  if (name.empty() || name.size() + 1 > sizeof a.sun_path) return -1;
+  a.sun_family = AF_UNIX;
+  memcpy(a.sun_path + 1, name.data(), name.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a),
+              static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int Dial(const std::string& address, int lane_port, const std::string& unix_name, const std::string& token,
+         Clock::time_point deadline, grpc::Status* st) {
+  if (int fd = DialUnix(unix_name); fd >= 0) {
+    grpc::Status refused;
+    fd = Hello(fd, token, deadline, &refused);
+    if (fd >= 0 || !refused.ok()) {
+      *st = refused;
+      return fd;
+    }
+  }
+  if (!unix_name.empty()) {
+    std::lock_guard<std::mutex> lock(g_mu);  // another host or namespace: TCP from now on
+    auto it = g_lanes->find(address);
+    if (it != g_lanes->end()) it->second.unix_name.clear();
+  }
+  std::string host, port;
+  if (!SplitHostPort(address, &host, &port)) return -1;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(lane_port).c_str(), &hints, &res) != 0 || !res) return -1;
+  int fd = -1;
+  for (addrinfo* ai = res; ai && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) continue;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (poll(&p, 1, static_cast<int>(MsLeft(deadline))) == 1 &&
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+        rc = 0;
+      }
+    }
+    if (rc != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0) return -1;
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return Hello(fd, token, deadline, st);
+}
+
+// Says hello on a fresh connection; returns fd, or -1 (closed) with *st set if the token was refused.
+int Hello(int fd, const std::string& token, Clock::time_point deadline, grpc::Status* st) {
+  LaneHeader h{};
+  if (!SendFrame(fd, kLaneHello, 0, token, {}) || ReadFull(fd, &h, sizeof h, &deadline) != 1 ||
+      h.magic != kLaneMagic || h.kind != kLaneReply || h.text_len > kLaneMaxText || h.payload_len != 0) {
+    close(fd);
+    return -1;
+  }
+  std::string msg(h.text_len, '\0');
+  if (h.text_len > 0 && ReadFull(fd, msg.data(), msg.size(), &deadline) != 1) {
+    close(fd);
+    return -1;
+  }
+  if (h.code != 0) {
+    *st = grpc::Status(static_cast<grpc::StatusCode>(h.code), msg);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+}  // namespace
+
+void NoteLane(const std::string& address, int port, const std::string& unix_name) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& p = (*g_lanes)[address];
+  p.port = std::max(0, port);
+  p.unix_name = unix_name;
+  p.retry_at = Clock::time_point::max();  // no lane: the peer said so; it registers again if it restarts
+}
+
+bool HasLane(const std::string& address, const std::string& token) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_lanes->find(address);
+    if (it != g_lanes->end() && (it->second.port > 0 || Clock::now() < it->second.retry_at)) {
+      return it->second.port > 0;
+    }
+  }
+  rpc::Lane::Stub stub(GetChannel(address));
+  auto ctx = NewContext(token, 2000);
+  rpc::LaneWhereReply reply;
+  grpc::Status st = stub.Where(ctx.get(), rpc::Empty(), &reply);
+  PeerLane p;
+  if (st.ok() && reply.port() > 0) {
+    p.port = reply.port();
+    p.unix_name = reply.unix_name();
+  } else {
+    // No lane there (an older or simulated peer), or unreachable now: gRPC for a while.
+    p.retry_at = Clock::now() + std::chrono::seconds(st.ok() || st.error_code() == grpc::StatusCode::UNIMPLEMENTED ? 60 : 2);
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  (*g_lanes)[address] = p;
+  return p.port > 0;
+}
+
+std::vector<LaneResult> LaneCallMany(const std::string& token, const std::vector<LaneRequest>& reqs,
+                                     int64_t deadline_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(deadline_ms > 0 ? deadline_ms : 1ll << 40);
+  std::vector<LaneResult> out(reqs.size());
+  std::vector<int> fds(reqs.size(), -1);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto& r = reqs[i];
+    int lane_port = 0;
+    std::string unix_name;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      auto it = g_lanes->find(r.address);
+      if (it != g_lanes->end()) {
+        lane_port = it->second.port;
+        unix_name = it->second.unix_name;
+      }
+    }
+    if (lane_port <= 0) continue;  // not delivered: the caller uses gRPC
+    const std::string key = PoolKey(r.address, token);
+    // A pooled connection first; a send on it can fail if the server went away meanwhile
+    // (nothing was delivered then), so fall back to a fresh connection once.
+    for (int attempt = 0; attempt < 2 && fds[i] < 0; ++attempt) {
+      int fd = -1;
+      if (attempt == 0) {
+        std::lock_guard<std::mutex> lock(g_mu);
+        auto& idle = (*g_idle)[key];
+        if (!idle.empty()) {
+          fd = idle.back();
+          idle.pop_back();
+        }
+      }
+      if (fd < 0) {
+        grpc::Status refused;
+        fd = Dial(r.address, lane_port, unix_name, token, deadline, &refused);
+        if (fd < 0) {
+          if (!refused.ok()) {
+            out[i].status = refused;
+            out[i].delivered = true;
+          } else {
+            ForgetLane(r.address);  // moved or gone: ask again next time
+          }
+          break;
+        }
+      }
+      if (SendFrame(fd, kLaneCall, 0, r.method, r.payload)) {
+        fds[i] = fd;
+      } else {
+        close(fd);
+      }
+    }
+  }
+  // Replies in whatever order they come: poll every connection still owed one.
+  // Kept per thread: a fresh 4 KiB buffer per peer per call cost page faults in the head.
+  thread_local std::vector<Inbox> inbox;
+  if (inbox.size() < reqs.size()) inbox.resize(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) inbox[i].Reset();
+  std::vector<size_t> owed;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (fds[i] >= 0) {
+      owed.push_back(i);
+      out[i].delivered = true;
+    }
+  }
+  auto fail = [&](size_t i, grpc::StatusCode code, const char* what) {
+    close(fds[i]);
+    fds[i] = -1;
+    out[i].status = grpc::Status(code, reqs[i].method + " on " + reqs[i].address + ": " + what);
+  };
+  // In send order, one connection at a time: a reply that has arrived is read at once, else we
+  // wait on that connection alone. (Polling all of them each round cost O(N^2) fd checks when
+  // 64 replies came in one by one.)
+  for (size_t i : owed) {
+    int fd = fds[i];
+    LaneHeader h{};
+    std::string_view text, payload;
+    std::string why;
+    int got;
+    bool lost = false, late = false;
+    while ((got = inbox[i].Next(kLaneReply, &h, &text, &payload, &why)) == 0) {
+      ssize_t k = inbox[i].Fill(fd, /*wait=*/false);
+      if (k > 0) continue;
+      if (k == 0 || errno != EAGAIN) {
+        lost = true;
+        break;
+      }
+      pollfd p{fd, POLLIN, 0};
+      int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(MsLeft(deadline), 1 << 30)));
+      if (r == 0) {
+        late = true;
+        break;
+      }
+      if (r < 0 && errno != EINTR) {
+        lost = true;
+        break;
+      }
+    }
+    if (late) {
+      fail(i, grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+      continue;
+    }
+    if (lost || got < 0) {
+      fail(i, grpc::StatusCode::UNAVAILABLE, lost ? "connection lost" : "garbled reply");
+      continue;
+    }
+    out[i].status = h.code == 0 ? grpc::Status::OK
+                                : grpc::Status(static_cast<grpc::StatusCode>(h.code), std::string(text));
+    out[i].reply.assign(payload);
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto& idle = (*g_idle)[PoolKey(reqs[i].address, token)];
+    if (idle.size() < kMaxIdlePerPeer) {
+      idle.push_back(fd);
+    } else {
+      close(fd);
+    }
+    fds[i] = -1;
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------- server
+
+LaneServer::LaneServer(std::string token, std::string what) : token_(std::move(token)), what_(std::move(what)) {}
+
+LaneServer::~LaneServer() { Stop(); }
+
+int LaneServer::Start(const std::string& bind_host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string host = bind_host;
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), "0", &hints, &res) != 0 || !res) return 0;
+  for (addrinfo* ai = res; ai && listen_fd_ < 0; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 512) == 0) {
+      listen_fd_ = fd;
+    } else {
+      close(fd);
+    }
+  }
+  freeaddrinfo(res);
+  if (listen_fd_ < 0) return 0;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                         : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  wake_fd_ = eventfd(0, EFD_CLOEXEC);
+  // The same service on an abstract Unix socket, for clients on this host.
+  char rnd[9];
+  snprintf(rnd, sizeof rnd, "%08x", static_cast<unsigned>(std::random_device{}()));
+  std::string name = "torus-lane-" + std::to_string(getpid()) + "-" + rnd + std::to_string(port_);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  memcpy(a.sun_path + 1, name.data(), name.size());
+  int ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (ufd >= 0 && bind(ufd, reinterpret_cast<sockaddr*>(&a),
+                       static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0 &&
+      listen(ufd, 512) == 0) {
+    unix_fd_ = ufd;
+    unix_name_ = name;
+  } else if (ufd >= 0) {
+    close(ufd);
+  }
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  return port_;
+}
+
+void LaneServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof one) < 0) {
+    }
+  }
+  if (accept_thread_.joinable()) accept_thread_.join();
+  for (int* fd : {&listen_fd_, &unix_fd_, &wake_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int fd : conns_) shutdown(fd, SHUT_RDWR);
+  // Handlers in progress finish first (the services they call outlive this).
+  while (threads_ > 0) {
+    if (!cv_.wait_for(lock, std::chrono::seconds(5), [this] { return threads_ == 0; })) {
+      TORUS_LOG(WARNING) << what_ << " lane: still waiting for " << threads_ << " call(s) to finish";
+    }
+  }
+}
+
+grpc::Status LaneServer::Where(grpc::ServerContext* ctx, const rpc::Empty*, rpc::LaneWhereReply* reply) {
+  if (auto s = CheckToken(ctx, token_); !s.ok()) return s;
+  reply->set_port(port_);
+  reply->set_unix_name(unix_name_);
+  return grpc::Status::OK;
+}
+
+void LaneServer::AcceptLoop() {
+  constexpr int kMaxConnections = 1024;
+  pollfd pf[3] = {{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}, {unix_fd_, POLLIN, 0}};
+  while (!stopping_) {
+    for (auto& p : pf) p.revents = 0;
+    if (poll(pf, unix_fd_ >= 0 ? 3 : 2, -1) < 0 && errno != EINTR) break;
+    for (int k = 1; k < 3 && !stopping_; ++k) {
+      if (pf[k].fd < 0 || pf[k].revents == 0) continue;
+      int fd = accept4(pf[k].fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (static_cast<int>(conns_.size()) >= kMaxConnections) {
+        TORUS_LOG(WARNING) << what_ << " lane: " << kMaxConnections << " connections open, refusing one";
+        close(fd);
+        continue;
+      }
+      int one = 1;
+      if (k == 1) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      conns_.insert(fd);
+      ++threads_;
+      std::thread([this, fd] { Serve(fd); }).detach();
+    }
+  }
+}
+
+void LaneServer::Serve(int fd) {
+  auto garbled = [&](const std::string& why) {
+    TORUS_LOG(WARNING) << what_ << " lane: closing the connection from " << PeerName(fd) << ": " << why;
+  };
+  // The hello must come within 10 s: idle or silent connections do not hold a thread for long.
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  LaneHeader h{};
+  int rc = ReadFull(fd, &h, sizeof h, nullptr);
+  bool ok = false;
+  if (rc == 1) {
+    if (h.magic != kLaneMagic || h.kind != kLaneHello || h.text_len > 4096 || h.payload_len != 0) {
+      garbled("the first frame is not a lane hello");
+    } else {
+      std::string token(h.text_len, '\0');
+      if (h.text_len == 0 || ReadFull(fd, token.data(), token.size(), nullptr) == 1) {
+        if (token == token_) {
+          ok = SendFrame(fd, kLaneReply, 0, {}, {});
+        } else {
+          SendFrame(fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::UNAUTHENTICATED),
+                    token.empty() ? "missing cluster token" : "wrong cluster token", {});
+        }
+      }
+    }
+  } else if (rc == -2) {
+    garbled("no hello within 10 s");
+  }
+  if (ok) {
+    timeval none{0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  }
+  Inbox in;
+  std::string out;
+  while (ok && !stopping_) {
+    std::string_view method, payload;
+    std::string why;
+    int got = in.Next(kLaneCall, &h, &method, &payload, &why);
+    if (got < 0) {
+      garbled(why);
+      break;
+    }
+    if (got == 0) {
+      ssize_t k = in.Fill(fd);
+      if (k == 0) break;  // closed by the client (or by Stop)
+      if (k < 0) {
+        garbled(std::string("read failed: ") + strerror(errno));
+        break;
+      }
+      continue;
+    }
+    out.clear();
+    grpc::Status st;
+    auto it = handlers_.find(std::string(method));
+    if (it == handlers_.end()) {
+      st = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "the " + what_ + " lane has no method '" +
+                                                             std::string(method.substr(0, 200)) + "'");
+    } else {
+      st = it->second(payload, &out);
+    }
+    if (!SendFrame(fd, kLaneReply, static_cast<uint16_t>(st.error_code()), st.error_message(),
+                   st.ok() ? std::string_view(out) : std::string_view())) {
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  conns_.erase(fd);
+  close(fd);
+  --threads_;
+  cv_.notify_all();
+}
+
+}  // namespace torus
