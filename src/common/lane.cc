@@ -191,6 +191,14 @@ void ForgetLane(const std::string& address) {
   g_lanes->erase(address);
 }
 
+void AvoidLane(const std::string& address, std::chrono::seconds how_long) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& p = (*g_lanes)[address];
+  p.port = 0;
+  p.unix_name.clear();
+  p.retry_at = Clock::now() + how_long;
+}
+
 // Connects to the lane of `address` and says hello. Returns the fd, or -1 with *st set when the
 // lane refused the token (delivered: the caller reports it) or left *st OK when it is unreachable.
 int Hello(int fd, const std::string& token, Clock::time_point deadline, grpc::Status* st);
@@ -351,9 +359,11 @@ std::vector<LaneResult> LaneCallMany(const std::string& token, const std::vector
         grpc::Status refused;
         fd = Dial(r.address, lane_port, unix_name, token, deadline, &refused);
         if (fd < 0) {
-          if (!refused.ok()) {
-            out[i].status = refused;
+          if (refused.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+            out[i].status = refused;  // as gRPC would answer: the caller reports it
             out[i].delivered = true;
+          } else if (!refused.ok()) {
+            AvoidLane(r.address, std::chrono::seconds(60));  // full: gRPC for a while
           } else {
             ForgetLane(r.address);  // moved or gone: ask again next time
           }
@@ -535,7 +545,12 @@ void LaneServer::AcceptLoop() {
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (static_cast<int>(conns_.size()) >= kMaxConnections) {
-        TORUS_LOG(WARNING) << what_ << " lane: " << kMaxConnections << " connections open, refusing one";
+        // Said, not just closed: the client then uses gRPC with this server for a while.
+        if (!full_logged_) TORUS_LOG(WARNING) << what_ << " lane: " << kMaxConnections
+                                              << " connections open; further clients are sent to gRPC";
+        full_logged_ = true;
+        SendFrame(fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::RESOURCE_EXHAUSTED),
+                  "the lane is full", {});
         close(fd);
         continue;
       }

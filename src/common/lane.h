@@ -104,6 +104,7 @@ class LaneServer final : public rpc::Lane::Service {
   std::condition_variable cv_;
   std::unordered_set<int> conns_;  // open connection fds
   int threads_ = 0;                      // connection threads still running
+  bool full_logged_ = false;
 };
 
 // One call's outcome. `delivered` is false when the request never reached a lane server (no lane,
