@@ -22,6 +22,70 @@
 
 namespace torus {
 
+// Bytes received on one connection and the frames in them: one read() takes whatever has
+// arrived (usually a whole frame), instead of one read per header, text and payload.
+class LaneInbox {
+ public:
+  // 1: a whole frame of one of the `kinds` (bit 1 << kind) starts at the read position (h, text, payload point into the
+  // buffer until the next Fill or Next; the position moves past it); 0: more bytes needed;
+  // -1: the bytes are not a valid frame (*why says how).
+  int Next(uint32_t kinds, LaneHeader* h, std::string_view* text, std::string_view* payload, std::string* why) {
+    if (len_ - pos_ < sizeof(LaneHeader)) return 0;
+    memcpy(h, data_.get() + pos_, sizeof *h);
+    if (h->magic != kLaneMagic || h->kind > 31 || !(kinds & (1u << h->kind)) || h->text_len > kLaneMaxText ||
+        h->payload_len > kLaneMaxPayload ||
+        ((h->kind == kLaneCall || h->kind == kLaneOpen) && h->text_len == 0)) {
+      *why = "malformed frame (magic " + std::to_string(h->magic) + ", kind " + std::to_string(h->kind) +
+             ", text " + std::to_string(h->text_len) + " bytes, payload " + std::to_string(h->payload_len) +
+             " bytes)";
+      return -1;
+    }
+    size_t total = sizeof(LaneHeader) + h->text_len + h->payload_len;
+    if (len_ - pos_ < total) {
+      if (cap_ - pos_ < total) Make(total);
+      return 0;
+    }
+    const char* p = data_.get() + pos_ + sizeof(LaneHeader);
+    *text = std::string_view(p, h->text_len);
+    *payload = std::string_view(p + h->text_len, h->payload_len);
+    pos_ += total;
+    return 1;
+  }
+  void Reset() { pos_ = len_ = 0; }
+  // One read of what is there: blocks while there is nothing if `wait`, else fails with EAGAIN.
+  // Bytes read, 0 at end of stream, -1 on error (errno).
+  ssize_t Fill(int fd, bool wait = true) {
+    if (pos_ == len_) pos_ = len_ = 0;
+    if (cap_ - len_ < 1024) Make(len_ - pos_ + kChunk);
+    while (true) {
+      ssize_t k = recv(fd, data_.get() + len_, cap_ - len_, wait ? 0 : MSG_DONTWAIT);
+      if (k < 0 && errno == EINTR) continue;
+      if (k > 0) len_ += static_cast<size_t>(k);
+      return k;
+    }
+  }
+
+ private:
+  static constexpr size_t kChunk = 4 << 10;
+  // Moves the unread bytes to the front and makes room for `n` bytes from there on.
+  void Make(size_t n) {
+    if (pos_ > 0) {
+      memmove(data_.get(), data_.get() + pos_, len_ - pos_);
+      len_ -= pos_;
+      pos_ = 0;
+    }
+    if (cap_ < n) {
+      size_t cap = std::max(cap_ * 2, n);
+      std::unique_ptr<char[]> d(new char[cap]);
+      if (len_ > 0) memcpy(d.get(), data_.get(), len_);
+      data_ = std::move(d);
+      cap_ = cap;
+    }
+  }
+  std::unique_ptr<char[]> data_;
+  size_t cap_ = 0, len_ = 0, pos_ = 0;
+};
+
 namespace {
 using Clock = std::chrono::steady_clock;
 
@@ -104,69 +168,6 @@ std::string PeerName(int fd) {
   }
   return std::string(host) + ":" + port;
 }
-
-// Bytes received on one connection and the frames in them: one read() takes whatever has
-// arrived (usually a whole frame), instead of one read per header, text and payload.
-class Inbox {
- public:
-  // 1: a whole frame of kind `kind` starts at the read position (h, text, payload point into the
-  // buffer until the next Fill or Next; the position moves past it); 0: more bytes needed;
-  // -1: the bytes are not a valid frame (*why says how).
-  int Next(uint8_t kind, LaneHeader* h, std::string_view* text, std::string_view* payload, std::string* why) {
-    if (len_ - pos_ < sizeof(LaneHeader)) return 0;
-    memcpy(h, data_.get() + pos_, sizeof *h);
-    if (h->magic != kLaneMagic || h->kind != kind || h->text_len > kLaneMaxText ||
-        h->payload_len > kLaneMaxPayload || (kind == kLaneCall && h->text_len == 0)) {
-      *why = "malformed frame (magic " + std::to_string(h->magic) + ", kind " + std::to_string(h->kind) +
-             ", text " + std::to_string(h->text_len) + " bytes, payload " + std::to_string(h->payload_len) +
-             " bytes)";
-      return -1;
-    }
-    size_t total = sizeof(LaneHeader) + h->text_len + h->payload_len;
-    if (len_ - pos_ < total) {
-      if (cap_ - pos_ < total) Make(total);
-      return 0;
-    }
-    const char* p = data_.get() + pos_ + sizeof(LaneHeader);
-    *text = std::string_view(p, h->text_len);
-    *payload = std::string_view(p + h->text_len, h->payload_len);
-    pos_ += total;
-    return 1;
-  }
-  void Reset() { pos_ = len_ = 0; }
-  // One read of what is there: blocks while there is nothing if `wait`, else fails with EAGAIN.
-  // Bytes read, 0 at end of stream, -1 on error (errno).
-  ssize_t Fill(int fd, bool wait = true) {
-    if (pos_ == len_) pos_ = len_ = 0;
-    if (cap_ - len_ < 1024) Make(len_ - pos_ + kChunk);
-    while (true) {
-      ssize_t k = recv(fd, data_.get() + len_, cap_ - len_, wait ? 0 : MSG_DONTWAIT);
-      if (k < 0 && errno == EINTR) continue;
-      if (k > 0) len_ += static_cast<size_t>(k);
-      return k;
-    }
-  }
-
- private:
-  static constexpr size_t kChunk = 4 << 10;
-  // Moves the unread bytes to the front and makes room for `n` bytes from there on.
-  void Make(size_t n) {
-    if (pos_ > 0) {
-      memmove(data_.get(), data_.get() + pos_, len_ - pos_);
-      len_ -= pos_;
-      pos_ = 0;
-    }
-    if (cap_ < n) {
-      size_t cap = std::max(cap_ * 2, n);
-      std::unique_ptr<char[]> d(new char[cap]);
-      if (len_ > 0) memcpy(d.get(), data_.get(), len_);
-      data_ = std::move(d);
-      cap_ = cap;
-    }
-  }
-  std::unique_ptr<char[]> data_;
-  size_t cap_ = 0, len_ = 0, pos_ = 0;
-};
 
 // ------------------------------------------------------------------------------------- client
 
@@ -300,6 +301,12 @@ void NoteLane(const std::string& address, int port, const std::string& unix_name
 }
 
 bool HasLane(const std::string& address, const std::string& token) {
+  // TORUS_LANE=0: gRPC only (a switch for comparisons and for ruling the lane out).
+  static const bool disabled = [] {
+    const char* v = getenv("TORUS_LANE");
+    return v && std::string(v) == "0";
+  }();
+  if (disabled) return false;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_lanes->find(address);
@@ -379,7 +386,7 @@ std::vector<LaneResult> LaneCallMany(const std::string& token, const std::vector
   }
   // Replies in whatever order they come: poll every connection still owed one.
   // Kept per thread: a fresh 4 KiB buffer per peer per call cost page faults in the head.
-  thread_local std::vector<Inbox> inbox;
+  thread_local std::vector<LaneInbox> inbox;
   if (inbox.size() < reqs.size()) inbox.resize(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) inbox[i].Reset();
   std::vector<size_t> owed;
@@ -404,7 +411,7 @@ std::vector<LaneResult> LaneCallMany(const std::string& token, const std::vector
     std::string why;
     int got;
     bool lost = false, late = false;
-    while ((got = inbox[i].Next(kLaneReply, &h, &text, &payload, &why)) == 0) {
+    while ((got = inbox[i].Next(1u << kLaneReply, &h, &text, &payload, &why)) == 0) {
       ssize_t k = inbox[i].Fill(fd, /*wait=*/false);
       if (k > 0) continue;
       if (k == 0 || errno != EAGAIN) {
@@ -499,8 +506,11 @@ int LaneServer::Start(const std::string& bind_host) {
   return port_;
 }
 
-void LaneServer::Stop() {
-  if (stopping_.exchange(true)) return;
+bool LaneServer::Stop(std::chrono::milliseconds max_wait) {
+  if (stopping_.exchange(true)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_ == 0;
+  }
   if (wake_fd_ >= 0) {
     uint64_t one = 1;
     if (write(wake_fd_, &one, sizeof one) < 0) {
@@ -514,11 +524,15 @@ void LaneServer::Stop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (int fd : conns_) shutdown(fd, SHUT_RDWR);
   // Handlers in progress finish first (the services they call outlive this).
+  auto until = max_wait == std::chrono::milliseconds::max() ? Clock::time_point::max() : Clock::now() + max_wait;
   while (threads_ > 0) {
-    if (!cv_.wait_for(lock, std::chrono::seconds(5), [this] { return threads_ == 0; })) {
+    auto step = std::min(until, Clock::now() + std::chrono::seconds(5));
+    if (!cv_.wait_until(lock, step, [this] { return threads_ == 0; })) {
+      if (Clock::now() >= until) return false;
       TORUS_LOG(WARNING) << what_ << " lane: still waiting for " << threads_ << " call(s) to finish";
     }
   }
+  return true;
 }
 
 grpc::Status LaneServer::Where(grpc::ServerContext* ctx, const rpc::Empty*, rpc::LaneWhereReply* reply) {
@@ -594,12 +608,12 @@ void LaneServer::Serve(int fd) {
     timeval none{0, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
   }
-  Inbox in;
+  LaneInbox in;
   std::string out;
   while (ok && !stopping_) {
     std::string_view method, payload;
     std::string why;
-    int got = in.Next(kLaneCall, &h, &method, &payload, &why);
+    int got = in.Next((1u << kLaneCall) | (1u << kLaneOpen), &h, &method, &payload, &why);
     if (got < 0) {
       garbled(why);
       break;
@@ -612,6 +626,20 @@ void LaneServer::Serve(int fd) {
         break;
       }
       continue;
+    }
+    if (h.kind == kLaneOpen) {
+      // The connection becomes this one stream: acknowledge, serve, answer the status, close.
+      auto sit = streams_.find(std::string(method));
+      if (sit == streams_.end()) {
+        SendFrame(fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::UNIMPLEMENTED),
+                  "the " + what_ + " lane has no stream '" + std::string(method.substr(0, 200)) + "'", {});
+        continue;
+      }
+      if (!SendFrame(fd, kLaneReply, 0, {}, {})) break;
+      LaneServerStream stream(fd, &in);
+      grpc::Status st = sit->second(&stream);
+      SendFrame(fd, kLaneReply, static_cast<uint16_t>(st.error_code()), st.error_message(), {});
+      break;
     }
     out.clear();
     grpc::Status st;
@@ -632,6 +660,126 @@ void LaneServer::Serve(int fd) {
   close(fd);
   --threads_;
   cv_.notify_all();
+}
+
+// ------------------------------------------------------------------------------------- streams
+
+bool LaneServerStream::Read(google::protobuf::MessageLite* m) {
+  while (!done_) {
+    LaneHeader h{};
+    std::string_view text, payload;
+    std::string why;
+    int got = in_->Next((1u << kLaneMsg) | (1u << kLaneEnd), &h, &text, &payload, &why);
+    if (got < 0) break;
+    if (got == 0) {
+      if (in_->Fill(fd_) <= 0) break;
+      continue;
+    }
+    if (h.kind == kLaneEnd) break;
+    if (m->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return true;
+    break;
+  }
+  done_ = true;
+  return false;
+}
+
+bool LaneServerStream::Write(const google::protobuf::MessageLite& m) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  buf_.clear();
+  if (!m.AppendToString(&buf_)) return false;
+  return SendFrame(fd_, kLaneMsg, 0, {}, buf_);
+}
+
+LaneClientStream::LaneClientStream(int fd, std::string what)
+    : fd_(fd), what_(std::move(what)), in_(std::make_unique<LaneInbox>()) {}
+
+LaneClientStream::~LaneClientStream() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::unique_ptr<LaneClientStream> LaneClientStream::Open(const std::string& address, const std::string& token,
+                                                         const std::string& method) {
+  if (InProcessServiceAt(address) || !HasLane(address, token)) return nullptr;
+  int lane_port = 0;
+  std::string unix_name;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_lanes->find(address);
+    if (it == g_lanes->end()) return nullptr;
+    lane_port = it->second.port;
+    unix_name = it->second.unix_name;
+  }
+  if (lane_port <= 0) return nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  grpc::Status refused;
+  int fd = Dial(address, lane_port, unix_name, token, deadline, &refused);
+  if (fd < 0) return nullptr;
+  LaneHeader h{};
+  std::string msg;
+  bool ok = SendFrame(fd, kLaneOpen, 0, method, {}) && ReadFull(fd, &h, sizeof h, &deadline) == 1 &&
+            h.magic == kLaneMagic && h.kind == kLaneReply && h.text_len <= kLaneMaxText && h.payload_len == 0;
+  if (ok && h.text_len > 0) {
+    msg.resize(h.text_len);
+    ok = ReadFull(fd, msg.data(), msg.size(), &deadline) == 1;
+  }
+  if (!ok || h.code != 0) {
+    close(fd);
+    return nullptr;  // no such stream there: gRPC
+  }
+  return std::make_unique<LaneClientStream>(fd, method + " on " + address);
+}
+
+bool LaneClientStream::Write(const google::protobuf::MessageLite& m) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  buf_.clear();
+  if (!m.AppendToString(&buf_)) return false;
+  return SendFrame(fd_, kLaneMsg, 0, {}, buf_);
+}
+
+void LaneClientStream::WritesDone() {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  SendFrame(fd_, kLaneEnd, 0, {}, {});
+}
+
+bool LaneClientStream::Read(google::protobuf::MessageLite* m) {
+  while (!have_final_) {
+    LaneHeader h{};
+    std::string_view text, payload;
+    std::string why;
+    int got = in_->Next((1u << kLaneMsg) | (1u << kLaneReply), &h, &text, &payload, &why);
+    if (got < 0) {
+      final_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, what_ + ": garbled frame (" + why + ")");
+      have_final_ = true;
+      break;
+    }
+    if (got == 0) {
+      if (in_->Fill(fd_) <= 0) {
+        final_ = cancelled_ ? grpc::Status(grpc::StatusCode::CANCELLED, what_ + ": cancelled")
+                            : grpc::Status(grpc::StatusCode::UNAVAILABLE, what_ + ": connection lost");
+        have_final_ = true;
+      }
+      continue;
+    }
+    if (h.kind == kLaneReply) {
+      final_ = h.code == 0 ? grpc::Status::OK
+                           : grpc::Status(static_cast<grpc::StatusCode>(h.code), std::string(text));
+      have_final_ = true;
+      break;
+    }
+    if (m->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return true;
+    final_ = grpc::Status(grpc::StatusCode::INTERNAL, what_ + ": unparsable message");
+    have_final_ = true;
+  }
+  return false;
+}
+
+grpc::Status LaneClientStream::Finish() {
+  return have_final_ ? final_ : grpc::Status(grpc::StatusCode::UNKNOWN, what_ + ": not finished");
+}
+
+void LaneClientStream::Cancel() {
+  cancelled_ = true;
+  shutdown(fd_, SHUT_RDWR);
 }
 
 }  // namespace torus

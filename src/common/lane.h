@@ -46,7 +46,62 @@ static_assert(sizeof(LaneHeader) == 16);
 inline constexpr uint32_t kLaneMagic = 0x314e4c54;  // "TLN1"
 inline constexpr uint32_t kLaneMaxText = 64 << 10;
 inline constexpr uint32_t kLaneMaxPayload = 64 << 20;
-enum LaneKind : uint8_t { kLaneHello = 1, kLaneCall = 2, kLaneReply = 3 };
+// A connection carries calls (call -> reply, one at a time) or, after an `open`, one stream:
+// `msg` frames both ways, the client's `end` (half-close), then the server's reply (the status).
+enum LaneKind : uint8_t {
+  kLaneHello = 1,
+  kLaneCall = 2,
+  kLaneReply = 3,
+  kLaneOpen = 4,
+  kLaneMsg = 5,
+  kLaneEnd = 6
+};
+
+class LaneInbox;  // received bytes and the frames in them (lane.cc)
+
+// The server's end of a lane stream: what a stream handler reads and writes.
+class LaneServerStream {
+ public:
+  LaneServerStream(int fd, LaneInbox* in) : fd_(fd), in_(in) {}
+  // The next message; false once the client half-closed or the connection is gone.
+  bool Read(google::protobuf::MessageLite* m);
+  // Thread-safe.
+  bool Write(const google::protobuf::MessageLite& m);
+
+ private:
+  int fd_;
+  LaneInbox* in_;
+  std::mutex write_mu_;
+  std::string buf_;
+  bool done_ = false;
+};
+
+// The client's end: a dedicated connection. One reader thread; writers are serialised.
+class LaneClientStream {
+ public:
+  // Opens `method` on the lane of the gRPC server at `address`; null when that peer has no lane
+  // or does not serve the stream there (the caller then uses gRPC).
+  static std::unique_ptr<LaneClientStream> Open(const std::string& address, const std::string& token,
+                                                const std::string& method);
+  ~LaneClientStream();
+  bool Write(const google::protobuf::MessageLite& m);
+  bool Read(google::protobuf::MessageLite* m);  // false at the end: then Finish()
+  void WritesDone();
+  grpc::Status Finish();  // the server's status, or why the connection ended
+  void Cancel();          // any thread: Read returns false, Finish says CANCELLED
+
+  LaneClientStream(int fd, std::string what);
+
+ private:
+  int fd_;
+  std::string what_;  // "method on address", for errors
+  std::unique_ptr<LaneInbox> in_;
+  std::mutex write_mu_;
+  std::string buf_;
+  std::atomic<bool> cancelled_{false};
+  grpc::Status final_;
+  bool have_final_ = false;
+};
 
 // Serves registered handlers on its own port, and tells gRPC clients that port (`Lane.Where`:
 // register the LaneServer with the process's gRPC server).
@@ -76,10 +131,17 @@ class LaneServer final : public rpc::Lane::Service {
     };
   }
 
+  // Serves a stream `method` with `fn`, on its own connection, until fn returns; its status is
+  // the stream's end.
+  void HandleStream(const std::string& method, std::function<grpc::Status(LaneServerStream*)> fn) {
+    streams_[method] = std::move(fn);
+  }
+
   // Listens on bind_host (port 0 = any); call after every Handle. Returns the port or 0.
   int Start(const std::string& bind_host);
-  // Closes the port and every connection, and waits for handlers in progress.
-  void Stop();
+  // Closes the port and every connection, and waits up to `max_wait` for handlers in progress.
+  // False if some still run: the server must then outlive them (the caller leaks it).
+  bool Stop(std::chrono::milliseconds max_wait = std::chrono::milliseconds::max());
   int port() const { return port_; }
   const std::string& unix_name() const { return unix_name_; }
 
@@ -93,6 +155,7 @@ class LaneServer final : public rpc::Lane::Service {
   const std::string token_;
   const std::string what_;
   std::unordered_map<std::string, Handler> handlers_;  // fixed before Start
+  std::unordered_map<std::string, std::function<grpc::Status(LaneServerStream*)>> streams_;
   int listen_fd_ = -1;       // TCP
   int unix_fd_ = -1;         // abstract Unix socket, same host only
   int wake_fd_ = -1;         // eventfd: wakes the accept loop at Stop

@@ -164,14 +164,70 @@ struct ActorQueue {
   std::deque<std::shared_ptr<TaskRecord>> waiting;  // not sent yet, in submission order
 };
 
+// The PushTasks stream of a Conn: over the worker's lane (docs/wire.md) when it has one, else
+// gRPC. A synchronous actor call is one message each way, and a gRPC stream message cost about
+// twice the whole lane round trip here.
+class TaskStream {
+ public:
+  virtual ~TaskStream() = default;
+  virtual bool Write(const rpc::TaskBatch& b) = 0;
+  virtual bool Read(rpc::ResultBatch* b) = 0;
+  virtual void WritesDone() = 0;
+  virtual grpc::Status Finish() = 0;
+  virtual void Cancel() = 0;
+};
+
+class GrpcTaskStream final : public TaskStream {
+ public:
+  GrpcTaskStream(const std::string& address, const std::string& token) {
+    ctx_.AddMetadata(kTokenMetadataKey, token);
+    stub_ = rpc::CoreWorker::NewStub(GetChannel(address));
+    stream_ = stub_->PushTasks(&ctx_);
+  }
+  bool Write(const rpc::TaskBatch& b) override { return stream_->Write(b); }
+  bool Read(rpc::ResultBatch* b) override { return stream_->Read(b); }
+  void WritesDone() override { stream_->WritesDone(); }
+  grpc::Status Finish() override { return stream_->Finish(); }
+  void Cancel() override { ctx_.TryCancel(); }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<rpc::CoreWorker::Stub> stub_;
+  std::unique_ptr<grpc::ClientReaderWriter<rpc::TaskBatch, rpc::ResultBatch>> stream_;
+};
+
+class LaneTaskStream final : public TaskStream {
+ public:
+  explicit LaneTaskStream(std::unique_ptr<LaneClientStream> s) : s_(std::move(s)) {}
+  bool Write(const rpc::TaskBatch& b) override { return s_->Write(b); }
+  bool Read(rpc::ResultBatch* b) override { return s_->Read(b); }
+  void WritesDone() override { s_->WritesDone(); }
+  grpc::Status Finish() override { return s_->Finish(); }
+  void Cancel() override { s_->Cancel(); }
+
+ private:
+  std::unique_ptr<LaneClientStream> s_;
+};
+
+constexpr const char* kPushTasksMethod = "/torus.rpc.CoreWorker/PushTasks";
+
+// PushTasks served over the lane, with the gRPC stream's Read/Write.
+struct LaneTaskServerStream {
+  LaneServerStream* s;
+  bool Read(rpc::TaskBatch* b) { return s->Read(b); }
+  bool Write(const rpc::ResultBatch& b) { return s->Write(b); }
+};
+
 // One outgoing PushTasks stream to a leased worker or an actor.
 class Conn {
  public:
   Conn(CoreWorker* cw, std::string address, const std::string& token)
       : cw_(cw), address_(std::move(address)) {
-    ctx_.AddMetadata(kTokenMetadataKey, token);
-    stub_ = rpc::CoreWorker::NewStub(GetChannel(address_));
-    stream_ = stub_->PushTasks(&ctx_);
+    if (auto lane = LaneClientStream::Open(address_, token, kPushTasksMethod)) {
+      stream_ = std::make_unique<LaneTaskStream>(std::move(lane));
+    } else {
+      stream_ = std::make_unique<GrpcTaskStream>(address_, token);
+    }
     reader_ = std::thread([this] { ReadLoop(); });
     writer_ = std::thread([this] { WriteLoop(); });
   }
@@ -200,7 +256,7 @@ class Conn {
     bool ok = WriteSpecs(batch, one, 1);
     lock.lock();
     writing_ = false;
-    if (!ok) ctx_.TryCancel();
+    if (!ok) stream_->Cancel();
     // Only when the writer has something to do: waking it for nothing costs a thread switch
     // on every synchronous call.
     if (!q_.empty() || closing_) cv_.notify_one();
@@ -221,7 +277,7 @@ class Conn {
     closing_ = true;
     cv_.notify_one();
   }
-  void Cancel() { ctx_.TryCancel(); }
+  void Cancel() { stream_->Cancel(); }
   // Lets the worker give the lease back itself if this process dies mid-lease.
   void SetLease(const std::string& lease_id) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -276,7 +332,7 @@ class Conn {
         writing_ = false;
       }
       if (!ok) {
-        ctx_.TryCancel();
+        stream_->Cancel();
         return;
       }
     }
@@ -294,9 +350,7 @@ class Conn {
 
   CoreWorker* cw_;
   std::string address_;
-  grpc::ClientContext ctx_;
-  std::unique_ptr<rpc::CoreWorker::Stub> stub_;
-  std::unique_ptr<grpc::ClientReaderWriter<rpc::TaskBatch, rpc::ResultBatch>> stream_;
+  std::unique_ptr<TaskStream> stream_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<TaskRecord>> q_;
@@ -375,7 +429,21 @@ Status CoreWorker::Connect() {
   }
   if (!opts_.is_driver) executor_ = std::make_unique<Executor>(this, 1);
   int port = 0;
-  server_ = StartServer(opts_.bind_host, &port, {this});
+  std::vector<grpc::Service*> services = {this};
+  if (executor_) {
+    // Workers take their tasks over the lane too (drivers run none).
+    lane_ = std::make_unique<LaneServer>(opts_.token, "worker " + opts_.worker_id);
+    lane_->HandleStream(kPushTasksMethod, [this](LaneServerStream* s) {
+      LaneTaskServerStream adapter{s};
+      return ServeTasks(&adapter);
+    });
+    if (lane_->Start(opts_.bind_host) > 0) {
+      services.push_back(lane_.get());
+    } else {
+      lane_.reset();
+    }
+  }
+  server_ = StartServer(opts_.bind_host, &port, services);
   if (!server_ || port == 0) return Unavailable("cannot start the core worker's RPC server");
   address_ = opts_.bind_host + ":" + std::to_string(port);
   RegisterInProcessServer(address_, server_.get(), this);
@@ -492,6 +560,9 @@ void CoreWorker::Shutdown() {
   }
   for (auto& [t, done] : tracked) t.join();
   UnregisterInProcessServer(address_);
+  // A stream still running a task keeps its lane thread: then the lane outlives us (leaked on
+  // purpose; the process is ending).
+  if (lane_ && !lane_->Stop(std::chrono::milliseconds(200))) (void)lane_.release();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
 }
 
@@ -2144,6 +2215,11 @@ grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::
 grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
                                    grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>* stream) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  return ServeTasks(stream);
+}
+
+template <class Stream>
+grpc::Status CoreWorker::ServeTasks(Stream* stream) {
   if (!executor_) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a driver does not run tasks");
   }

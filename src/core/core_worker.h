@@ -29,6 +29,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/lane.h"
 #include "common/resources.h"
 #include "common/shm.h"
 #include "common/status.h"
@@ -114,6 +115,9 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   // rpc::CoreWorker::Service
   grpc::Status PushTasks(grpc::ServerContext*,
                          grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>*) override;
+  // The body of PushTasks, for a gRPC stream or a lane stream.
+  template <class Stream>
+  grpc::Status ServeTasks(Stream* stream);
   grpc::Status GetObject(grpc::ServerContext*, const rpc::GetObjectRequest*,
                          rpc::GetObjectReply*) override;
   grpc::Status Exit(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
@@ -189,6 +193,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::shared_ptr<Mapping> arena_;  // this node's object store, mapped read-write
   std::string executable_;
   std::string runtime_key_;
+  std::unique_ptr<LaneServer> lane_;  // workers: PushTasks over the lane (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
   std::unique_ptr<rpc::Node::Stub> node_;
