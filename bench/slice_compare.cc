@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   const std::string pod = "v6e-" + std::to_string(hosts * chips);
   ray::Init();
   std::vector<double> total, reserve, release;
+  std::vector<double> head_us, name_us;  // Ray's path: the head group, then the task reading TPU_NAME
   for (int it = 0; it < iters + 3; ++it) {
     auto t0 = Clock::now();
     Clock::time_point t1;
@@ -78,7 +79,13 @@ int main(int argc, char** argv) {
     head_opts.strategy = ray::PlacementStrategy::PACK;
     auto head = ray::CreatePlacementGroup(head_opts);
     if (!head.Wait(60)) Die("slice head not reserved in 60 s");
+    auto th = Clock::now();
     std::string name = *ray::Task(SliceNameHere).SetPlacementGroup(head, 0).SetResource("CPU", 0.1).Remote().Get();
+    auto tn = Clock::now();
+    if (it >= 3) {
+      head_us.push_back(Us(t0, th));
+      name_us.push_back(Us(th, tn));
+    }
     if (name.empty()) Die("TPU_NAME is not set on the slice's worker 0");
     ray::PlacementGroupCreationOptions slice_opts;
     for (int h = 0; h < hosts; ++h) slice_opts.bundles.push_back({{"TPU", chips}, {name, 1}});
@@ -97,8 +104,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "{\"name\": \"slice_reserve_release_v6e_4x4\", \"value\": %.1f, \"unit\": \"us\", \"n\": %d, "
-      "\"reserve_us\": %.1f, \"release_us\": %.1f}\n",
-      Median(total), iters, Median(reserve), Median(release));
+      "\"reserve_us\": %.1f, \"release_us\": %.1f, \"ray_head_group_us\": %.1f, \"ray_name_task_us\": %.1f}\n",
+      Median(total), iters, Median(reserve), Median(release), Median(head_us), Median(name_us));
   std::fflush(stdout);
   ray::Shutdown();
   return 0;
