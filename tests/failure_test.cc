@@ -259,9 +259,10 @@ struct NodeFailureTest : ClusterTest<NodeFailureTest> {
   }
 };
 
-// KNOWN GAP (issue 2 note): a task leased on a node that is SIGKILLed hangs instead of being
-// retried elsewhere; disabled until node-death handling in the submitter lands.
-TEST_F(NodeFailureTest, DISABLED_TaskOnAKilledNodeIsRetriedElsewhere) {
+// A task leased on a node that is SIGKILLed is retried on another node. (Passes since the task
+// stream runs over the lane, session 4; with TORUS_LANE=0, gRPC streams only, it still hangs:
+// see the session 4 note.)
+TEST_F(NodeFailureTest, TaskOnAKilledNodeIsRetriedElsewhere) {
   std::string dir = ScratchDir(cluster(), "nodekill");
   auto ref = ray::Task(FailWhereSleep).SetResource("spare", 1).Remote(dir, 120);
   ASSERT_TRUE(WaitUntil([&] { return !ReadFileOr(dir + "/node-0").empty(); }));
