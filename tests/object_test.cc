@@ -267,16 +267,19 @@ TEST_F(SharedMemoryTest, OneGibibytePutAndReleasedListingAndSegmentsReturn) {
   EXPECT_EQ(ClusterShm(cluster()).segments, segments_before);
 }
 
-// Its own cluster, so that "before" is a fresh node's store.
+// Its own cluster, so that "before" is a fresh node's store; its node keeps no freed pages
+// resident (TORUS_OBJECT_STORE_RESIDENT_FREE_BYTES=0; by default freed ranges stay resident up
+// to min(capacity/4, 2 GiB) so that large Puts do not page-fault, docs/object_store.md).
 struct SharedMemoryResidentTest : ClusterTest<SharedMemoryResidentTest> {
   static constexpr const char* kName = "shmresident";
-  static void Build(TestCluster& c) { c.StartHead(1); }
+  static void Build(TestCluster& c) {
+    setenv("TORUS_OBJECT_STORE_RESIDENT_FREE_BYTES", "0", 1);  // inherited by the daemons
+    c.StartHead(1);
+    unsetenv("TORUS_OBJECT_STORE_RESIDENT_FREE_BYTES");
+  }
 };
 
-// DESIGN DIFFERENCE (docs/object_store.md): freed arena ranges stay resident up to a budget
-// (min(capacity/4, 2 GiB)) so large Puts do not page-fault; this test expects the pages back at
-// once. Disabled until the budget is made configurable for it.
-TEST_F(SharedMemoryResidentTest, DISABLED_OneGibibytePutAndReleasedResidentMemoryReturns) {
+TEST_F(SharedMemoryResidentTest, OneGibibytePutAndReleasedResidentMemoryReturns) {
   // What the machine sees: bytes of /dev/shm the cluster's nodes occupy.
   const uint64_t resident_before = ClusterShm(cluster()).resident;
   {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -103,7 +105,21 @@ Status Node::Start() {
   auto arena = CreateSparseSegment(arena_name_, cap);
   if (!arena.ok()) return arena.status();
   arena_ = std::move(*arena);
-  arena_alloc_ = std::make_unique<ArenaAllocator>(cap, std::min<uint64_t>(cap / 4, 2ull << 30));
+  // Freed bytes kept resident for reuse: min(capacity / 4, 2 GiB), or
+  // TORUS_OBJECT_STORE_RESIDENT_FREE_BYTES (0 = give every freed page back at once).
+  uint64_t resident_free = std::min<uint64_t>(cap / 4, 2ull << 30);
+  if (const char* v = getenv("TORUS_OBJECT_STORE_RESIDENT_FREE_BYTES"); v && *v) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno == 0 && end && *end == '\0' && v[0] != '-') {
+      resident_free = n;
+    } else {
+      TORUS_LOG(WARNING) << "TORUS_OBJECT_STORE_RESIDENT_FREE_BYTES='" << v
+                         << "' is not a byte count; keeping " << resident_free << " bytes resident";
+    }
+  }
+  arena_alloc_ = std::make_unique<ArenaAllocator>(cap, resident_free);
   int port = cfg_.port;
   job_runner_ = std::make_unique<JobRunner>(JobRunnerConfig{
       cfg_.node_id, cfg_.token, cfg_.bind_host, static_cast<int>(tpu_chip_ids_.size())});
