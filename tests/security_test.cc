@@ -513,6 +513,23 @@ bool ReadReply(int fd, Frame* out) {
   return (tl == 0 || RecvAll(fd, out->text.data(), tl)) && (pl == 0 || RecvAll(fd, out->payload.data(), pl));
 }
 
+// Connects to a lane and says hello with `token`: the connection, or -1 with *why set.
+int HelloLane(int port, const std::string& token, std::string* why) {
+  int fd = Connect(port);
+  Frame f;
+  if (fd < 0) {
+    *why = "cannot connect";
+  } else if (!SendAll(fd, MakeFrame(1, token, "")) || !ReadReply(fd, &f)) {
+    *why = "no reply to the hello";
+  } else if (f.code != 0) {
+    *why = "hello refused: " + f.text;
+  } else {
+    return fd;
+  }
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
 int LanePort(const std::string& address, const char* token, grpc::Status* st) {
   rpc::Lane::Stub stub(Channel(address));
   rpc::LaneWhereReply reply;
@@ -558,12 +575,10 @@ TEST_F(SecurityTest, LaneChecksTheTokenRefusesGarbageAndAnswersCalls) {
 
   // The right token: calls are answered; a bad method or a garbled request gets an error and the
   // connection goes on serving; a malformed frame ends the connection.
-  int fd = Connect(port);
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(SendAll(fd, MakeFrame(1, token, "")));
+  std::string why;
+  int fd = HelloLane(port, token, &why);
+  ASSERT_GE(fd, 0) << why;
   Frame f;
-  ASSERT_TRUE(ReadReply(fd, &f));
-  ASSERT_EQ(f.code, 0) << f.text;
 
   rpc::PlacementGroupRequest req;
   req.set_pg_id("no-such-group");
@@ -600,11 +615,8 @@ TEST_F(SecurityTest, LaneChecksTheTokenRefusesGarbageAndAnswersCalls) {
     SCOPED_TRACE(ep.what);
     int nport = LanePort(ep.address, token.c_str(), &st);
     ASSERT_TRUE(st.ok()) << st.error_message();
-    int nfd = Connect(nport);
-    ASSERT_GE(nfd, 0);
-    ASSERT_TRUE(SendAll(nfd, MakeFrame(1, token, "")));
-    ASSERT_TRUE(ReadReply(nfd, &f));
-    ASSERT_EQ(f.code, 0) << f.text;
+    int nfd = HelloLane(nport, token, &why);
+    ASSERT_GE(nfd, 0) << why;
     rpc::BundlesRequest release;
     release.set_pg_id("no-such-group");
     ASSERT_TRUE(SendAll(nfd, MakeFrame(2, "/torus.rpc.Node/ReleaseBundles", release.SerializeAsString())));

@@ -204,6 +204,20 @@ void AvoidLane(const std::string& address, std::chrono::seconds how_long) {
 // lane refused the token (delivered: the caller reports it) or left *st OK when it is unreachable.
 int Hello(int fd, const std::string& token, Clock::time_point deadline, grpc::Status* st);
 
+// Sends a frame that the server answers with a payload-less reply (a hello, a stream open) and
+// reads that reply into *answer. False if the connection failed or the reply is malformed.
+bool Ask(int fd, LaneKind kind, std::string_view text, Clock::time_point deadline, grpc::Status* answer) {
+  LaneHeader h{};
+  if (!SendFrame(fd, kind, 0, text, {}) || ReadFull(fd, &h, sizeof h, &deadline) != 1 ||
+      h.magic != kLaneMagic || h.kind != kLaneReply || h.text_len > kLaneMaxText || h.payload_len != 0) {
+    return false;
+  }
+  std::string msg(h.text_len, '\0');
+  if (h.text_len > 0 && ReadFull(fd, msg.data(), msg.size(), &deadline) != 1) return false;
+  *answer = h.code == 0 ? grpc::Status::OK : grpc::Status(static_cast<grpc::StatusCode>(h.code), msg);
+  return true;
+}
+
 // An abstract Unix socket: reachable only on this host, in this network namespace.
 int DialUnix(const std::string& name) {
   sockaddr_un a{};
@@ -272,23 +286,31 @@ int Dial(const std::string& address, int lane_port, const std::string& unix_name
 
 // Says hello on a fresh connection; returns fd, or -1 (closed) with *st set if the token was refused.
 int Hello(int fd, const std::string& token, Clock::time_point deadline, grpc::Status* st) {
-  LaneHeader h{};
-  if (!SendFrame(fd, kLaneHello, 0, token, {}) || ReadFull(fd, &h, sizeof h, &deadline) != 1 ||
-      h.magic != kLaneMagic || h.kind != kLaneReply || h.text_len > kLaneMaxText || h.payload_len != 0) {
-    close(fd);
-    return -1;
-  }
-  std::string msg(h.text_len, '\0');
-  if (h.text_len > 0 && ReadFull(fd, msg.data(), msg.size(), &deadline) != 1) {
-    close(fd);
-    return -1;
-  }
-  if (h.code != 0) {
-    *st = grpc::Status(static_cast<grpc::StatusCode>(h.code), msg);
+  grpc::Status answer;
+  if (!Ask(fd, kLaneHello, token, deadline, &answer) || !answer.ok()) {
+    *st = answer;
     close(fd);
     return -1;
   }
   return fd;
+}
+
+// The lane known at this gRPC address: false if none.
+bool KnownLane(const std::string& address, int* port, std::string* unix_name) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_lanes->find(address);
+  if (it == g_lanes->end() || it->second.port <= 0) return false;
+  *port = it->second.port;
+  *unix_name = it->second.unix_name;
+  return true;
+}
+
+// One protobuf message as a `msg` frame (both ends of a stream); `mu` serialises writers.
+bool SendMessage(int fd, std::mutex& mu, std::string& buf, const google::protobuf::MessageLite& m) {
+  std::lock_guard<std::mutex> lock(mu);
+  buf.clear();
+  if (!m.AppendToString(&buf)) return false;
+  return SendFrame(fd, kLaneMsg, 0, {}, buf);
 }
 }  // namespace
 
@@ -345,15 +367,7 @@ std::vector<LaneResult> LaneCallMany(const std::string& token, const std::vector
     const auto& r = reqs[i];
     int lane_port = 0;
     std::string unix_name;
-    {
-      std::lock_guard<std::mutex> lock(g_mu);
-      auto it = g_lanes->find(r.address);
-      if (it != g_lanes->end()) {
-        lane_port = it->second.port;
-        unix_name = it->second.unix_name;
-      }
-    }
-    if (lane_port <= 0) continue;  // not delivered: the caller uses gRPC
+    if (!KnownLane(r.address, &lane_port, &unix_name)) continue;  // not delivered: gRPC
     const std::string key = PoolKey(r.address, token);
     // A pooled connection first; a send on it can fail if the server went away meanwhile
     // (nothing was delivered then), so fall back to a fresh connection once.
@@ -689,10 +703,7 @@ bool LaneServerStream::Read(google::protobuf::MessageLite* m) {
 }
 
 bool LaneServerStream::Write(const google::protobuf::MessageLite& m) {
-  std::lock_guard<std::mutex> lock(write_mu_);
-  buf_.clear();
-  if (!m.AppendToString(&buf_)) return false;
-  return SendFrame(fd_, kLaneMsg, 0, {}, buf_);
+  return SendMessage(fd_, write_mu_, buf_, m);
 }
 
 LaneClientStream::LaneClientStream(int fd, std::string what)
@@ -707,27 +718,13 @@ std::unique_ptr<LaneClientStream> LaneClientStream::Open(const std::string& addr
   if (InProcessServiceAt(address) || !HasLane(address, token)) return nullptr;
   int lane_port = 0;
   std::string unix_name;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_lanes->find(address);
-    if (it == g_lanes->end()) return nullptr;
-    lane_port = it->second.port;
-    unix_name = it->second.unix_name;
-  }
-  if (lane_port <= 0) return nullptr;
+  if (!KnownLane(address, &lane_port, &unix_name)) return nullptr;
   auto deadline = Clock::now() + std::chrono::seconds(5);
   grpc::Status refused;
   int fd = Dial(address, lane_port, unix_name, token, deadline, &refused);
   if (fd < 0) return nullptr;
-  LaneHeader h{};
-  std::string msg;
-  bool ok = SendFrame(fd, kLaneOpen, 0, method, {}) && ReadFull(fd, &h, sizeof h, &deadline) == 1 &&
-            h.magic == kLaneMagic && h.kind == kLaneReply && h.text_len <= kLaneMaxText && h.payload_len == 0;
-  if (ok && h.text_len > 0) {
-    msg.resize(h.text_len);
-    ok = ReadFull(fd, msg.data(), msg.size(), &deadline) == 1;
-  }
-  if (!ok || h.code != 0) {
+  grpc::Status answer;
+  if (!Ask(fd, kLaneOpen, method, deadline, &answer) || !answer.ok()) {
     close(fd);
     return nullptr;  // no such stream there: gRPC
   }
@@ -735,10 +732,7 @@ std::unique_ptr<LaneClientStream> LaneClientStream::Open(const std::string& addr
 }
 
 bool LaneClientStream::Write(const google::protobuf::MessageLite& m) {
-  std::lock_guard<std::mutex> lock(write_mu_);
-  buf_.clear();
-  if (!m.AppendToString(&buf_)) return false;
-  return SendFrame(fd_, kLaneMsg, 0, {}, buf_);
+  return SendMessage(fd_, write_mu_, buf_, m);
 }
 
 void LaneClientStream::WritesDone() {
