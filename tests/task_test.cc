@@ -162,9 +162,7 @@ TEST_F(TaskTest, NestedReferencesInsideAVectorPassedByValue) {
 
 // "Memory is returned when the last reference is gone": not before. A task holding nested
 // references keeps the objects alive after the caller drops its own references.
-// KNOWN GAP (docs/architecture.md): borrowed references are not tracked, so an object is freed
-// when its owner drops its last reference even if another process still holds one.
-TEST_F(TaskTest, DISABLED_NestedReferencesOutliveTheCallersReferences) {
+TEST_F(TaskTest, NestedReferencesOutliveTheCallersReferences) {
   ray::ObjectRef<int> result;
   {
     std::vector<ray::ObjectRef<int>> refs = {ray::Put(20), ray::Put(22)};
@@ -175,8 +173,7 @@ TEST_F(TaskTest, DISABLED_NestedReferencesOutliveTheCallersReferences) {
 
 // A reference returned by a task points at a value the task's worker put: it must stay readable
 // for as long as the caller holds the reference.
-// KNOWN GAP: same as above (a ref created in a task and returned is freed with the task).
-TEST_F(TaskTest, DISABLED_ReferenceReturnedFromATask) {
+TEST_F(TaskTest, ReferenceReturnedFromATask) {
   ray::ObjectRef<ray::ObjectRef<int>> outer =
       ray::Task(TaskPutAndReturnRef).SetResource("node_b", 1).Remote(31);
   ray::ObjectRef<int> inner = *outer.Get(kGetTimeoutMs);

@@ -90,6 +90,14 @@ void ShutdownAtExit() { Shutdown(); }
 }  // namespace
 
 namespace internal {
+RefCollector*& ActiveRefCollector() {
+  thread_local RefCollector* active = nullptr;
+  return active;
+}
+RefCollector*& ResultRefCollector() {
+  thread_local RefCollector* result = nullptr;
+  return result;
+}
 Runtime* GetRuntime() { return g_runtime.load(std::memory_order_acquire); }
 Runtime& RequireRuntime() {
   Runtime* r = GetRuntime();

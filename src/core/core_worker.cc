@@ -17,6 +17,7 @@
 #include "common/lane.h"
 #include "common/rpc.h"
 #include "torus/api/exceptions.h"
+#include "torus/api/serializer.h"
 
 namespace torus::core {
 
@@ -107,6 +108,11 @@ struct ObjectEntry {
   int pins = 0;  // in-flight tasks that take it as an argument
   bool fetching = false;
   bool waited = false;  // a Get/Wait/GetObject sleeps on cv_ until this one is ready
+  // Borrowed references (docs/objects.md).
+  bool registering = false;  // borrower: our registration with the owner is on its way
+  int borrow_regs = 0;       // borrower: registrations we hold at the owner
+  std::vector<std::string> nested;  // refs inside this value, each held by one local ref
+  std::vector<std::pair<std::string, int>> borrowers;  // owner: registrations by address
 };
 
 struct TaskRecordFields {
@@ -485,6 +491,7 @@ Status CoreWorker::Connect() {
     });
   }
   housekeeping_thread_ = std::thread([this] { HousekeepingLoop(); });
+  borrow_thread_ = std::thread([this] { BorrowLoop(); });
   if (opts_.on_ready) opts_.on_ready(this);
   {
     std::lock_guard<std::mutex> lock(ready_mu_);
@@ -507,6 +514,12 @@ void CoreWorker::Shutdown() {
   }
   if (watch_ctx_) watch_ctx_->TryCancel();
   if (watch_thread_.joinable()) watch_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    borrow_cv_.notify_all();
+  }
+  if (borrow_thread_.joinable()) borrow_thread_.join();
+  ReleaseAllBorrows(2000);
   std::vector<std::unique_ptr<Conn>> conns;
   std::vector<std::string> free_names;
   std::vector<std::pair<std::string, std::string>> leases;  // (node address, lease id)
@@ -566,15 +579,48 @@ void CoreWorker::Shutdown() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
 }
 
+namespace {
+std::atomic<bool>* g_term_flag = nullptr;
+void OnSigterm(int) {
+  if (g_term_flag) *g_term_flag = true;
+}
+}  // namespace
+
 void CoreWorker::RunWorkerLoop() {
   pid_t parent = getppid();
+  // A SIGTERM (the node stopping surplus idle workers) is honoured once this worker owns
+  // nothing that another process still refers to: the objects it owns die with it. An actor
+  // worker, or a node that is stopping (it SIGKILLs after a grace period), ends it anyway.
+  g_term_flag = &term_requested_;
+  struct sigaction sa{};
+  sa.sa_handler = OnSigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  bool told_deferral = false;
   while (!exit_requested_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (getppid() != parent) {
       TORUS_LOG(WARNING) << "node process went away; worker exiting";
       break;
     }
+    if (term_requested_) {
+      bool owns;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        owns = actor_id_.empty() && OwnsLiveObjects();
+      }
+      if (!owns) {
+        ReleaseAllBorrows(1000);
+        signal(SIGTERM, SIG_DFL);
+        raise(SIGTERM);
+      }
+      if (!told_deferral) {
+        TORUS_LOG(INFO) << "SIGTERM received; exiting once the objects this worker owns are released";
+        told_deferral = true;
+      }
+    }
   }
+  ReleaseAllBorrows(1000);
   fflush(stdout);
   fflush(stderr);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let forwarded output go out
@@ -673,9 +719,20 @@ std::string CoreWorker::NewObjectId() {
 
 ObjectEntry& CoreWorker::Entry(const std::string& id) { return objects_[id]; }
 
-std::string CoreWorker::Put(std::string bytes) {
+std::string CoreWorker::Put(std::string bytes) { return PutBytes(std::move(bytes), {}); }
+
+std::string CoreWorker::PutBytes(std::string bytes, std::vector<std::string> nested) {
   if (bytes.size() >= kInlineLimit) {
-    return PutWith(bytes.size(), [&](char* dst) { memcpy(dst, bytes.data(), bytes.size()); });
+    // Large: through the store (PutWith collects no refs from a memcpy: add the given ones).
+    std::string id =
+        PutWith(bytes.size(), [&](char* dst) { memcpy(dst, bytes.data(), bytes.size()); });
+    if (!nested.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& n : nested) Entry(n).local_refs++;
+      auto it = objects_.find(id);
+      if (it != objects_.end()) it->second.nested = std::move(nested);
+    }
+    return id;
   }
   std::lock_guard<std::mutex> lock(mu_);
   std::string id = NewObjectId();
@@ -684,14 +741,21 @@ std::string CoreWorker::Put(std::string bytes) {
   e.ready = true;
   e.local_refs = 1;
   e.inline_data = std::make_shared<const std::string>(std::move(bytes));
+  // The value keeps the objects it refers to alive (one local reference each).
+  for (const auto& n : nested) Entry(n).local_refs++;
+  e.nested = std::move(nested);
   return id;
 }
 
 std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& fill) {
+  internal::RefCollector refs;
   if (size < kInlineLimit) {
     std::string bytes(size, '\0');
-    fill(bytes.data());
-    return Put(std::move(bytes));
+    {
+      internal::CollectRefs scope(&refs);
+      fill(bytes.data());
+    }
+    return PutBytes(std::move(bytes), std::move(refs.ids));
   }
   std::string id;
   {
@@ -700,7 +764,10 @@ std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& f
   }
   auto loc = CreateInStore(id, id, size, address_);
   if (!loc.ok()) throw internal::RayException("Put failed: " + loc.status().message());
-  fill(arena_->data() + loc->offset());
+  {
+    internal::CollectRefs scope(&refs);
+    fill(arena_->data() + loc->offset());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   ObjectEntry& en = Entry(id);
   en.owned = true;
@@ -708,13 +775,48 @@ std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& f
   en.local_refs = 1;
   en.in_shm = true;
   en.shm = *loc;
+  for (const auto& n : refs.ids) Entry(n).local_refs++;
+  en.nested = std::move(refs.ids);
   return id;
 }
 
 void CoreWorker::AddLocalReference(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   ObjectEntry& e = Entry(id);
   e.local_refs++;
+  if (e.owned || e.borrow_regs > 0) return;
+  if (e.registering) {
+    // Another thread is registering this process: the reference is good once it is done.
+    cv_.wait(lock, [&] { return !e.registering; });
+    return;
+  }
+  // A reference to an object someone else owns: register with the owner as a borrower before
+  // relying on it (whoever handed it over holds it until then), so the owner keeps it for as
+  // long as this process does.
+  std::string owner = OwnerOf(id);
+  if (owner.empty() || owner == address_ || shutting_down_) return;
+  e.registering = true;
+  lock.unlock();
+  rpc::BorrowObjectsRequest req;
+  req.set_borrower(address_);
+  req.add_object_ids(id);
+  req.set_delta(1);
+  rpc::BorrowObjectsReply reply;
+  auto ctx = TrackedContext(10000);
+  auto st = rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
+  ReleaseContext(ctx.get());
+  lock.lock();
+  // The entry is still there: this reference holds it, and MaybeFree skips registering entries.
+  e.registering = false;
+  if (st.ok() && reply.unknown_size() == 0) {
+    e.borrow_regs++;
+  } else if (!st.ok()) {
+    TORUS_LOG(WARNING) << "cannot register as a borrower of object " << id << " with its owner: "
+                       << st.error_message();
+  }
+  cv_.notify_all();
+  auto it = objects_.find(id);
+  if (it != objects_.end() && it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFreeAt(it);
 }
 
 void CoreWorker::RemoveLocalReference(const std::string& id) {
@@ -732,8 +834,21 @@ void CoreWorker::MaybeFree(const std::string& id) {
 
 void CoreWorker::MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it) {
   ObjectEntry& e = it->second;
-  if (e.local_refs > 0 || e.pins > 0) return;
+  if (e.local_refs > 0 || e.pins > 0 || !e.borrowers.empty() || e.registering) return;
   if (!e.owned && e.fetching) return;  // the fetch thread will find no entry and drop the value
+  if (!e.owned && e.borrow_regs > 0) QueueBorrowRelease(it->first, e.borrow_regs);
+  if (!e.nested.empty()) {
+    // The value held the objects it refers to: let them go once it is gone.
+    std::vector<std::string> nested = std::move(e.nested);
+    e.nested.clear();
+    e.borrow_regs = 0;  // queued above
+    MaybeFreeAt(it);    // frees this one (its nested list is empty now)
+    for (const auto& n : nested) {
+      auto nit = objects_.find(n);
+      if (nit != objects_.end() && --nit->second.local_refs <= 0) MaybeFreeAt(nit);
+    }
+    return;
+  }
   std::vector<std::string> names;
   if (e.owned && e.in_shm && e.shm.node_id() == node_id_) names.push_back(e.shm.key());
   std::string remote_node;
@@ -765,6 +880,7 @@ void CoreWorker::MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::itera
 void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
   auto it = objects_.find(id);
   if (it == objects_.end()) {
+    AdoptNested(nullptr, r);  // give the registrations made for us back
     // Nobody holds a reference any more: drop the value (and its segment).
     if (!r.is_error() && r.value().in_shm()) {
       std::string token = opts_.token, addr = r.value().node_address(), name = r.value().key();
@@ -794,7 +910,60 @@ void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
     e.inline_data =
         std::make_shared<const std::string>(std::move(*r.mutable_value()->mutable_inline_data()));
   }
+  if (r.nested_ids_size() > 0) AdoptNested(e.ready && !e.is_error ? &e : nullptr, r);
   OnObjectReady(id);
+}
+
+void CoreWorker::AdoptNested(ObjectEntry* outer, const rpc::TaskResult& r) {
+  for (const std::string& n : r.nested_ids()) {
+    if (OwnerOf(n) == address_) {
+      // Ours: the executor registered us with ourselves; that becomes the outer value's local
+      // reference (or is dropped).
+      auto nit = objects_.find(n);
+      if (nit == objects_.end() || !nit->second.owned) continue;
+      bool last = AdjustBorrower(nit->second, address_, -1);
+      if (outer) {
+        nit->second.local_refs++;
+        outer->nested.push_back(n);
+      } else if (last) {
+        MaybeFreeAt(nit);
+      }
+    } else if (outer) {
+      ObjectEntry& ne = Entry(n);
+      ne.local_refs++;
+      ne.borrow_regs++;
+      outer->nested.push_back(n);
+    } else {
+      QueueBorrowRelease(n, 1);
+    }
+  }
+}
+
+bool CoreWorker::AdjustBorrower(ObjectEntry& e, const std::string& addr, int delta) {
+  auto b = std::find_if(e.borrowers.begin(), e.borrowers.end(),
+                        [&](const auto& p) { return p.first == addr; });
+  int before = b == e.borrowers.end() ? 0 : b->second;
+  int after = std::max(0, before + delta);
+  if (b == e.borrowers.end()) {
+    if (after > 0) e.borrowers.emplace_back(addr, after);
+  } else if (after > 0) {
+    b->second = after;
+  } else {
+    e.borrowers.erase(b);
+  }
+  if (addr != address_ && after != before) {
+    auto& st = borrowers_[addr];
+    st.regs += after - before;
+    if (st.regs <= 0) borrowers_.erase(addr);
+  }
+  return before > 0 && e.borrowers.empty();
+}
+
+void CoreWorker::QueueBorrowRelease(const std::string& id, int n) {
+  std::string owner = OwnerOf(id);
+  if (owner.empty() || owner == address_ || n <= 0) return;
+  pending_releases_[owner].emplace_back(id, n);
+  borrow_cv_.notify_all();
 }
 
 void CoreWorker::FailObject(const std::string& id, StatusCode code, const std::string& msg) {
@@ -859,8 +1028,9 @@ void CoreWorker::FetchFromOwner(const std::string& id) {
   } else {
     *r.mutable_value() = reply.value();
   }
-  StoreResult(id, r);
-  if (it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFree(id);
+  StoreResult(id, r);  // may insert entries: `it` is stale after this
+  it = objects_.find(id);
+  if (it != objects_.end() && it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFreeAt(it);
 }
 
 StatusOr<rpc::ObjectLocation> CoreWorker::CreateInStore(const std::string& object_id,
@@ -1148,7 +1318,7 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
     if (it == objects_.end() || !it->second.owned) {
       reply->set_ready(true);
       reply->set_is_error(true);
-      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
+      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
       reply->mutable_error()->set_message("object " + req->object_id() +
                                           " is unknown to its owner (already freed)");
       return grpc::Status::OK;
@@ -1165,12 +1335,186 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
   }
 }
 
+// ------------------------------------------------------------------------------- borrowing
+
+grpc::Status CoreWorker::BorrowObjects(grpc::ServerContext* ctx, const rpc::BorrowObjectsRequest* req,
+                                       rpc::BorrowObjectsReply* reply) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  if (req->object_ids_size() == 0) return grpc::Status::OK;  // a liveness probe
+  if (req->borrower().empty() || req->delta() == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "BorrowObjects needs a borrower and a delta");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> unborrowed;
+  for (const std::string& id : req->object_ids()) {
+    auto it = objects_.find(id);
+    if (it == objects_.end() || !it->second.owned) {
+      reply->add_unknown(id);
+      continue;
+    }
+    if (AdjustBorrower(it->second, req->borrower(), req->delta())) unborrowed.push_back(id);
+  }
+  for (const auto& id : unborrowed) MaybeFree(id);
+  return grpc::Status::OK;
+}
+
+void CoreWorker::RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
+                                       rpc::TaskResult* result) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::map<std::string, std::vector<std::string>> by_owner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& id : ids) {
+      std::string owner = OwnerOf(id);
+      if (owner.empty()) continue;
+      if (owner != address_) {
+        by_owner[owner].push_back(std::move(id));
+        continue;
+      }
+      // Ours: register the submitter here.
+      auto it = objects_.find(id);
+      if (it == objects_.end() || !it->second.owned) continue;
+      AdjustBorrower(it->second, submitter, 1);
+      result->add_nested_ids(id);
+    }
+  }
+  for (auto& [owner, owned] : by_owner) {
+    rpc::BorrowObjectsRequest req;
+    req.set_borrower(submitter);
+    req.set_delta(1);
+    for (const auto& id : owned) req.add_object_ids(id);
+    rpc::BorrowObjectsReply reply;
+    auto ctx = TrackedContext(10000);
+    auto st = rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
+    ReleaseContext(ctx.get());
+    if (!st.ok()) {
+      TORUS_LOG(WARNING) << "cannot register the caller as a borrower of " << owned.size()
+                         << " object(s) with their owner " << owner << ": " << st.error_message();
+      continue;  // the caller will find them lost
+    }
+    std::set<std::string> unknown(reply.unknown().begin(), reply.unknown().end());
+    for (const auto& id : owned) {
+      if (!unknown.count(id)) result->add_nested_ids(id);
+    }
+  }
+}
+
+bool CoreWorker::OwnsLiveObjects() {
+  for (const auto& [id, e] : objects_) {
+    if (e.owned) return true;
+  }
+  return false;
+}
+
+void CoreWorker::BorrowLoop() {
+  auto next_probe = Clock::now() + std::chrono::seconds(1);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      borrow_cv_.wait_until(lock, next_probe, [this] {
+        return shutting_down_ || !pending_releases_.empty();
+      });
+      if (shutting_down_) return;
+    }
+    FlushBorrowReleases(5000, /*cancellable=*/true);
+    if (Clock::now() >= next_probe) {
+      ProbeBorrowers();
+      next_probe = Clock::now() + std::chrono::seconds(1);
+    }
+  }
+}
+
+void CoreWorker::FlushBorrowReleases(int deadline_ms, bool cancellable) {
+  std::unordered_map<std::string, std::vector<std::pair<std::string, int>>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending.swap(pending_releases_);
+  }
+  for (auto& [owner, releases] : pending) {
+    // One call per owner and count (almost always 1).
+    std::map<int, rpc::BorrowObjectsRequest> by_count;
+    for (auto& [id, n] : releases) {
+      auto& req = by_count[n];
+      req.set_borrower(address_);
+      req.set_delta(-n);
+      req.add_object_ids(id);
+    }
+    for (auto& [n, req] : by_count) {
+      rpc::BorrowObjectsReply reply;
+      auto ctx = cancellable ? TrackedContext(deadline_ms) : NewContext(opts_.token, deadline_ms);
+      // An owner that is gone has nothing left to release: errors are ignored.
+      (void)rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
+      if (cancellable) ReleaseContext(ctx.get());
+    }
+  }
+}
+
+void CoreWorker::ProbeBorrowers() {
+  std::vector<std::string> addrs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [addr, st] : borrowers_) addrs.push_back(addr);
+  }
+  for (const auto& addr : addrs) {
+    rpc::BorrowObjectsRequest req;  // no ids: only asks whether the borrower is there
+    rpc::BorrowObjectsReply reply;
+    auto ctx = TrackedContext(1000);
+    auto st = rpc::CoreWorker::NewStub(GetChannel(addr))->BorrowObjects(ctx.get(), req, &reply);
+    ReleaseContext(ctx.get());
+    if (shutting_down_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = borrowers_.find(addr);
+    if (it == borrowers_.end()) continue;
+    BorrowerState& b = it->second;
+    if (st.ok() || (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                    st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)) {
+      b.refused = b.timeouts = 0;  // it answered (even an error means a live process)
+      continue;
+    }
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) b.refused++;
+    else b.timeouts++;
+    // Refused twice in a row (the process is gone: nothing listens on its port), or silent for
+    // ten probes (a vanished host): its registrations are dropped.
+    if (b.refused < 2 && b.timeouts < 10) continue;
+    TORUS_LOG(WARNING) << "borrower " << addr << " is gone (" << st.error_message()
+                       << "); dropping its " << b.regs << " reference(s)";
+    borrowers_.erase(it);
+    std::vector<std::string> unborrowed;
+    for (auto& [id, e] : objects_) {
+      auto p = std::find_if(e.borrowers.begin(), e.borrowers.end(),
+                            [&](const auto& x) { return x.first == addr; });
+      if (p == e.borrowers.end()) continue;
+      e.borrowers.erase(p);
+      if (e.borrowers.empty()) unborrowed.push_back(id);
+    }
+    for (const auto& id : unborrowed) MaybeFree(id);
+  }
+}
+
+void CoreWorker::ReleaseAllBorrows(int deadline_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, e] : objects_) {
+      if (!e.owned && e.borrow_regs > 0) {
+        QueueBorrowRelease(id, e.borrow_regs);
+        e.borrow_regs = 0;
+      }
+    }
+  }
+  // Sent from this thread, now, not cancelled by shutdown: the process is about to end.
+  FlushBorrowReleases(deadline_ms, /*cancellable=*/false);
+}
+
 // ------------------------------------------------------------------------------- submission
 
 void CoreWorker::PrepareArgs(std::vector<internal::TaskArg>& args, rpc::TaskSpec* spec,
                              std::vector<std::string>* deps) {
   for (auto& a : args) {
     rpc::Arg* out = spec->add_args();
+    // Refs inside a by-value argument are pinned like ref arguments, until the task has run:
+    // the executor registers as a borrower of those it keeps.
+    for (auto& n : a.nested_ids) deps->push_back(std::move(n));
     if (!a.is_ref && a.value.size() >= kInlineLimit) {
       // Large by-value arguments go through the object store like any large value.
       mu_.unlock();
@@ -1676,8 +2020,16 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   spec->set_task_id(actor_id);
   std::string ns = options.ray_namespace.empty() ? GetNamespace() : options.ray_namespace;
   spec->set_ray_namespace(ns);
+  // Refs inside constructor arguments stay held by this process for as long as it lives: a
+  // restarted actor unpacks the same arguments again.
+  std::vector<std::string> ctor_nested;
+  for (auto& a : args) {
+    for (auto& n : a.nested_ids) ctor_nested.push_back(std::move(n));
+    a.nested_ids.clear();
+  }
   {
     std::unique_lock<std::mutex> lock(mu_);
+    for (const auto& n : ctor_nested) Entry(n).local_refs++;
     std::vector<std::string> refs;
     PrepareArgs(args, spec, &refs);
     // Constructor arguments must be values the node can hand over: resolve refs now.
@@ -2331,6 +2683,20 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
     return;
   }
   const auto& registry = internal::FunctionRegistry::Instance();
+  // Refs packed into the result are collected (and held) while the invoker packs it.
+  struct ResultRefs {
+    CoreWorker* cw;
+    internal::RefCollector c;
+    internal::RefCollector* prev;
+    explicit ResultRefs(CoreWorker* w) : cw(w), prev(internal::ResultRefCollector()) {
+      c.hold = true;
+      internal::ResultRefCollector() = &c;
+    }
+    ~ResultRefs() {
+      internal::ResultRefCollector() = prev;
+      for (const auto& id : c.ids) cw->RemoveLocalReference(id);
+    }
+  } result_refs(this);
   std::vector<std::shared_ptr<internal::Buffer>> keep;
   std::vector<internal::ArgView> views;
   views.reserve(spec.args_size());
@@ -2420,18 +2786,23 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   rpc::ObjectLocation* loc = result->mutable_value();
   if (bytes.size() < kInlineLimit) {
     loc->set_inline_data(std::move(bytes));
-    return;
+  } else {
+    auto stored = CreateInStore(spec.return_id(),
+                                HexOf(spec.return_id()) + ".r" + std::to_string(spec.attempt()),
+                                bytes.size(), spec.owner_address());
+    if (!stored.ok()) {
+      fail(StatusCode::kInternal,
+           "cannot store the result of " + spec.function() + ": " + stored.status().message());
+      return;
+    }
+    memcpy(arena_->data() + stored->offset(), bytes.data(), bytes.size());
+    *loc = *stored;
   }
-  auto stored = CreateInStore(spec.return_id(),
-                              HexOf(spec.return_id()) + ".r" + std::to_string(spec.attempt()),
-                              bytes.size(), spec.owner_address());
-  if (!stored.ok()) {
-    fail(StatusCode::kInternal,
-         "cannot store the result of " + spec.function() + ": " + stored.status().message());
-    return;
+  // The result refers to objects: the submitter becomes a borrower of each before we reply
+  // (our own hold on them ends when result_refs goes).
+  if (!result_refs.c.ids.empty()) {
+    RegisterResultBorrows(spec.owner_address(), result_refs.c.ids, result);
   }
-  memcpy(arena_->data() + stored->offset(), bytes.data(), bytes.size());
-  *loc = *stored;
 }
 
 }  // namespace torus::core

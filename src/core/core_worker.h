@@ -120,6 +120,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   grpc::Status ServeTasks(Stream* stream);
   grpc::Status GetObject(grpc::ServerContext*, const rpc::GetObjectRequest*,
                          rpc::GetObjectReply*) override;
+  grpc::Status BorrowObjects(grpc::ServerContext*, const rpc::BorrowObjectsRequest*,
+                             rpc::BorrowObjectsReply*) override;
   grpc::Status Exit(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
   grpc::Status PrintLogs(grpc::ServerContext*, const rpc::LogBatch*, rpc::Empty*) override;
   grpc::Status ListTasks(grpc::ServerContext*, const rpc::Empty*, rpc::TaskList*) override;
@@ -140,11 +142,32 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   Status Connect();
 
   std::string NewObjectId();
+  std::string PutBytes(std::string bytes, std::vector<std::string> nested);
   // Object store. Require mu_.
   ObjectEntry& Entry(const std::string& id);
   void MaybeFree(const std::string& id);
   void MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it);
   void StoreResult(const std::string& id, rpc::TaskResult& r);  // takes the value out of r
+  // Borrowed references (docs/objects.md). Require mu_ unless noted.
+  // The result entry `outer` (null: nobody holds the result) takes over the registrations the
+  // executor made for us of the refs inside the value.
+  void AdoptNested(ObjectEntry* outer, const rpc::TaskResult& r);
+  // Owner side: borrower `addr` holds `delta` more (or fewer) registrations of the entry.
+  // Returns true when the entry lost its last borrower.
+  bool AdjustBorrower(ObjectEntry& e, const std::string& addr, int delta);
+  void QueueBorrowRelease(const std::string& id, int n);
+  // Executor side: registers `submitter` as a borrower of each id (with their owners) and lists
+  // the registered ones in result->nested_ids. No lock.
+  void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
+                             rpc::TaskResult* result);
+  // No lock. Sends queued releases; probes borrowers and drops those that are gone.
+  void BorrowLoop();
+  void FlushBorrowReleases(int deadline_ms, bool cancellable);
+  void ProbeBorrowers();
+  // No lock. Gives back every registration this process holds (clean exit).
+  void ReleaseAllBorrows(int deadline_ms);
+  // Whether this process owns an object something still refers to. Requires mu_.
+  bool OwnsLiveObjects();
   void FailObject(const std::string& id, StatusCode code, const std::string& msg);
   // Location of a value we hold, for an Arg or a GetObject reply. Require mu_.
   bool LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
@@ -210,6 +233,15 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::vector<std::unique_ptr<Conn>> dead_conns_;
   uint64_t next_object_ = 0;
   std::unordered_map<std::string, double> exec_avg_us_;  // EWMA of user-code time per function
+  // Owner side: processes registered as borrowers of our objects, for the liveness probe.
+  struct BorrowerState {
+    int regs = 0;      // registrations held, over all objects
+    int refused = 0;   // consecutive probes refused (UNAVAILABLE)
+    int timeouts = 0;  // consecutive probes timed out
+  };
+  std::unordered_map<std::string, BorrowerState> borrowers_;
+  // Borrower side: registrations to give back, per owner address: (object id, count).
+  std::unordered_map<std::string, std::vector<std::pair<std::string, int>>> pending_releases_;
   // What this process submitted, for `torus list tasks`; finished entries are kept up to a bound.
   void SetTaskState(const rpc::TaskSpec& spec, const char* state, const std::string& worker = "",
                     const std::string& error = "");
@@ -256,6 +288,9 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
 
   std::atomic<bool> shutting_down_{false};
   std::thread housekeeping_thread_;
+  std::thread borrow_thread_;
+  std::condition_variable borrow_cv_;  // with mu_: releases queued, or shutdown
+  std::atomic<bool> term_requested_{false};  // workers: SIGTERM received
   std::mutex hk_mu_;  // only for hk_cv_: wakes housekeeping at shutdown
   std::condition_variable hk_cv_;
   // Drivers: a WatchJob call held open so the head notices if this process dies.

@@ -75,7 +75,11 @@ std::string PackResultOf(Call&& call) {
     call();
     return Serializer::SerializeNil();
   } else {
-    return Serializer::Serialize(call());
+    // The user's code runs first, with no collector; then packing the value records the refs
+    // inside it (held, since the value and its ObjectRefs die when this returns).
+    decltype(auto) value = call();
+    CollectRefs scope(ResultRefCollector());
+    return Serializer::Serialize(value);
   }
 }
 

@@ -10,7 +10,9 @@
 // transfers it. Nothing is counted while no runtime exists (before Init, after Shutdown).
 //
 // ObjectRefs may be sent inside other values (packed as a msgpack ext of kObjectRefExtType);
-// unpacking one in another process creates a new counted reference there.
+// unpacking one in another process creates a new counted reference there, and that process
+// registers with the object's owner as a borrower, so the object outlives the references of
+// the process that sent it (docs/objects.md).
 //
 // Thread safety: as for std::string: distinct ObjectRefs may be used from distinct threads;
 // one ObjectRef must not be modified concurrently.
@@ -146,6 +148,15 @@ struct pack<torus::ObjectRef<T>> {
   template <typename Stream>
   packer<Stream>& operator()(packer<Stream>& o, const torus::ObjectRef<T>& ref) const {
     torus::internal::PackIdExt(o, torus::internal::kObjectRefExtType, ref.ID());
+    if (torus::internal::RefCollector* c = torus::internal::ActiveRefCollector();
+        c != nullptr && !ref.ID().empty()) {
+      c->ids.push_back(ref.ID());
+      if (c->hold) {
+        if (torus::internal::Runtime* runtime = torus::internal::GetRuntime()) {
+          runtime->AddLocalReference(ref.ID());
+        }
+      }
+    }
     return o;
   }
 };

@@ -14,6 +14,7 @@
 #include <string>
 #include <type_traits>
 #include <typeinfo>
+#include <vector>
 
 #include <boost/core/demangle.hpp>
 #include <msgpack.hpp>
@@ -24,6 +25,33 @@ namespace torus::internal {
 
 inline constexpr int8_t kObjectRefExtType = 0x52;    // 'R': body is an object id
 inline constexpr int8_t kActorHandleExtType = 0x41;  // 'A': body is an actor id
+
+// Which objects a value refers to. While a collector is active on a thread, packing an
+// ObjectRef records its id there: the runtime keeps those objects alive for as long as the
+// packed value needs them (docs/objects.md, "Borrowed references").
+struct RefCollector {
+  std::vector<std::string> ids;
+  // Also take one local reference per id, for the runtime to give back: results are packed
+  // from values whose ObjectRefs die before the runtime sees the bytes.
+  bool hold = false;
+};
+// The collector of this thread (nullptr: none). Lives in libtorus, one per thread per process.
+RefCollector*& ActiveRefCollector();
+// The collector for the result of the task this thread is executing (set by the runtime
+// around a task; the invokers make it active while they pack the result).
+RefCollector*& ResultRefCollector();
+
+// Makes `c` (or none) the active collector for the scope.
+class CollectRefs {
+ public:
+  explicit CollectRefs(RefCollector* c) : prev_(ActiveRefCollector()) { ActiveRefCollector() = c; }
+  ~CollectRefs() { ActiveRefCollector() = prev_; }
+  CollectRefs(const CollectRefs&) = delete;
+  CollectRefs& operator=(const CollectRefs&) = delete;
+
+ private:
+  RefCollector* prev_;
+};
 
 // Readable name of T for error messages.
 template <typename T>

@@ -32,6 +32,7 @@ struct TaskArg {
   bool is_ref = false;  // true: resolve the object `ref_id` and pass its value
   std::string value;    // msgpack bytes of the argument when !is_ref
   std::string ref_id;   // full object id (see ObjectRef::ID) when is_ref
+  std::vector<std::string> nested_ids;  // refs packed inside `value` (kept alive for the task)
 };
 
 // A label selector term, Ray syntax: value is "v", "!v", "in(a,b)", "!in(a,b)", "exists()"...
