@@ -787,7 +787,10 @@ void CoreWorker::AddLocalReference(const std::string& id) {
   if (e.owned || e.borrow_regs > 0) return;
   if (e.registering) {
     // Another thread is registering this process: the reference is good once it is done.
-    cv_.wait(lock, [&] { return !e.registering; });
+    cv_.wait(lock, [&] {
+      auto it = objects_.find(id);
+      return it == objects_.end() || !it->second.registering || shutting_down_;
+    });
     return;
   }
   // A reference to an object someone else owns: register with the owner as a borrower before
@@ -806,17 +809,22 @@ void CoreWorker::AddLocalReference(const std::string& id) {
   auto st = rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
   ReleaseContext(ctx.get());
   lock.lock();
-  // The entry is still there: this reference holds it, and MaybeFree skips registering entries.
-  e.registering = false;
-  if (st.ok() && reply.unknown_size() == 0) {
-    e.borrow_regs++;
-  } else if (!st.ok()) {
+  cv_.notify_all();
+  bool registered = st.ok() && reply.unknown_size() == 0;
+  if (!st.ok()) {
     TORUS_LOG(WARNING) << "cannot register as a borrower of object " << id << " with its owner: "
                        << st.error_message();
   }
-  cv_.notify_all();
+  // This reference holds the entry and MaybeFree skips registering entries; only Shutdown
+  // (clearing every entry) can have removed it.
   auto it = objects_.find(id);
-  if (it != objects_.end() && it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFreeAt(it);
+  if (it == objects_.end()) {
+    if (registered) QueueBorrowRelease(id, 1);
+    return;
+  }
+  it->second.registering = false;
+  if (registered) it->second.borrow_regs++;
+  if (it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFreeAt(it);
 }
 
 void CoreWorker::RemoveLocalReference(const std::string& id) {
