@@ -565,4 +565,21 @@ TEST(SpellingTest, RayLogCompilesAndBindsElseCorrectly) {
   RAYLOG(INFO) << "api_test log line " << 42;
 }
 
+// CopyLarge splits big copies over helper threads: every byte must land, whatever the size's
+// remainder, and nothing outside [dst, dst+n) may be touched.
+TEST(CopyLargeTest, CopiesEveryByteOfOddSizes) {
+  for (size_t n : {size_t{100}, ray::internal::kParallelCopyMinBytes - 1,
+                   ray::internal::kParallelCopyMinBytes, ray::internal::kParallelCopyMinBytes + 13,
+                   size_t{3} * ray::internal::kParallelCopyMinBytes + 1}) {
+    std::vector<char> src(n), dst(n + 128, '\x5a');
+    for (size_t i = 0; i < n; ++i) src[i] = static_cast<char>((i * 2654435761u) >> 13);
+    ray::internal::CopyLarge(dst.data() + 64, src.data(), n);
+    EXPECT_EQ(std::memcmp(dst.data() + 64, src.data(), n), 0) << "size " << n;
+    for (size_t i = 0; i < 64; ++i) {
+      ASSERT_EQ(dst[i], '\x5a') << "byte before the destination, size " << n;
+      ASSERT_EQ(dst[n + 64 + i], '\x5a') << "byte after the destination, size " << n;
+    }
+  }
+}
+
 }  // namespace

@@ -725,7 +725,7 @@ std::string CoreWorker::PutBytes(std::string bytes, std::vector<std::string> nes
   if (bytes.size() >= kInlineLimit) {
     // Large: through the store (PutWith collects no refs from a memcpy: add the given ones).
     std::string id =
-        PutWith(bytes.size(), [&](char* dst) { memcpy(dst, bytes.data(), bytes.size()); });
+        PutWith(bytes.size(), [&](char* dst) { internal::CopyLarge(dst, bytes.data(), bytes.size()); });
     if (!nested.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& n : nested) Entry(n).local_refs++;
@@ -2803,7 +2803,7 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
            "cannot store the result of " + spec.function() + ": " + stored.status().message());
       return;
     }
-    memcpy(arena_->data() + stored->offset(), bytes.data(), bytes.size());
+    internal::CopyLarge(arena_->data() + stored->offset(), bytes.data(), bytes.size());
     *loc = *stored;
   }
   // The result refers to objects: the submitter becomes a borrower of each before we reply

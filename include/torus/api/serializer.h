@@ -53,6 +53,11 @@ class CollectRefs {
   RefCollector* prev_;
 };
 
+// memcpy for large buffers (the body of a big value being packed into shared memory): split
+// over the caller and a few helper threads, since one core's copy bandwidth is the limit there.
+inline constexpr size_t kParallelCopyMinBytes = size_t{8} << 20;
+void CopyLarge(char* dst, const char* src, size_t n);  // in libtorus
+
 // Readable name of T for error messages.
 template <typename T>
 std::string TypeName() {
@@ -131,7 +136,11 @@ class Serializer {
   struct PointerWriter {
     char* p;
     void write(const char* data, size_t n) {
-      std::memcpy(p, data, n);
+      if (n >= kParallelCopyMinBytes) {
+        CopyLarge(p, data, n);
+      } else {
+        std::memcpy(p, data, n);
+      }
       p += n;
     }
   };
