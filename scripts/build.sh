@@ -11,7 +11,8 @@ case "$mode" in
 esac
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
 if [ "$mode" = asan ]; then
-  ninja -C "$dir" unit_tests
+  # Unit tests, plus what the reference-counting multi-process tests need (test.sh).
+  ninja -C "$dir" unit_tests runtime_tests torus_cli
 else
   ninja -C "$dir"
 fi
