@@ -38,6 +38,12 @@ uint64_t BorSumLater(std::vector<BytesRef> refs, int sleep_ms) {
   return h;
 }
 
+int BorSumSmall(std::vector<ray::ObjectRef<int>> refs) {
+  int sum = 0;
+  for (auto& r : refs) sum += *r.Get();
+  return sum;
+}
+
 // Hands the references on to a task of its own and returns that task's result reference.
 ray::ObjectRef<uint64_t> BorForward(std::vector<BytesRef> refs) {
   return ray::Task(BorSumLater).Remote(refs, 500);
@@ -70,7 +76,7 @@ class BorKeeper {
   std::vector<BytesRef> kept_;
 };
 
-RAY_REMOTE(BorPutLarge, BorChecksum, BorSumLater, BorForward, BorPutTwo, BorKeeper::Create,
+RAY_REMOTE(BorPutLarge, BorChecksum, BorSumSmall, BorSumLater, BorForward, BorPutTwo, BorKeeper::Create,
            &BorKeeper::Keep, &BorKeeper::Sum, &BorKeeper::Clear, &BorKeeper::Pid);
 
 namespace torus_test {
@@ -180,6 +186,23 @@ TEST_F(BorrowTest, AnActorKeepsBorrowedReferencesInItsState) {
   EXPECT_EQ(*keeper.Task(&BorKeeper::Clear).Remote().Get(kGetTimeoutMs), 0);
   ExpectStoresReleased();
   keeper.Kill(true);
+}
+
+// A thousand refs in one argument, half of them produced by tasks on another node: all are
+// kept until the task has read them, after the driver dropped its own.
+TEST_F(BorrowTest, AThousandReferencesInOneArgument) {
+  ray::ObjectRef<int> sum;
+  int expected = 0;
+  {
+    std::vector<ray::ObjectRef<int>> refs;
+    for (int i = 0; i < 1000; ++i) {
+      refs.push_back(i % 2 ? ray::Put(i) : ray::Task(BorSumSmall).SetResource("node_a", 1).Remote(
+                                                std::vector<ray::ObjectRef<int>>{ray::Put(i)}));
+      expected += i;
+    }
+    sum = ray::Task(BorSumSmall).SetResource("node_b", 1).Remote(refs);
+  }
+  EXPECT_EQ(*sum.Get(kGetTimeoutMs), expected);
 }
 
 TEST_F(BorrowTest, ABorrowerThatIsKilledNoLongerHoldsItsReferences) {

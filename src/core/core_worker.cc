@@ -1408,6 +1408,65 @@ void CoreWorker::RegisterResultBorrows(const std::string& submitter, std::vector
   }
 }
 
+std::vector<std::string> CoreWorker::PinArgBorrows(const rpc::TaskSpec& spec) {
+  std::vector<std::string> pinned;
+  bool any = false;
+  for (const auto& a : spec.args()) any |= a.nested_ids_size() > 0;
+  if (!any) return pinned;
+  std::map<std::string, std::vector<std::string>> to_register;  // owner -> ids
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& a : spec.args()) {
+      for (const std::string& id : a.nested_ids()) {
+        ObjectEntry& e = Entry(id);
+        e.pins++;
+        pinned.push_back(id);
+        if (e.owned || e.borrow_regs > 0 || e.registering) continue;
+        std::string owner = OwnerOf(id);
+        if (owner.empty() || owner == address_) continue;
+        e.registering = true;
+        to_register[owner].push_back(id);
+      }
+    }
+  }
+  for (auto& [owner, ids] : to_register) {
+    rpc::BorrowObjectsRequest req;
+    req.set_borrower(address_);
+    req.set_delta(1);
+    for (const auto& id : ids) req.add_object_ids(id);
+    rpc::BorrowObjectsReply reply;
+    auto ctx = TrackedContext(10000);
+    auto st = rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
+    ReleaseContext(ctx.get());
+    if (!st.ok()) {
+      TORUS_LOG(WARNING) << "cannot register as a borrower of " << ids.size()
+                         << " object(s) with their owner " << owner << ": " << st.error_message();
+    }
+    std::set<std::string> unknown(reply.unknown().begin(), reply.unknown().end());
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& id : ids) {
+      auto it = objects_.find(id);
+      if (it == objects_.end()) {  // only Shutdown clears pinned entries
+        if (st.ok() && !unknown.count(id)) QueueBorrowRelease(id, 1);
+        continue;
+      }
+      it->second.registering = false;
+      if (st.ok() && !unknown.count(id)) it->second.borrow_regs++;
+    }
+    cv_.notify_all();
+  }
+  return pinned;
+}
+
+void CoreWorker::UnpinArgBorrows(const std::vector<std::string>& pinned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& id : pinned) {
+    auto it = objects_.find(id);
+    if (it == objects_.end()) continue;
+    if (--it->second.pins <= 0 && it->second.local_refs <= 0) MaybeFreeAt(it);
+  }
+}
+
 bool CoreWorker::OwnsLiveObjects() {
   for (const auto& [id, e] : objects_) {
     if (e.owned) return true;
@@ -1522,7 +1581,10 @@ void CoreWorker::PrepareArgs(std::vector<internal::TaskArg>& args, rpc::TaskSpec
     rpc::Arg* out = spec->add_args();
     // Refs inside a by-value argument are pinned like ref arguments, until the task has run:
     // the executor registers as a borrower of those it keeps.
-    for (auto& n : a.nested_ids) deps->push_back(std::move(n));
+    for (auto& n : a.nested_ids) {
+      out->add_nested_ids(n);
+      deps->push_back(std::move(n));
+    }
     if (!a.is_ref && a.value.size() >= kInlineLimit) {
       // Large by-value arguments go through the object store like any large value.
       mu_.unlock();
@@ -2705,6 +2767,15 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
       for (const auto& id : c.ids) cw->RemoveLocalReference(id);
     }
   } result_refs(this);
+  // Refs inside the arguments: registered with their owners now, in one call per owner, and
+  // pinned while the task runs (unpacking them then costs no call).
+  struct ArgBorrows {
+    CoreWorker* cw;
+    std::vector<std::string> pinned;
+    ~ArgBorrows() {
+      if (!pinned.empty()) cw->UnpinArgBorrows(pinned);
+    }
+  } arg_borrows{this, PinArgBorrows(spec)};
   std::vector<std::shared_ptr<internal::Buffer>> keep;
   std::vector<internal::ArgView> views;
   views.reserve(spec.args_size());

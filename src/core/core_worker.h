@@ -166,6 +166,10 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void ProbeBorrowers();
   // No lock. Gives back every registration this process holds (clean exit).
   void ReleaseAllBorrows(int deadline_ms);
+  // Executor side: registers with the owners of the refs inside the task's arguments (one call
+  // per owner) and pins them for the task's duration; UnpinArgBorrows ends that. No lock.
+  std::vector<std::string> PinArgBorrows(const rpc::TaskSpec& spec);
+  void UnpinArgBorrows(const std::vector<std::string>& pinned);
   // Whether this process owns an object something still refers to. Requires mu_.
   bool OwnsLiveObjects();
   void FailObject(const std::string& id, StatusCode code, const std::string& msg);
