@@ -86,6 +86,8 @@ void SetAvailable(NamePool& pool, const ResourceMap& in, NodeEntry* n) {
   KeepAvailable(std::move(r), n);
 }
 
+void SetAvailable(CompactResources in, NodeEntry* n) { KeepAvailable(std::move(in), n); }
+
 void SetFromRecord(NamePool& pool, const rpc::NodeRecord& rec, NodeEntry* n) {
   n->address = rec.address();
   n->hostname = rec.hostname();

@@ -72,6 +72,7 @@ double Amount(const NamePool& pool, const CompactResources& r, std::string_view 
 // The node's available resources; stored apart only when they differ from its totals.
 void SetAvailable(NamePool& pool, const rpc::ResourceSet& in, NodeEntry* n);
 void SetAvailable(NamePool& pool, const ResourceMap& in, NodeEntry* n);
+void SetAvailable(CompactResources in, NodeEntry* n);  // `in` sorted by name id
 
 // Address, hostname, pid, labels, totals and available from a registration.
 void SetFromRecord(NamePool& pool, const rpc::NodeRecord& rec, NodeEntry* n);
