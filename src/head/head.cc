@@ -818,13 +818,30 @@ grpc::Status Head::CreatePlacementGroup(grpc::ServerContext* ctx, const rpc::Pla
     b->set_index(i);
     b->clear_node_id();
     b->clear_node_address();
-    auto res = FromProto(b->resources());
+    // In name order, as the first offending resource is named.
+    std::map<std::string_view, double> res;
+    for (const auto& [k, v] : b->resources().amounts()) res.emplace(k, v);
     bool any = false;
     for (const auto& [k, v] : res) {
-      if (v < 0) return fail("bundle " + std::to_string(i) + ": resource '" + k + "' is negative");
+      if (v < 0) return fail("bundle " + std::to_string(i) + ": resource '" + std::string(k) + "' is negative");
       any = any || v > 0;
     }
     if (!any) return fail("bundle " + std::to_string(i) + " is empty: give it at least one resource");
+    // The bundles of a slice reservation all carry the same selector: parse it once.
+    auto same_selector = [&](const rpc::Bundle& prev) {
+      if (prev.label_selector_size() != b->label_selector_size()) return false;
+      for (int k = 0; k < b->label_selector_size(); ++k) {
+        if (prev.label_selector(k).key() != b->label_selector(k).key() ||
+            prev.label_selector(k).expr() != b->label_selector(k).expr()) {
+          return false;
+        }
+      }
+      return true;
+    };
+    if (i > 0 && same_selector(e.rec.bundles(i - 1))) {
+      e.selectors.push_back(e.selectors.back());
+      continue;
+    }
     std::map<std::string, std::string> sel;
     for (const auto& t : b->label_selector()) sel[t.key()] = t.expr();
     auto terms = ParseLabelSelector(sel);
@@ -1179,7 +1196,9 @@ std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
     if (e.selectors[bundle].empty()) return true;
     auto it = nodes_.find(node_id);
     if (it == nodes_.end()) return false;
-    return MatchesLabels(e.selectors[bundle], LabelsOf(names_, it->first, it->second));
+    // Read in place: a map of the node's labels per bundle cost ~5% of the head's CPU per
+    // 64-host reservation.
+    return MatchesLabels(e.selectors[bundle], NodeLabels{names_, it->first, it->second});
   };
   for (int si = 0; si < sl.num_slices(); ++si) {
     if (!(*slice_names)[si].empty()) {

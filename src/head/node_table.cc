@@ -119,6 +119,14 @@ std::map<std::string, std::string> LabelsOf(const NamePool& pool, const std::str
   return out;
 }
 
+const std::string* FindLabel(const NamePool& pool, const std::string& node_id, const NodeEntry& n,
+                             std::string_view key) {
+  for (const auto& [k, v] : n.labels) {
+    if (pool.Get(k) == key) return &LabelValue(pool, node_id, n, v);
+  }
+  return nullptr;
+}
+
 std::string LabelOf(const NamePool& pool, const std::string& node_id, const NodeEntry& n,
                     std::string_view key) {
   for (const auto& [k, v] : n.labels) {
