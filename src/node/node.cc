@@ -1243,9 +1243,12 @@ bool Node::PrepareLocked(const rpc::BundlesRequest& request, std::string* error)
   const rpc::BundlesRequest* req = &request;
   auto& mine = bundles_[req->pg_id()];
   ResourceMap sum;
-  for (const auto& b : req->bundles()) {
+  std::vector<ResourceMap> totals(req->bundles_size());  // of the bundles not held yet
+  for (int i = 0; i < req->bundles_size(); ++i) {
+    const auto& b = req->bundles(i);
     if (mine.count(b.index())) continue;  // a repeated prepare
-    Add(sum, FromProto(b.resources()));
+    totals[i] = FromProto(b.resources());
+    Add(sum, totals[i]);
     std::map<std::string, std::string> sel;
     for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
     auto terms = ParseLabelSelector(sel);
@@ -1263,10 +1266,11 @@ bool Node::PrepareLocked(const rpc::BundlesRequest& request, std::string* error)
   }
   Subtract(available_, sum);
   ++ledger_seq_;
-  for (const auto& b : req->bundles()) {
+  for (int i = 0; i < req->bundles_size(); ++i) {
+    const auto& b = req->bundles(i);
     if (mine.count(b.index())) continue;
     BundleState st;
-    st.total = FromProto(b.resources());
+    st.total = std::move(totals[i]);
     st.available = st.total;
     st.committed = req->commit();
     st.env.insert(b.env().begin(), b.env().end());
