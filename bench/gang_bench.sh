@@ -3,13 +3,28 @@
 #  1. placement-group creation latency against bundle count (1, 4, 16, 64) on 64 nodes;
 #  2. whole-slice reserve+release latency for v6e slices of 1, 4, 16 and 64 hosts
 #     (2x4, 4x4, 8x8, 16x16), every host a node process with GKE's TPU environment.
-# Usage: bench/gang_bench.sh [--iters N]     (after scripts/build.sh release)
+# Usage: bench/gang_bench.sh [--iters N] [--sweep LIST|none] [--slices LIST|none]
+#   (after scripts/build.sh release). --sweep: bundle counts of part 1 (default 1,4,16,64);
+#   --slices: slice sizes in hosts of part 2, from 1,4,16,64 (default all). TORUS_BUILD=DIR runs
+#   the binaries of another build directory (default build), e.g. a baseline for side-by-side runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iters=100
-[ "${1:-}" = "--iters" ] && iters="$2"
-T=build/torus
-B=build/bench/gang_bench
+sweep=1,4,16,64
+slices=1,4,16,64
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --iters) iters="$2"; shift 2 ;;
+    --sweep) sweep="$2"; shift 2 ;;
+    --slices) slices="$2"; shift 2 ;;
+    *) echo "usage: $0 [--iters N] [--sweep LIST|none] [--slices LIST|none]" >&2; exit 2 ;;
+  esac
+done
+BUILD="${TORUS_BUILD:-build}"
+# The binaries' RUNPATH names build/: load the chosen build's libtorus (nodes inherit this).
+export LD_LIBRARY_PATH="$PWD/$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+T=$BUILD/torus
+B=$BUILD/bench/gang_bench
 export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-gang.XXXXXX)}"
 export TORUS_TPU_METADATA_URL=off
 trap '$T stop >/dev/null 2>&1 || true' EXIT
@@ -46,6 +61,8 @@ add_slice() {
 }
 
 echo "# machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# build: $BUILD"
+if [ "$sweep" != none ]; then
 echo "# 1. placement-group creation latency against bundle count, 64 node processes"
 start_head
 for i in $(seq 63); do
@@ -59,18 +76,29 @@ for _ in $(seq 20); do
   $T start --address "$TORUS_ADDRESS" --num-cpus 1 >/dev/null || true
 done
 wait_nodes 64
-$B --sweep 1,4,16,64 --iters "$iters"
+$B --sweep "$sweep" --iters "$iters"
 echo "# node daemon resident memory at idle (kB, VmRSS of each 'torus node' process): median"
 for p in $(pgrep -f "torus node" || true); do awk '/VmRSS/{print $2}' /proc/$p/status; done | sort -n |
   awk '{a[NR]=$1} END{if (NR) print "{\"name\": \"node_idle_rss_kb\", \"median\": " a[int((NR+1)/2)] ", \"max\": " a[NR] ", \"n\": " NR "}"}'
 $T stop >/dev/null
+fi
 
+[ "$slices" = none ] && exit 0
 echo "# 2. slice reserve+release latency against slice size"
 start_head
-add_slice s1 v6e-8 2x4 1
-add_slice s4 v6e-16 4x4 4
-add_slice s16 v6e-64 8x8 16
-add_slice s64 v6e-256 16x16 64
-wait_nodes 86
-for t in 2x4 4x4 8x8 16x16; do $B --slice "$t" --accelerator v6e --iters "$iters"; done
+want=1  # the head's own node
+topos=()
+for h in ${slices//,/ }; do
+  case "$h" in
+    1) add_slice s1 v6e-8 2x4 1; topos+=(2x4) ;;
+    4) add_slice s4 v6e-16 4x4 4; topos+=(4x4) ;;
+    16) add_slice s16 v6e-64 8x8 16; topos+=(8x8) ;;
+    64) add_slice s64 v6e-256 16x16 64; topos+=(16x16) ;;
+    *) echo "slice sizes are 1, 4, 16 or 64 hosts, not $h" >&2; exit 2 ;;
+  esac
+  want=$(( want + h ))
+done
+wait_nodes "$want"
+echo "# load before the slice runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+for t in "${topos[@]}"; do $B --slice "$t" --accelerator v6e --iters "$iters"; done
 $T stop >/dev/null

@@ -114,18 +114,43 @@ class Head final : public rpc::Head::Service {
   // !pg_scheduling_: one group is scheduled at a time, by the scheduler thread or inline by
   // CreatePlacementGroup when the queue was empty.
   bool SchedulePgOnce(std::unique_lock<std::mutex>& lock);
+  // A node's answer to a bundle call: the call's status and, when that is OK, the
+  // rpc::PrepareBundlesReply read by hand from its bytes (ParseBundleReply in head.cc; no
+  // protobuf map built per reply).
+  struct BundleReply {
+    grpc::Status status;
+    bool ok = false;
+    std::string error;
+    uint64_t ledger_seq = 0;
+    std::string raw;  // the serialised reply
+    struct Amount {
+      uint32_t name_offset = 0, name_size = 0;  // the resource name, in `raw`
+      double value = 0;
+    };
+    std::vector<Amount> available;
+    std::string_view Name(const Amount& a) const {
+      return std::string_view(raw).substr(a.name_offset, a.name_size);
+    }
+  };
+  // Reads r->raw (a serialised rpc::PrepareBundlesReply) into r's fields; false if garbled.
+  static bool ParseBundleReply(BundleReply* r);
   // Takes a node's ledger from a bundle reply unless we hold a newer one (require mu_).
-  void ApplyLedgerLocked(const std::string& node_address, const rpc::PrepareBundlesReply& reply);
-  // Marks a group REMOVED (require mu_); returns the (node address, bundles) to release.
-  std::vector<std::pair<std::string, rpc::BundlesRequest>> RemovePgLocked(PgEntry& e,
-                                                                           const std::string& why);
+  void ApplyLedgerLocked(const std::string& node_address, const BundleReply& reply);
+  // One bundle call to one node: its address and the serialised rpc::BundlesRequest, written
+  // straight from the group's record (BundlesPayload / ReleasePayload in head.cc) instead of
+  // building, copying and destroying request messages per node.
+  struct NodeCall {
+    std::string address;
+    std::string payload;
+  };
+  // Marks a group REMOVED (require mu_); returns the releases of its placed bundles.
+  std::vector<NodeCall> RemovePgLocked(PgEntry& e, const std::string& why);
   // Releases bundles on nodes, all at once, and takes their ledgers (no lock held).
-  void ReleaseOnNodes(const std::vector<std::pair<std::string, rpc::BundlesRequest>>& what);
+  void ReleaseOnNodes(const std::vector<NodeCall>& what);
   enum class BundleOp { kPrepare, kCommit, kRelease };
-  // One bundle call per (node address, request), issued concurrently; results in order. A node
-  // in this process is called directly. No lock held.
-  std::vector<std::pair<grpc::Status, rpc::PrepareBundlesReply>> CallNodes(
-      BundleOp op, const std::vector<std::pair<std::string, rpc::BundlesRequest>>& calls);
+  // One bundle call per NodeCall, issued concurrently; results in order. A node in this
+  // process is called directly. No lock held.
+  std::vector<BundleReply> CallNodes(BundleOp op, const std::vector<NodeCall>& calls);
   void OnNodeLostForPgs(const std::string& node_id);  // require mu_
   void FinishJobLocked(const std::string& job_id);     // require mu_
   // Alive nodes as placement views (require mu_); index_of maps node id -> index.

@@ -86,6 +86,8 @@ void SetAvailable(NamePool& pool, const ResourceMap& in, NodeEntry* n) {
   KeepAvailable(std::move(r), n);
 }
 
+void SetAvailable(CompactResources in, NodeEntry* n) { KeepAvailable(std::move(in), n); }
+
 void SetFromRecord(NamePool& pool, const rpc::NodeRecord& rec, NodeEntry* n) {
   n->address = rec.address();
   n->hostname = rec.hostname();
@@ -115,6 +117,14 @@ std::map<std::string, std::string> LabelsOf(const NamePool& pool, const std::str
   std::map<std::string, std::string> out;
   for (const auto& [k, v] : n.labels) out.emplace(pool.Get(k), LabelValue(pool, node_id, n, v));
   return out;
+}
+
+const std::string* FindLabel(const NamePool& pool, const std::string& node_id, const NodeEntry& n,
+                             std::string_view key) {
+  for (const auto& [k, v] : n.labels) {
+    if (pool.Get(k) == key) return &LabelValue(pool, node_id, n, v);
+  }
+  return nullptr;
 }
 
 std::string LabelOf(const NamePool& pool, const std::string& node_id, const NodeEntry& n,

@@ -72,12 +72,34 @@ double Amount(const NamePool& pool, const CompactResources& r, std::string_view 
 // The node's available resources; stored apart only when they differ from its totals.
 void SetAvailable(NamePool& pool, const rpc::ResourceSet& in, NodeEntry* n);
 void SetAvailable(NamePool& pool, const ResourceMap& in, NodeEntry* n);
+void SetAvailable(CompactResources in, NodeEntry* n);  // `in` sorted by name id
 
 // Address, hostname, pid, labels, totals and available from a registration.
 void SetFromRecord(NamePool& pool, const rpc::NodeRecord& rec, NodeEntry* n);
 
 std::map<std::string, std::string> LabelsOf(const NamePool& pool, const std::string& node_id,
                                             const NodeEntry& n);
+// One label's value, or null when absent (no copy).
+const std::string* FindLabel(const NamePool& pool, const std::string& node_id, const NodeEntry& n,
+                             std::string_view key);
+// A node's labels as MatchesLabels reads a map (find, end, ->second), without building one.
+struct NodeLabels {
+  struct Hit {
+    std::pair<std::string_view, std::string_view> kv;
+    bool found = false;
+    const std::pair<std::string_view, std::string_view>* operator->() const { return &kv; }
+    bool operator==(const Hit& o) const { return found == o.found; }
+    bool operator!=(const Hit& o) const { return found != o.found; }
+  };
+  const NamePool& pool;
+  const std::string& node_id;
+  const NodeEntry& n;
+  Hit find(const std::string& key) const {
+    const std::string* v = FindLabel(pool, node_id, n, key);
+    return v ? Hit{{key, *v}, true} : Hit{};
+  }
+  Hit end() const { return Hit{}; }
+};
 // One label's value, "" when absent.
 std::string LabelOf(const NamePool& pool, const std::string& node_id, const NodeEntry& n,
                     std::string_view key);

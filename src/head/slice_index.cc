@@ -9,6 +9,35 @@ const std::set<std::string> kNone;
 }
 
 void SliceIndex::Upsert(std::string_view node_id, const SliceHostInfo& info) {
+  // The common update: a member host whose slice, worker id, pod type and chips are unchanged
+  // and whose chips or head unit were taken or given back (each bundle reply of a reservation).
+  // Only the slice's busy count and idle state can change then; the full path below would
+  // re-parse the pod type and re-check every host of the slice (O(hosts) per host update).
+  if (auto mit = members_.find(node_id); mit != members_.end() && mit->second.worker >= 0 && info.chips > 0) {
+    Member& m = mit->second;
+    bool anonymous = info.slice_name.empty();
+    auto sit = slices_.find(m.slice);
+    if (sit != slices_.end() && m.slice == (anonymous ? node_id : std::string_view(info.slice_name)) &&
+        m.worker == (anonymous ? 0 : info.worker_id) && sit->second.pod_type == info.pod_type &&
+        sit->second.chips[m.worker] == info.chips) {
+      Slice& s = sit->second;
+      bool busy = !info.chips_free || (m.worker == 0 && !info.head_free);
+      if (busy != m.busy) {
+        s.busy += busy ? 1 : -1;
+        m.busy = busy;
+        bool idle = s.intact && s.busy == 0;
+        if (idle != s.idle) {
+          s.idle = idle;
+          if (idle) {
+            idle_[s.pod_type].insert(s.name);
+          } else if (auto it = idle_.find(s.pod_type); it != idle_.end()) {
+            it->second.erase(s.name);
+          }
+        }
+      }
+      return;
+    }
+  }
   if (info.pod_type.empty() || info.chips <= 0) {
     Remove(node_id);
     return;

@@ -124,9 +124,11 @@ Status Node::Start() {
   job_runner_ = std::make_unique<JobRunner>(JobRunnerConfig{
       cfg_.node_id, cfg_.token, cfg_.bind_host, static_cast<int>(tpu_chip_ids_.size())});
   lane_ = std::make_unique<LaneServer>(cfg_.token, "node " + cfg_.node_id);
-  lane_->Handle("/torus.rpc.Node/PrepareBundles", this, &rpc::Node::Service::PrepareBundles);
+  lane_->HandleRaw("/torus.rpc.Node/PrepareBundles",
+                   [this](std::string_view in, std::string* out) { return LaneBundles(true, in, out); });
   lane_->Handle("/torus.rpc.Node/CommitBundles", this, &rpc::Node::Service::CommitBundles);
-  lane_->Handle("/torus.rpc.Node/ReleaseBundles", this, &rpc::Node::Service::ReleaseBundles);
+  lane_->HandleRaw("/torus.rpc.Node/ReleaseBundles",
+                   [this](std::string_view in, std::string* out) { return LaneBundles(false, in, out); });
   if (lane_->Start(cfg_.bind_host) == 0) {
     TORUS_LOG(WARNING) << "node: no lane port on " << cfg_.bind_host << "; bundle calls use gRPC";
   }
@@ -1171,51 +1173,112 @@ void Node::FillLedgerReply(rpc::PrepareBundlesReply* reply) {
   reply->set_ledger_seq(ledger_seq_);
 }
 
+void Node::AppendLedgerReply(bool ok, const std::string& error, std::string* out) {
+  // The bytes FillLedgerReply's message would serialise to (fields in number order; each
+  // map entry as key then value, as protobuf writes them), without building the message.
+  using R = rpc::PrepareBundlesReply;
+  if (ok) {
+    wire::PutTag(out, R::kOkFieldNumber, 0);
+    wire::PutVarint(out, 1);
+  }
+  if (!error.empty()) wire::PutBytes(out, R::kErrorFieldNumber, error);
+  thread_local std::string set, entry;
+  set.clear();
+  for (const auto& [k, v] : available_) {
+    entry.clear();
+    wire::PutBytes(&entry, wire::kMapKeyField, k);
+    wire::PutDouble(&entry, wire::kMapValueField, v);
+    wire::PutBytes(&set, rpc::ResourceSet::kAmountsFieldNumber, entry);
+  }
+  wire::PutBytes(out, R::kAvailableFieldNumber, set);
+  if (ledger_seq_ != 0) {
+    wire::PutTag(out, R::kLedgerSeqFieldNumber, 0);
+    wire::PutVarint(out, ledger_seq_);
+  }
+}
+
+grpc::Status Node::LaneBundles(bool prepare, std::string_view in, std::string* out) {
+  // The lane's PrepareBundles / ReleaseBundles: the same work as the service methods, with the
+  // request kept per thread and the reply written straight from the ledger (a reservation of
+  // 64 hosts is 128 of these calls, one per node process, on a machine with few cores).
+  thread_local rpc::BundlesRequest req;
+  struct Clear {
+    ~Clear() { req.Clear(); }
+  } clear;
+  if (!req.ParseFromArray(in.data(), static_cast<int>(in.size()))) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        std::string("the ") + (prepare ? "PrepareBundles" : "ReleaseBundles") +
+                            " request is not a valid message");
+  }
+  std::string error;
+  if (prepare) {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool ok = PrepareLocked(req, &error);
+    AppendLedgerReply(ok, error, out);
+    return grpc::Status::OK;
+  }
+  std::vector<pid_t> to_kill;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ReleaseLocked(req, &to_kill);
+    AppendLedgerReply(true, error, out);
+  }
+  for (pid_t p : to_kill) kill(p, SIGKILL);
+  return grpc::Status::OK;
+}
+
 grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
                                   rpc::PrepareBundlesReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  struct Fill {
-    Node* n;
-    rpc::PrepareBundlesReply* r;
-    ~Fill() { n->FillLedgerReply(r); }
-  } fill{this, reply};
+  std::string error;
+  bool ok = PrepareLocked(*req, &error);
+  reply->set_ok(ok);
+  reply->set_error(error);
+  FillLedgerReply(reply);
+  return grpc::Status::OK;
+}
+
+bool Node::PrepareLocked(const rpc::BundlesRequest& request, std::string* error) {
+  const rpc::BundlesRequest* req = &request;
   auto& mine = bundles_[req->pg_id()];
   ResourceMap sum;
-  for (const auto& b : req->bundles()) {
+  std::vector<ResourceMap> totals(req->bundles_size());  // of the bundles not held yet
+  for (int i = 0; i < req->bundles_size(); ++i) {
+    const auto& b = req->bundles(i);
     if (mine.count(b.index())) continue;  // a repeated prepare
-    Add(sum, FromProto(b.resources()));
+    totals[i] = FromProto(b.resources());
+    Add(sum, totals[i]);
     std::map<std::string, std::string> sel;
     for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
     auto terms = ParseLabelSelector(sel);
     if (!terms.ok() || !MatchesLabels(*terms, cfg_.labels)) {
       if (mine.empty()) bundles_.erase(req->pg_id());
-      reply->set_error("bundle " + std::to_string(b.index()) + "'s label selector does not match node " +
-                       cfg_.node_id);
-      return grpc::Status::OK;
+      *error = "bundle " + std::to_string(b.index()) + "'s label selector does not match node " + cfg_.node_id;
+      return false;
     }
   }
   if (!Fits(sum, available_)) {
     if (mine.empty()) bundles_.erase(req->pg_id());
-    reply->set_error("node " + cfg_.node_id + " has " + ResourcesToString(available_) +
-                     " available, the bundles need " + ResourcesToString(sum));
-    return grpc::Status::OK;
+    *error = "node " + cfg_.node_id + " has " + ResourcesToString(available_) + " available, the bundles need " +
+             ResourcesToString(sum);
+    return false;
   }
   Subtract(available_, sum);
   ++ledger_seq_;
-  for (const auto& b : req->bundles()) {
+  for (int i = 0; i < req->bundles_size(); ++i) {
+    const auto& b = req->bundles(i);
     if (mine.count(b.index())) continue;
     BundleState st;
-    st.total = FromProto(b.resources());
+    st.total = std::move(totals[i]);
     st.available = st.total;
     st.committed = req->commit();
     st.env.insert(b.env().begin(), b.env().end());
     st.env_unset.assign(b.env_unset().begin(), b.env_unset().end());
-    mine[b.index()] = st;
+    mine[b.index()] = std::move(st);
   }
-  reply->set_ok(true);
   if (req->commit()) TrySchedule();
-  return grpc::Status::OK;
+  return true;
 }
 
 grpc::Status Node::CommitBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
@@ -1243,48 +1306,50 @@ grpc::Status Node::ReleaseBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
   reply->set_ok(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto pit = bundles_.find(req->pg_id());
-    if (pit == bundles_.end()) {
-      FillLedgerReply(reply);
-      return grpc::Status::OK;
-    }
-    ++ledger_seq_;
-    std::set<int> which;
-    for (const auto& b : req->bundles()) which.insert(b.index());
-    for (auto bit = pit->second.begin(); bit != pit->second.end();) {
-      if (!which.empty() && !which.count(bit->first)) {
-        ++bit;
-        continue;
-      }
-      // Work running in the bundle ends with it; its resources come back with the bundle's.
-      for (auto& [id, w] : workers_) {
-        if (w->pg_id == req->pg_id() && w->bundle_index == bit->first) {
-          w->kill_requested = true;
-          w->end_reason = req->reason();
-          w->held.clear();
-          w->pg_id.clear();
-          if (w->pid > 0) to_kill.push_back(w->pid);
-        }
-      }
-      Add(available_, bit->second.total);
-      bit = pit->second.erase(bit);
-    }
-    if (pit->second.empty()) bundles_.erase(pit);
-    // Pending leases for the removed group fail now rather than wait forever.
-    for (auto& p : pending_) {
-      if (p->req.placement_group_id() == req->pg_id() && !p->done && !bundles_.count(req->pg_id())) {
-        p->done = true;
-        p->resources_held = false;
-        p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
-        p->reply.mutable_error()->set_message("placement group " + req->pg_id() + " was removed");
-      }
-    }
-    TrySchedule();
-    cv_.notify_all();
+    ReleaseLocked(*req, &to_kill);
     FillLedgerReply(reply);
   }
   for (pid_t p : to_kill) kill(p, SIGKILL);
   return grpc::Status::OK;
+}
+
+void Node::ReleaseLocked(const rpc::BundlesRequest& request, std::vector<pid_t>* to_kill) {
+  const rpc::BundlesRequest* req = &request;
+  auto pit = bundles_.find(req->pg_id());
+  if (pit == bundles_.end()) return;
+  ++ledger_seq_;
+  std::set<int> which;
+  for (const auto& b : req->bundles()) which.insert(b.index());
+  for (auto bit = pit->second.begin(); bit != pit->second.end();) {
+    if (!which.empty() && !which.count(bit->first)) {
+      ++bit;
+      continue;
+    }
+    // Work running in the bundle ends with it; its resources come back with the bundle's.
+    for (auto& [id, w] : workers_) {
+      if (w->pg_id == req->pg_id() && w->bundle_index == bit->first) {
+        w->kill_requested = true;
+        w->end_reason = req->reason();
+        w->held.clear();
+        w->pg_id.clear();
+        if (w->pid > 0) to_kill->push_back(w->pid);
+      }
+    }
+    Add(available_, bit->second.total);
+    bit = pit->second.erase(bit);
+  }
+  if (pit->second.empty()) bundles_.erase(pit);
+  // Pending leases for the removed group fail now rather than wait forever.
+  for (auto& p : pending_) {
+    if (p->req.placement_group_id() == req->pg_id() && !p->done && !bundles_.count(req->pg_id())) {
+      p->done = true;
+      p->resources_held = false;
+      p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
+      p->reply.mutable_error()->set_message("placement group " + req->pg_id() + " was removed");
+    }
+  }
+  TrySchedule();
+  cv_.notify_all();
 }
 
 grpc::Status Node::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {

@@ -101,6 +101,16 @@ class Node final : public rpc::Node::Service {
   grpc::Status ReleaseBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
                               rpc::PrepareBundlesReply*) override;
   void FillLedgerReply(rpc::PrepareBundlesReply* reply);  // require mu_
+  // The serialised PrepareBundlesReply {ok, error, the ledger} appended to *out (require mu_).
+  void AppendLedgerReply(bool ok, const std::string& error, std::string* out);
+  // Reserves (and with `commit`, commits) the request's bundles, all or none (require mu_);
+  // false with *error when they do not fit or a label selector does not match.
+  bool PrepareLocked(const rpc::BundlesRequest& req, std::string* error);
+  // Releases the request's bundles (all of the group's when it names none) and ends the work
+  // in them: the pids to SIGKILL once mu_ is released are added to *to_kill (require mu_).
+  void ReleaseLocked(const rpc::BundlesRequest& req, std::vector<pid_t>* to_kill);
+  // The lane's PrepareBundles (prepare) or ReleaseBundles: serialised request in, reply out.
+  grpc::Status LaneBundles(bool prepare, std::string_view in, std::string* out);
 
  private:
   enum class WorkerState { kStarting, kIdle, kLeased, kActor, kDriver };
