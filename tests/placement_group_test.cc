@@ -169,6 +169,38 @@ TEST_F(FourNodes, DuplicateNameIsRefusedAndGetByNameWorks) {
   ray::RemovePlacementGroup(pg.GetID());
 }
 
+// The head forgets the oldest removed groups beyond a bound (1,000) instead of keeping every
+// group it ever made; live groups and recently removed ones stay visible.
+TEST_F(FourNodes, RemovedGroupsAreForgottenBeyondABound) {
+  auto live = MakePg("still-live", 1, {{"slot", 1}}, ray::PlacementStrategy::PACK);
+  ASSERT_TRUE(live.Wait(30));
+  std::string first_removed, last_removed;
+  for (int i = 0; i < 1100; ++i) {
+    auto pg = MakePg("", 1, {{"slot", 1}}, ray::PlacementStrategy::PACK);
+    ASSERT_TRUE(pg.Wait(30)) << "group " << i;
+    ray::RemovePlacementGroup(pg.GetID());
+    if (i == 0) first_removed = pg.GetID();
+    last_removed = pg.GetID();
+  }
+  auto trigger = MakePg("", 1, {{"slot", 1}}, ray::PlacementStrategy::PACK);  // trims
+  ASSERT_TRUE(trigger.Wait(30));
+  int removed = 0;
+  bool saw_live = false;
+  for (const auto& g : ray::GetAllPlacementGroups()) {
+    removed += g.GetState() == ray::PlacementGroupState::REMOVED;
+    saw_live |= g.GetID() == live.GetID();
+  }
+  EXPECT_LE(removed, 1000);
+  EXPECT_GE(removed, 990);
+  EXPECT_TRUE(saw_live);
+  EXPECT_EQ(ray::GetPlacementGroupById(last_removed).GetState(), ray::PlacementGroupState::REMOVED);
+  EXPECT_TRUE(ray::GetPlacementGroupById(first_removed).GetID().empty())
+      << "the oldest removed group is still kept";
+  EXPECT_EQ(ray::GetPlacementGroup("still-live").GetID(), live.GetID());
+  ray::RemovePlacementGroup(trigger.GetID());
+  ray::RemovePlacementGroup(live.GetID());
+}
+
 TORUS_TEST_CHILD_SCENARIO(create_group_and_exit) {
   ray::RayConfig cfg;
   cfg.address = std::getenv("TORUS_ADDRESS");

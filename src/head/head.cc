@@ -882,6 +882,7 @@ grpc::Status Head::CreatePlacementGroup(grpc::ServerContext* ctx, const rpc::Pla
                            std::chrono::system_clock::now().time_since_epoch())
                            .count());
   e.pending_since = Clock::now();
+  TrimRemovedPgsLocked();  // here: never while a caller iterates over pgs_
   if (!req->name().empty()) named_pgs_[{req->ray_namespace(), req->name()}] = id;
   pgs_[id] = std::move(e);
   pg_queue_.push_back(id);
@@ -900,9 +901,26 @@ grpc::Status Head::CreatePlacementGroup(grpc::ServerContext* ctx, const rpc::Pla
   return grpc::Status::OK;
 }
 
+void Head::TrimRemovedPgsLocked() {
+  while (removed_pgs_.size() > kKeepRemovedPgs) {
+    auto it = pgs_.find(removed_pgs_.front());
+    if (it != pgs_.end()) {
+      if (it->second.scheduling) break;  // its prepare is still being wound down: later
+      if (it->second.rec.state() == "REMOVED") {
+        const auto& rec = it->second.rec;
+        auto n = named_pgs_.find({rec.ray_namespace(), rec.name()});
+        if (n != named_pgs_.end() && n->second == rec.pg_id()) named_pgs_.erase(n);
+        pgs_.erase(it);
+      }
+    }
+    removed_pgs_.pop_front();
+  }
+}
+
 std::vector<Head::NodeCall> Head::RemovePgLocked(PgEntry& e, const std::string& why) {
   std::vector<NodeCall> out;
   e.rec.set_state("REMOVED");
+  removed_pgs_.push_back(e.rec.pg_id());
   e.rec.set_pending_reason(why);
   for (const auto& name : e.rec.slice_names()) {
     auto h = slice_holder_.find(name);

@@ -218,6 +218,11 @@ class Head final : public rpc::Head::Service {
   std::map<std::string, rpc::JobRequest> jobs_;
   std::map<std::string, PgEntry> pgs_;
   std::deque<std::string> pg_queue_;  // PENDING / RESCHEDULING groups, arrival order
+  // REMOVED groups in removal order: the oldest are forgotten beyond kKeepRemovedPgs, so a head
+  // serving reservations for weeks does not grow with every one it ever made.
+  std::deque<std::string> removed_pgs_;
+  static constexpr size_t kKeepRemovedPgs = 1000;
+  void TrimRemovedPgsLocked();
   std::map<std::pair<std::string, std::string>, std::string> named_pgs_;  // (ns, name) -> id
   std::map<std::string, std::string> slice_holder_;
   SliceIndex slice_index_;  // slice name -> reservation (pg) id
