@@ -111,8 +111,19 @@ struct ObjectEntry {
   // Borrowed references (docs/objects.md).
   bool registering = false;  // borrower: our registration with the owner is on its way
   int borrow_regs = 0;       // borrower: registrations we hold at the owner
-  std::vector<std::string> nested;  // refs inside this value, each held by one local ref
-  std::vector<std::pair<std::string, int>> borrowers;  // owner: registrations by address
+  // Allocated only for values that hold refs or objects that have borrowers, so the common entry
+  // stays small.
+  struct Links {
+    std::vector<std::string> nested;  // refs inside this value, each held by one local ref
+    std::vector<std::pair<std::string, int>> borrowers;  // owner: registrations by address
+  };
+  std::unique_ptr<Links> links;
+  Links& L() {
+    if (!links) links = std::make_unique<Links>();
+    return *links;
+  }
+  bool HasBorrowers() const { return links && !links->borrowers.empty(); }
+  bool HasNested() const { return links && !links->nested.empty(); }
 };
 
 struct TaskRecordFields {
@@ -725,12 +736,13 @@ std::string CoreWorker::PutBytes(std::string bytes, std::vector<std::string> nes
   if (bytes.size() >= kInlineLimit) {
     // Large: through the store (PutWith collects no refs from a memcpy: add the given ones).
     std::string id =
-        PutWith(bytes.size(), [&](char* dst) { internal::CopyLarge(dst, bytes.data(), bytes.size()); });
+        PutWith(bytes.size(), [&](char* dst) { internal::CopyLarge(dst, bytes.data(), bytes.size()); },
+                /*may_hold_refs=*/false);
     if (!nested.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& n : nested) Entry(n).local_refs++;
       auto it = objects_.find(id);
-      if (it != objects_.end()) it->second.nested = std::move(nested);
+      if (it != objects_.end()) it->second.L().nested = std::move(nested);
     }
     return id;
   }
@@ -743,16 +755,19 @@ std::string CoreWorker::PutBytes(std::string bytes, std::vector<std::string> nes
   e.inline_data = std::make_shared<const std::string>(std::move(bytes));
   // The value keeps the objects it refers to alive (one local reference each).
   for (const auto& n : nested) Entry(n).local_refs++;
-  e.nested = std::move(nested);
+  if (!nested.empty()) e.L().nested = std::move(nested);
   return id;
 }
 
-std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& fill) {
+std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& fill,
+                                bool may_hold_refs) {
   internal::RefCollector refs;
   if (size < kInlineLimit) {
     std::string bytes(size, '\0');
-    {
+    if (may_hold_refs) {
       internal::CollectRefs scope(&refs);
+      fill(bytes.data());
+    } else {
       fill(bytes.data());
     }
     return PutBytes(std::move(bytes), std::move(refs.ids));
@@ -764,8 +779,10 @@ std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& f
   }
   auto loc = CreateInStore(id, id, size, address_);
   if (!loc.ok()) throw internal::RayException("Put failed: " + loc.status().message());
-  {
+  if (may_hold_refs) {
     internal::CollectRefs scope(&refs);
+    fill(arena_->data() + loc->offset());
+  } else {
     fill(arena_->data() + loc->offset());
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -776,7 +793,7 @@ std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& f
   en.in_shm = true;
   en.shm = *loc;
   for (const auto& n : refs.ids) Entry(n).local_refs++;
-  en.nested = std::move(refs.ids);
+  if (!refs.ids.empty()) en.L().nested = std::move(refs.ids);
   return id;
 }
 
@@ -842,13 +859,13 @@ void CoreWorker::MaybeFree(const std::string& id) {
 
 void CoreWorker::MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it) {
   ObjectEntry& e = it->second;
-  if (e.local_refs > 0 || e.pins > 0 || !e.borrowers.empty() || e.registering) return;
+  if (e.local_refs > 0 || e.pins > 0 || e.HasBorrowers() || e.registering) return;
   if (!e.owned && e.fetching) return;  // the fetch thread will find no entry and drop the value
   if (!e.owned && e.borrow_regs > 0) QueueBorrowRelease(it->first, e.borrow_regs);
-  if (!e.nested.empty()) {
+  if (e.HasNested()) {
     // The value held the objects it refers to: let them go once it is gone.
-    std::vector<std::string> nested = std::move(e.nested);
-    e.nested.clear();
+    std::vector<std::string> nested = std::move(e.links->nested);
+    e.links->nested.clear();
     e.borrow_regs = 0;  // queued above
     MaybeFreeAt(it);    // frees this one (its nested list is empty now)
     for (const auto& n : nested) {
@@ -932,7 +949,7 @@ void CoreWorker::AdoptNested(ObjectEntry* outer, const rpc::TaskResult& r) {
       bool last = AdjustBorrower(nit->second, address_, -1);
       if (outer) {
         nit->second.local_refs++;
-        outer->nested.push_back(n);
+        outer->L().nested.push_back(n);
       } else if (last) {
         MaybeFreeAt(nit);
       }
@@ -940,7 +957,7 @@ void CoreWorker::AdoptNested(ObjectEntry* outer, const rpc::TaskResult& r) {
       ObjectEntry& ne = Entry(n);
       ne.local_refs++;
       ne.borrow_regs++;
-      outer->nested.push_back(n);
+      outer->L().nested.push_back(n);
     } else {
       QueueBorrowRelease(n, 1);
     }
@@ -948,23 +965,24 @@ void CoreWorker::AdoptNested(ObjectEntry* outer, const rpc::TaskResult& r) {
 }
 
 bool CoreWorker::AdjustBorrower(ObjectEntry& e, const std::string& addr, int delta) {
-  auto b = std::find_if(e.borrowers.begin(), e.borrowers.end(),
+  auto& borrowers = e.L().borrowers;
+  auto b = std::find_if(borrowers.begin(), borrowers.end(),
                         [&](const auto& p) { return p.first == addr; });
-  int before = b == e.borrowers.end() ? 0 : b->second;
+  int before = b == borrowers.end() ? 0 : b->second;
   int after = std::max(0, before + delta);
-  if (b == e.borrowers.end()) {
-    if (after > 0) e.borrowers.emplace_back(addr, after);
+  if (b == borrowers.end()) {
+    if (after > 0) borrowers.emplace_back(addr, after);
   } else if (after > 0) {
     b->second = after;
   } else {
-    e.borrowers.erase(b);
+    borrowers.erase(b);
   }
   if (addr != address_ && after != before) {
     auto& st = borrowers_[addr];
     st.regs += after - before;
     if (st.regs <= 0) borrowers_.erase(addr);
   }
-  return before > 0 && e.borrowers.empty();
+  return before > 0 && borrowers.empty();
 }
 
 void CoreWorker::QueueBorrowRelease(const std::string& id, int n) {
@@ -1549,11 +1567,13 @@ void CoreWorker::ProbeBorrowers() {
     borrowers_.erase(it);
     std::vector<std::string> unborrowed;
     for (auto& [id, e] : objects_) {
-      auto p = std::find_if(e.borrowers.begin(), e.borrowers.end(),
+      if (!e.HasBorrowers()) continue;
+      auto& borrowers = e.links->borrowers;
+      auto p = std::find_if(borrowers.begin(), borrowers.end(),
                             [&](const auto& x) { return x.first == addr; });
-      if (p == e.borrowers.end()) continue;
-      e.borrowers.erase(p);
-      if (e.borrowers.empty()) unborrowed.push_back(id);
+      if (p == borrowers.end()) continue;
+      borrowers.erase(p);
+      if (borrowers.empty()) unborrowed.push_back(id);
     }
     for (const auto& id : unborrowed) MaybeFree(id);
   }

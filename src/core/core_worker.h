@@ -81,7 +81,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
 
   // internal::Runtime
   std::string Put(std::string msgpack_bytes) override;
-  std::string PutWith(size_t size, const std::function<void(char* dst)>& fill) override;
+  std::string PutWith(size_t size, const std::function<void(char* dst)>& fill,
+                      bool may_hold_refs = true) override;
   std::vector<std::shared_ptr<internal::Buffer>> Get(const std::vector<std::string>& ids,
                                                      int timeout_ms) override;
   std::vector<bool> Wait(const std::vector<std::string>& ids, int num_objects,

@@ -68,9 +68,16 @@ TaskArg WrapArg(size_t position, A&& arg) {
     }
     out.is_ref = true;
     out.ref_id = arg.ID();
+  } else if constexpr (!kMayHoldRefs<PV>) {
+    if constexpr (std::is_same_v<AV, PV>) {
+      out.value = Serializer::Serialize(arg);
+    } else {
+      const PV converted = std::forward<A>(arg);
+      out.value = Serializer::Serialize(converted);
+    }
   } else {
     // Refs packed inside the value are recorded: the runtime keeps them alive until the task
-    // has run (the executor registers as a borrower of those it keeps).
+    // has run (the executor registers as a borrower of them).
     RefCollector nested;
     CollectRefs scope(&nested);
     if constexpr (std::is_same_v<AV, PV>) {

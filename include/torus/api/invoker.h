@@ -74,6 +74,8 @@ std::string PackResultOf(Call&& call) {
   if constexpr (std::is_void_v<typename RemoteSignature<F>::Return>) {
     call();
     return Serializer::SerializeNil();
+  } else if constexpr (!kMayHoldRefs<typename RemoteSignature<F>::Return>) {
+    return Serializer::Serialize(call());
   } else {
     // The user's code runs first, with no collector; then packing the value records the refs
     // inside it (held, since the value and its ObjectRefs die when this returns).

@@ -33,13 +33,11 @@ std::vector<std::string> IdsOf(const std::vector<ObjectRef<T>>& refs) {
 template <typename T>
 ObjectRef<T> Put(const T& obj) {
   // Two passes (size, then pack into place) so a large value is copied once, into shared memory.
-  size_t size;
-  {
-    internal::CollectRefs none(nullptr);  // the runtime collects the refs inside during `fill`
-    size = internal::Serializer::SerializedSize(obj);
-  }
+  size_t size = internal::Serializer::SerializedSize(obj);
+  // The runtime collects the refs inside the value while `fill` packs it (when it may hold any).
   std::string id = internal::RequireRuntime().PutWith(
-      size, [&obj](char* dst) { internal::Serializer::SerializeInto(obj, dst); });
+      size, [&obj](char* dst) { internal::Serializer::SerializeInto(obj, dst); },
+      internal::kMayHoldRefs<T>);
   return internal::ObjectRefAccess::Adopt<T>(std::move(id));
 }
 

@@ -7,13 +7,24 @@
 // these to learn which objects and actors it references.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <list>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <typeinfo>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <boost/core/demangle.hpp>
@@ -57,6 +68,48 @@ class CollectRefs {
 // over the caller and a few helper threads, since one core's copy bandwidth is the limit there.
 inline constexpr size_t kParallelCopyMinBytes = size_t{8} << 20;
 void CopyLarge(char* dst, const char* src, size_t n);  // in libtorus
+
+// Whether a packed T may contain an ObjectRef: false for types that certainly cannot (numbers,
+// strings, containers of those), true otherwise (user types, ObjectRefs). Values of ref-free
+// types skip the collector entirely.
+template <typename T>
+struct MayHoldRefsT : std::true_type {};
+template <typename T>
+  requires(std::is_arithmetic_v<T> || std::is_enum_v<T>)
+struct MayHoldRefsT<T> : std::false_type {};
+template <typename C, typename Tr, typename A>
+struct MayHoldRefsT<std::basic_string<C, Tr, A>> : std::false_type {};
+template <typename C, typename Tr>
+struct MayHoldRefsT<std::basic_string_view<C, Tr>> : std::false_type {};
+template <>
+struct MayHoldRefsT<msgpack::type::nil_t> : std::false_type {};
+template <typename U, typename A>
+struct MayHoldRefsT<std::vector<U, A>> : MayHoldRefsT<U> {};
+template <typename U, typename A>
+struct MayHoldRefsT<std::deque<U, A>> : MayHoldRefsT<U> {};
+template <typename U, typename A>
+struct MayHoldRefsT<std::list<U, A>> : MayHoldRefsT<U> {};
+template <typename U, size_t N>
+struct MayHoldRefsT<std::array<U, N>> : MayHoldRefsT<U> {};
+template <typename U>
+struct MayHoldRefsT<std::optional<U>> : MayHoldRefsT<U> {};
+template <typename U, typename Cmp, typename A>
+struct MayHoldRefsT<std::set<U, Cmp, A>> : MayHoldRefsT<U> {};
+template <typename U, typename H, typename Eq, typename A>
+struct MayHoldRefsT<std::unordered_set<U, H, Eq, A>> : MayHoldRefsT<U> {};
+template <typename K, typename V, typename Cmp, typename A>
+struct MayHoldRefsT<std::map<K, V, Cmp, A>>
+    : std::bool_constant<MayHoldRefsT<K>::value || MayHoldRefsT<V>::value> {};
+template <typename K, typename V, typename H, typename Eq, typename A>
+struct MayHoldRefsT<std::unordered_map<K, V, H, Eq, A>>
+    : std::bool_constant<MayHoldRefsT<K>::value || MayHoldRefsT<V>::value> {};
+template <typename A, typename B>
+struct MayHoldRefsT<std::pair<A, B>>
+    : std::bool_constant<MayHoldRefsT<A>::value || MayHoldRefsT<B>::value> {};
+template <typename... Ts>
+struct MayHoldRefsT<std::tuple<Ts...>> : std::bool_constant<(MayHoldRefsT<Ts>::value || ...)> {};
+template <typename T>
+inline constexpr bool kMayHoldRefs = MayHoldRefsT<std::remove_cvref_t<T>>::value;
 
 // Readable name of T for error messages.
 template <typename T>

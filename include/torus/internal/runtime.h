@@ -140,7 +140,9 @@ class Runtime {
   virtual std::string Put(std::string msgpack_bytes) = 0;
   // Same, for a value of exactly `size` bytes that `fill` writes into the destination the runtime
   // chose (for large values: straight into shared memory, one copy in all).
-  virtual std::string PutWith(size_t size, const std::function<void(char* dst)>& fill) = 0;
+  // `may_hold_refs` false: the value certainly packs no ObjectRef (no need to look for any).
+  virtual std::string PutWith(size_t size, const std::function<void(char* dst)>& fill,
+                              bool may_hold_refs = true) = 0;
   // Blocks until every object is available or timeout_ms passes (-1: forever). Throws
   // RayTimeoutException on timeout, RayTaskException / RayActorException / RayWorkerException
   // when the object holds an error.
