@@ -6,14 +6,24 @@
 //   build/bench/slice_sched_bench --benchmark_filter=.    (issue target: < 100 us at 10,000 hosts)
 #include <benchmark/benchmark.h>
 
+#include <deque>
+#include <memory>
 #include <string>
 
 #include "head/slice_index.h"
 
 namespace {
 
-torus::SliceIndex MakeCluster(int hosts, double held_fraction) {
+// The index views node ids (in the head they are its node table's keys, which live as long as
+// the head): the cluster keeps them alive for as long as its index.
+struct Cluster {
+  std::deque<std::string> node_ids;
   torus::SliceIndex index;
+};
+
+std::unique_ptr<Cluster> MakeCluster(int hosts, double held_fraction) {
+  auto c = std::make_unique<Cluster>();
+  torus::SliceIndex& index = c->index;
   int slices = hosts / 4;
   for (int s = 0; s < slices; ++s) {
     bool held = s < static_cast<int>(slices * held_fraction);
@@ -26,10 +36,11 @@ torus::SliceIndex MakeCluster(int hosts, double held_fraction) {
       h.chips = 4;
       h.chips_free = !held;
       h.head_free = !held;
-      index.Upsert("node-" + std::to_string(s * 4 + w), h);
+      c->node_ids.push_back("node-" + std::to_string(s * 4 + w));
+      index.Upsert(c->node_ids.back(), h);
     }
   }
-  return index;
+  return c;
 }
 
 void SetBusy(torus::SliceIndex& index, const torus::SliceIndex::Slice& s, bool busy) {
@@ -50,7 +61,8 @@ void SetBusy(torus::SliceIndex& index, const torus::SliceIndex::Slice& s, bool b
 void BM_SliceReservationDecision(benchmark::State& state) {
   int hosts = static_cast<int>(state.range(0));
   double held = state.range(1) / 100.0;
-  auto index = MakeCluster(hosts, held);
+  auto cluster = MakeCluster(hosts, held);
+  torus::SliceIndex& index = cluster->index;
   for (auto _ : state) {
     const auto* pick = index.FirstIdle("v6e-16", "", [](const torus::SliceIndex::Slice&) { return true; });
     if (!pick) {
@@ -71,8 +83,8 @@ BENCHMARK(BM_SliceReservationDecision)
 // Building the index: one node registration each (what the head does per RegisterNode).
 void BM_IndexBuild(benchmark::State& state) {
   for (auto _ : state) {
-    auto index = MakeCluster(static_cast<int>(state.range(0)), 0);
-    benchmark::DoNotOptimize(index.size());
+    auto cluster = MakeCluster(static_cast<int>(state.range(0)), 0);
+    benchmark::DoNotOptimize(cluster->index.size());
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
