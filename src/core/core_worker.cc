@@ -1541,12 +1541,40 @@ void CoreWorker::ProbeBorrowers() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [addr, st] : borrowers_) addrs.push_back(addr);
   }
-  for (const auto& addr : addrs) {
-    rpc::BorrowObjectsRequest req;  // no ids: only asks whether the borrower is there
+  if (addrs.empty()) return;
+  // All probes at once (asynchronous calls on one completion queue): a round takes one deadline
+  // however many borrowers are gone, and queued releases wait behind it no longer than that.
+  struct Probe {
+    std::unique_ptr<rpc::CoreWorker::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> ctx;
     rpc::BorrowObjectsReply reply;
-    auto ctx = TrackedContext(1000);
-    auto st = rpc::CoreWorker::NewStub(GetChannel(addr))->BorrowObjects(ctx.get(), req, &reply);
-    ReleaseContext(ctx.get());
+    grpc::Status st;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<rpc::BorrowObjectsReply>> call;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<Probe> probes(addrs.size());
+  rpc::BorrowObjectsRequest req;  // no ids: only asks whether the borrower is there
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    Probe& p = probes[i];
+    p.stub = rpc::CoreWorker::NewStub(GetChannel(addrs[i]));
+    p.ctx = TrackedContext(1000);
+    p.call = p.stub->AsyncBorrowObjects(p.ctx.get(), req, &cq);
+    p.call->Finish(&p.reply, &p.st, &p);
+  }
+  for (size_t n = 0; n < probes.size(); ++n) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (!cq.Next(&tag, &ok)) break;
+  }
+  for (auto& p : probes) ReleaseContext(p.ctx.get());
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) {
+  }
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    const std::string& addr = addrs[i];
+    const grpc::Status& st = probes[i].st;
     if (shutting_down_) return;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = borrowers_.find(addr);
