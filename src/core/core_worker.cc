@@ -817,17 +817,11 @@ void CoreWorker::AddLocalReference(const std::string& id) {
   if (owner.empty() || owner == address_ || shutting_down_) return;
   e.registering = true;
   lock.unlock();
-  rpc::BorrowObjectsRequest req;
-  req.set_borrower(address_);
-  req.add_object_ids(id);
-  req.set_delta(1);
-  rpc::BorrowObjectsReply reply;
-  auto ctx = TrackedContext(10000);
-  auto st = rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
-  ReleaseContext(ctx.get());
+  std::set<std::string> unknown;
+  auto st = CallBorrow(owner, address_, 1, {id}, &unknown, 10000);
   lock.lock();
   cv_.notify_all();
-  bool registered = st.ok() && reply.unknown_size() == 0;
+  bool registered = st.ok() && unknown.empty();
   if (!st.ok()) {
     TORUS_LOG(WARNING) << "cannot register as a borrower of object " << id << " with its owner: "
                        << st.error_message();
@@ -1363,6 +1357,22 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
 
 // ------------------------------------------------------------------------------- borrowing
 
+grpc::Status CoreWorker::CallBorrow(const std::string& owner, const std::string& borrower,
+                                    int delta, const std::vector<std::string>& ids,
+                                    std::set<std::string>* unknown, int deadline_ms,
+                                    bool cancellable) {
+  rpc::BorrowObjectsRequest req;
+  req.set_borrower(borrower);
+  req.set_delta(delta);
+  for (const auto& id : ids) req.add_object_ids(id);
+  rpc::BorrowObjectsReply reply;
+  auto ctx = cancellable ? TrackedContext(deadline_ms) : NewContext(opts_.token, deadline_ms);
+  auto st = rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
+  if (cancellable) ReleaseContext(ctx.get());
+  if (unknown) unknown->insert(reply.unknown().begin(), reply.unknown().end());
+  return st;
+}
+
 grpc::Status CoreWorker::BorrowObjects(grpc::ServerContext* ctx, const rpc::BorrowObjectsRequest* req,
                                        rpc::BorrowObjectsReply* reply) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
@@ -1406,20 +1416,13 @@ void CoreWorker::RegisterResultBorrows(const std::string& submitter, std::vector
     }
   }
   for (auto& [owner, owned] : by_owner) {
-    rpc::BorrowObjectsRequest req;
-    req.set_borrower(submitter);
-    req.set_delta(1);
-    for (const auto& id : owned) req.add_object_ids(id);
-    rpc::BorrowObjectsReply reply;
-    auto ctx = TrackedContext(10000);
-    auto st = rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
-    ReleaseContext(ctx.get());
+    std::set<std::string> unknown;
+    auto st = CallBorrow(owner, submitter, 1, owned, &unknown, 10000);
     if (!st.ok()) {
       TORUS_LOG(WARNING) << "cannot register the caller as a borrower of " << owned.size()
                          << " object(s) with their owner " << owner << ": " << st.error_message();
       continue;  // the caller will find them lost
     }
-    std::set<std::string> unknown(reply.unknown().begin(), reply.unknown().end());
     for (const auto& id : owned) {
       if (!unknown.count(id)) result->add_nested_ids(id);
     }
@@ -1448,19 +1451,12 @@ std::vector<std::string> CoreWorker::PinArgBorrows(const rpc::TaskSpec& spec) {
     }
   }
   for (auto& [owner, ids] : to_register) {
-    rpc::BorrowObjectsRequest req;
-    req.set_borrower(address_);
-    req.set_delta(1);
-    for (const auto& id : ids) req.add_object_ids(id);
-    rpc::BorrowObjectsReply reply;
-    auto ctx = TrackedContext(10000);
-    auto st = rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
-    ReleaseContext(ctx.get());
+    std::set<std::string> unknown;
+    auto st = CallBorrow(owner, address_, 1, ids, &unknown, 10000);
     if (!st.ok()) {
       TORUS_LOG(WARNING) << "cannot register as a borrower of " << ids.size()
                          << " object(s) with their owner " << owner << ": " << st.error_message();
     }
-    std::set<std::string> unknown(reply.unknown().begin(), reply.unknown().end());
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& id : ids) {
       auto it = objects_.find(id);
@@ -1518,19 +1514,11 @@ void CoreWorker::FlushBorrowReleases(int deadline_ms, bool cancellable) {
   }
   for (auto& [owner, releases] : pending) {
     // One call per owner and count (almost always 1).
-    std::map<int, rpc::BorrowObjectsRequest> by_count;
-    for (auto& [id, n] : releases) {
-      auto& req = by_count[n];
-      req.set_borrower(address_);
-      req.set_delta(-n);
-      req.add_object_ids(id);
-    }
-    for (auto& [n, req] : by_count) {
-      rpc::BorrowObjectsReply reply;
-      auto ctx = cancellable ? TrackedContext(deadline_ms) : NewContext(opts_.token, deadline_ms);
+    std::map<int, std::vector<std::string>> by_count;
+    for (auto& [id, n] : releases) by_count[n].push_back(std::move(id));
+    for (auto& [n, ids] : by_count) {
       // An owner that is gone has nothing left to release: errors are ignored.
-      (void)rpc::CoreWorker::NewStub(GetChannel(owner))->BorrowObjects(ctx.get(), req, &reply);
-      if (cancellable) ReleaseContext(ctx.get());
+      (void)CallBorrow(owner, address_, -n, ids, nullptr, deadline_ms, cancellable);
     }
   }
 }

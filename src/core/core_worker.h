@@ -157,6 +157,10 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   // Returns true when the entry lost its last borrower.
   bool AdjustBorrower(ObjectEntry& e, const std::string& addr, int delta);
   void QueueBorrowRelease(const std::string& id, int n);
+  // One BorrowObjects call to `owner`; adds the ids it does not own to *unknown. No lock.
+  grpc::Status CallBorrow(const std::string& owner, const std::string& borrower, int delta,
+                          const std::vector<std::string>& ids, std::set<std::string>* unknown,
+                          int deadline_ms, bool cancellable = true);
   // Executor side: registers `submitter` as a borrower of each id (with their owners) and lists
   // the registered ones in result->nested_ids. No lock.
   void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
