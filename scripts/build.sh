@@ -5,8 +5,8 @@ cd "$(dirname "$0")/.."
 mode="${1:-release}"
 export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
 case "$mode" in
-  release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
-  asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DTORUS_SANITIZE=ON -DTORUS_BUILD_BENCH=OFF) ;;
+  release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORUS_WERROR=ON) ;;
+  asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DTORUS_WERROR=ON -DTORUS_SANITIZE=ON -DTORUS_BUILD_BENCH=OFF) ;;
   *) echo "usage: $0 [release|asan]" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null

@@ -27,6 +27,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kLeaseLinger = std::chrono::milliseconds(10);
 constexpr int kMaxPipelineDepth = 64;
 constexpr int kMaxLeaseRequestsInFlight = 2;
+// The status message of a task stream refused because its lease was revoked (ServeTasks).
+constexpr const char* kLeaseRevokedError = "lease revoked by its node";
 
 // Bytes owned by a shared string (small values).
 class InlineBuffer final : public internal::Buffer {
@@ -1870,13 +1872,29 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
     if (!node.ok()) error = node.status().message();
     else node_address = *node;
   }
-  for (int hops = 0; hops < 8 && error.empty(); ++hops) {
+  // A request spilled to a node that cannot serve it waits there, and is spilled on only after
+  // waiting (Node::TrySpillback), so following spillbacks needs no hop limit.
+  int fallbacks = 0;
+  for (int hops = 0; error.empty(); ++hops) {
+    if (hops > 0 && hops % 16 == 0) {
+      TORUS_LOG(WARNING) << "lease request for " << req.description() << " spilled " << hops
+                         << " times; still looking for a node with room";
+    }
     auto stub = NodeStub(node_address);
     auto ctx = TrackedContext();
     reply.Clear();
     auto st = stub->RequestLease(ctx.get(), req, &reply);
     ReleaseContext(ctx.get());
     if (!st.ok()) {
+      // A node we were spilled to that went away: ask our own node again (a few times).
+      if (req.placement_group_id().empty() && node_address != opts_.node_address &&
+          !shutting_down_ && ++fallbacks <= 3 && st.error_code() != grpc::StatusCode::CANCELLED) {
+        TORUS_LOG(WARNING) << "lease request to node " << node_address << " failed ("
+                           << st.error_message() << "); asking node " << opts_.node_address;
+        node_address = opts_.node_address;
+        req.set_spilled(false);
+        continue;
+      }
       error = "lease request to node " + node_address + " failed: " + st.error_message();
       break;
     }
@@ -1893,7 +1911,6 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
     error = "node returned an empty lease reply";
     break;
   }
-  if (error.empty() && !reply.granted()) error = "lease request bounced too many times";
   std::unique_ptr<Conn> conn;
   if (error.empty() && shutting_down_) {
     rpc::ReturnLeaseRequest rreq;
@@ -2050,6 +2067,18 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
       }
       cv_.notify_all();
     });
+    return;
+  }
+  if (why.find(kLeaseRevokedError) != std::string::npos) {
+    // The grant reached us after the node had taken the lease back: the worker is alive and ran
+    // none of these. Queue them again without spending a retry.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : lost) {
+      auto fresh = std::make_shared<TaskRecord>(*t);
+      fresh->conn = nullptr;
+      SetTaskState(fresh->spec, "PENDING");
+      Enqueue(fresh);
+    }
     return;
   }
   ReturnLease(conn, true);
@@ -2670,6 +2699,17 @@ grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::
   return grpc::Status::OK;
 }
 
+grpc::Status CoreWorker::CheckLease(grpc::ServerContext* ctx, const rpc::CheckLeaseRequest* req,
+                                    rpc::CheckLeaseReply* reply) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  switch (lease_use_.Check(req->lease_id())) {
+    case LeaseUse::Use::kInUse: reply->set_use(rpc::CheckLeaseReply::IN_USE); break;
+    case LeaseUse::Use::kRevoked: reply->set_use(rpc::CheckLeaseReply::REVOKED); break;
+    case LeaseUse::Use::kUndecided: reply->set_use(rpc::CheckLeaseReply::UNDECIDED); break;
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
                                    grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>* stream) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
@@ -2715,8 +2755,20 @@ grpc::Status CoreWorker::ServeTasks(Stream* stream) {
   });
   rpc::TaskBatch batch;
   std::string lease_id;
+  bool refused = false;
+  lease_use_.StreamOpened();
   while (stream->Read(&batch)) {
-    if (!batch.lease_id().empty()) lease_id = batch.lease_id();
+    if (lease_id.empty() && !batch.lease_id().empty()) {
+      if (!lease_use_.Named(batch.lease_id())) {
+        // The node took this lease back (its holder did not come within the grant's deadline)
+        // and may have leased us to someone else: run nothing for this stream.
+        refused = true;
+        TORUS_LOG(WARNING) << "refusing tasks for lease " << batch.lease_id()
+                           << ": the node revoked it before its holder connected";
+        break;
+      }
+      lease_id = batch.lease_id();
+    }
     if (max_concurrency_ <= 1) {
       // Sequential worker or actor: run the batch right here, one task at a time (exec_mu_
       // serialises callers of an actor), and answer the whole batch with one write.
@@ -2757,6 +2809,11 @@ grpc::Status CoreWorker::ServeTasks(Stream* stream) {
     sink->cv.notify_one();
   }
   writer.join();
+  lease_use_.StreamClosed(lease_id);
+  if (refused) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        std::string(kLeaseRevokedError) + ": " + batch.lease_id());
+  }
   if (!lease_id.empty()) {
     // The lease holder is gone or done with us; returning twice is harmless (ids are unique).
     rpc::ReturnLeaseRequest req;

@@ -33,6 +33,7 @@
 #include "common/resources.h"
 #include "common/shm.h"
 #include "common/status.h"
+#include "core/lease_use.h"
 #include "proto/torus.grpc.pb.h"
 #include "torus/internal/runtime.h"
 
@@ -126,6 +127,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   grpc::Status Exit(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
   grpc::Status PrintLogs(grpc::ServerContext*, const rpc::LogBatch*, rpc::Empty*) override;
   grpc::Status ListTasks(grpc::ServerContext*, const rpc::Empty*, rpc::TaskList*) override;
+  grpc::Status CheckLease(grpc::ServerContext*, const rpc::CheckLeaseRequest*,
+                          rpc::CheckLeaseReply*) override;
 
   // Workers: sends what user code writes to stdout/stderr (fds 1 and 2) to the driver of the
   // work being run, besides the worker's log files. Call once, early.
@@ -226,6 +229,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::string executable_;
   std::string runtime_key_;
   std::unique_ptr<LaneServer> lane_;  // workers: PushTasks over the lane (docs/wire.md)
+  LeaseUse lease_use_;  // workers: the leases their task streams carry (own lock)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
   std::unique_ptr<rpc::Node::Stub> node_;

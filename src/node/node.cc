@@ -30,6 +30,11 @@ namespace torus {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+// A request spilled here that still waits may spill again after this long (never sooner, so a
+// request cannot bounce between nodes faster than this).
+constexpr auto kRespillAfter = std::chrono::milliseconds(1000);
+// How often the lease audit runs (LeaseAuditLoop).
+constexpr auto kLeaseAuditPeriod = std::chrono::milliseconds(500);
 
 std::string Key(const rpc::LeaseRequest& r) { return r.runtime_key(); }
 }  // namespace
@@ -52,6 +57,16 @@ Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)) {
   hostname_ = host;
   cfg_.labels.emplace("torus.io/node-id", cfg_.node_id);
   cfg_.labels.emplace("torus.io/hostname", hostname_);
+  if (const char* v = getenv("TORUS_LEASE_CHECK_MS"); v && *v) {
+    char* end = nullptr;
+    long ms = strtol(v, &end, 10);
+    if (end && *end == '\0' && ms > 0) {
+      lease_check_age_ = std::chrono::milliseconds(ms);
+    } else {
+      TORUS_LOG(WARNING) << "TORUS_LEASE_CHECK_MS='" << v << "' is not a positive number of ms; using "
+                         << lease_check_age_.count();
+    }
+  }
 }
 
 Node::~Node() { Stop(); }
@@ -150,6 +165,7 @@ Status Node::Start() {
                   << ResourcesToString(total_);
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
+  lease_audit_thread_ = std::thread([this] { LeaseAuditLoop(); });
   return Status::Ok();
 }
 
@@ -234,6 +250,7 @@ void Node::Stop() {
   reaper_waiter_.Wake();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (reaper_thread_.joinable()) reaper_thread_.join();
+  if (lease_audit_thread_.joinable()) lease_audit_thread_.join();
   UnregisterInProcessServer(address_);
   if (lane_) lane_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
@@ -456,10 +473,13 @@ bool Node::TakeFromBundle(PendingLease& p, std::string* error) {
 }
 
 bool Node::TrySpillback(PendingLease& p) {
-  if (p.req.spilled()) return false;
+  // Spilled here already: it waits its turn, unless it has waited a while and another node has
+  // room for it now (then this node's queue is the wrong place, e.g. its workers are stuck).
+  bool respill = p.req.spilled();
+  if (respill && Clock::now() - p.queued_at < kRespillAfter) return false;
   // Prefer a node that can run it now; else, when this node could never run it, one that could.
   const rpc::NodeRecord* target = nullptr;
-  bool local_feasible = Fits(p.res, total_) && MatchesLabels(p.selector, cfg_.labels);
+  bool local_feasible = respill || (Fits(p.res, total_) && MatchesLabels(p.selector, cfg_.labels));
   for (const auto& n : view_) {
     if (!n.alive() || n.node_id() == cfg_.node_id) continue;
     if (!MatchesLabels(p.selector, n.labels())) continue;
@@ -556,6 +576,8 @@ void Node::TrySchedule() {
     w->chips = p.chips;
     w->state = WorkerState::kLeased;
     w->lease_id = RandomHex(8);
+    w->leased_at = Clock::now();
+    w->lease_in_use = false;
     w->held = p.res;
     if (p.bundle >= 0) {
       w->pg_id = p.req.placement_group_id();
@@ -644,6 +666,11 @@ grpc::Status Node::RequestLease(grpc::ServerContext* ctx, const rpc::LeaseReques
       return grpc::Status(grpc::StatusCode::CANCELLED, "lease request cancelled");
     }
   }
+  if (p->reply.granted() && ctx->IsCancelled()) {
+    // Granted just as the requester gave up: the reply would go nowhere.
+    UngrantLocked(*p);
+    return grpc::Status(grpc::StatusCode::CANCELLED, "lease request cancelled");
+  }
   *reply = p->reply;
   return grpc::Status::OK;
 }
@@ -652,23 +679,85 @@ grpc::Status Node::ReturnLease(grpc::ServerContext* ctx, const rpc::ReturnLeaseR
                                rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = worker_by_lease_.find(req->lease_id());
-  if (it == worker_by_lease_.end()) return grpc::Status::OK;  // worker already died
+  if (EndLeaseLocked(req->lease_id(), req->worker_dead())) TrySchedule();
+  return grpc::Status::OK;
+}
+
+bool Node::EndLeaseLocked(const std::string& lease_id, bool worker_dead) {
+  auto it = worker_by_lease_.find(lease_id);
+  if (it == worker_by_lease_.end()) return false;  // already returned, or the worker died
   auto wit = workers_.find(it->second);
   worker_by_lease_.erase(it);
-  if (wit == workers_.end()) return grpc::Status::OK;
+  if (wit == workers_.end()) return false;
   Worker& w = *wit->second;
   ReleaseWorkerResources(w);
   w.lease_id.clear();
-  if (req->worker_dead()) {
+  w.lease_in_use = false;
+  if (worker_dead) {
     w.kill_requested = true;
     if (w.pid > 0) kill(w.pid, SIGKILL);
   } else {
     w.state = WorkerState::kIdle;
     w.idle_since = Clock::now();
   }
+  return true;
+}
+
+void Node::UngrantLocked(PendingLease& p) {
+  TORUS_LOG(INFO) << "lease " << p.reply.lease_id() << " of worker " << p.reply.worker_id()
+                  << " granted as its requester went away; taken back";
+  EndLeaseLocked(p.reply.lease_id(), false);
   TrySchedule();
-  return grpc::Status::OK;
+}
+
+void Node::LeaseAuditLoop() {
+  while (!stopping_) {
+    {
+      std::unique_lock<std::mutex> lock(stop_mu_);
+      beat_cv_.wait_for(lock, kLeaseAuditPeriod, [this] { return stopping_.load(); });
+    }
+    if (stopping_) break;
+    AuditLeases();
+  }
+}
+
+void Node::AuditLeases() {
+  struct Question {
+    std::string worker_id, address, lease_id;
+  };
+  std::vector<Question> questions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto now = Clock::now();
+    for (auto& [id, w] : workers_) {
+      if (w->state == WorkerState::kLeased && !w->lease_in_use && !w->address.empty() &&
+          now - w->leased_at >= lease_check_age_) {
+        questions.push_back({id, w->address, w->lease_id});
+      }
+    }
+    // Queued requests that have waited may spill again (TrySpillback), and only time tells.
+    if (!pending_.empty()) TrySchedule();
+  }
+  for (const auto& q : questions) {
+    rpc::CheckLeaseRequest req;
+    req.set_lease_id(q.lease_id);
+    rpc::CheckLeaseReply reply;
+    auto ctx = NewContext(cfg_.token, 1000);
+    auto st = rpc::CoreWorker::NewStub(GetChannel(q.address))->CheckLease(ctx.get(), req, &reply);
+    if (!st.ok()) continue;  // a dead worker is the reaper's; a busy one is asked again
+    std::lock_guard<std::mutex> lock(mu_);
+    auto wit = workers_.find(q.worker_id);
+    if (wit == workers_.end() || wit->second->lease_id != q.lease_id) continue;
+    if (reply.use() == rpc::CheckLeaseReply::IN_USE) {
+      wit->second->lease_in_use = true;
+    } else if (reply.use() == rpc::CheckLeaseReply::REVOKED) {
+      TORUS_LOG(WARNING) << "took back lease " << q.lease_id << " of worker " << q.worker_id
+                         << ": its holder never used it within " << lease_check_age_.count()
+                         << " ms (the grant's reply was lost)";
+      EndLeaseLocked(q.lease_id, false);
+      TrySchedule();
+    }
+  }
 }
 
 grpc::Status Node::NotifyBlocked(grpc::ServerContext* ctx, const rpc::BlockedRequest* req,

@@ -9,6 +9,18 @@
 //    heartbeat_ms, receives the cluster view (used for spillback), reaps long-idle workers.
 //  - reaper thread: waitpid() on worker processes; a death releases the worker's resources and,
 //    for an actor, is reported to the head (on a detached thread, never under mu_).
+//  - lease audit thread: twice a second, asks each worker whose lease was granted more than
+//    TORUS_LEASE_CHECK_MS (default 3000) ago and is not yet known to be in use whether its holder
+//    came (CoreWorker.CheckLease, outside mu_), and takes back leases whose grant never reached
+//    their holder; also lets queued requests that waited spill again (TrySchedule).
+//
+// LEASES
+//  A lease ends when its holder returns it (ReturnLease), when the worker's task stream from the
+//  holder ends (the worker returns it: the holder finished, or died), when the worker dies, or
+//  when the audit finds it never used (the grant's reply was lost: the requester gave up, timed
+//  out or exited at that moment). A request that cannot run here spills to a node whose last
+//  reported view has room; a request already spilled here waits, but spills again once it has
+//  waited kRespillAfter and another node has room for it now.
 #pragma once
 
 #include <sys/types.h>
@@ -131,6 +143,8 @@ class Node final : public rpc::Node::Service {
     std::vector<int> chips;  // TPU chips granted to it (its TPU_VISIBLE_CHIPS)
     std::chrono::steady_clock::time_point idle_since;
     std::string reserved_for;  // actor id: started for that actor, not for task leases
+    std::chrono::steady_clock::time_point leased_at;  // when lease_id was granted
+    bool lease_in_use = false;  // the worker said a stream of the holder carries lease_id
   };
   struct PendingLease {
     rpc::LeaseRequest req;
@@ -141,6 +155,7 @@ class Node final : public rpc::Node::Service {
     bool resources_held = false;
     bool done = false;
     bool infeasible = false;
+    std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now();
     rpc::LeaseReply reply;
   };
   struct StoredObject {
@@ -170,6 +185,14 @@ class Node final : public rpc::Node::Service {
   // Worker key for a lease/actor holding `chips`: workers are started with their chips' env.
   static std::string ChipKey(const std::string& key, const std::vector<int>& chips);
   void ReleaseWorkerResources(Worker& w);
+  // Ends lease `lease_id` if a worker still holds it: its resources go back, the worker idles
+  // (or, with worker_dead, is killed). False when no worker holds it. Require mu_.
+  bool EndLeaseLocked(const std::string& lease_id, bool worker_dead);
+  // Undoes the grant of `p` after its requester went away: the worker idles again. Require mu_.
+  void UngrantLocked(PendingLease& p);
+  void LeaseAuditLoop();
+  // One audit round: asks workers about old unconfirmed leases and ends the unused ones. No lock.
+  void AuditLeases();
   void HandleWorkerExit(pid_t pid, int status);
   void HeartbeatLoop();
   void ReaperLoop();
@@ -232,6 +255,8 @@ class Node final : public rpc::Node::Service {
   std::condition_variable beat_cv_;  // with stop_mu_: the heartbeat period, cut short by Stop
   std::thread heartbeat_thread_;
   std::thread reaper_thread_;
+  std::thread lease_audit_thread_;
+  std::chrono::milliseconds lease_check_age_{3000};  // TORUS_LEASE_CHECK_MS
 };
 
 }  // namespace torus
