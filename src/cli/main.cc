@@ -137,9 +137,10 @@ std::string ResolveAddress(const Args& a) {
   std::string addr = a.Get("address");
   if (addr.empty()) addr = AddressFromEnv();
   if (addr.empty()) {
-    std::string s = LatestSession();
-    if (!s.empty()) {
-      auto r = ReadFile(s + "/head_address");
+    auto latest = FindLatestSession();
+    if (!latest.ok()) Die(latest.status().message());
+    if (!latest->empty()) {
+      auto r = ReadFile(*latest + "/head_address");
       if (r.ok()) addr = *r;
     }
   }
@@ -231,6 +232,12 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   cfg.bind_host = a.Get("bind", "127.0.0.1");
   cfg.port = PortFlag(a, "node-port", 0);
   cfg.heartbeat_ms = PositiveIntFlag(a, "heartbeat-ms", cfg.heartbeat_ms);
+  if (const char* e = getenv("TORUS_NODE_HEAD_LOST_MS"); e && *e && !a.Has("head-lost-ms")) {
+    Args env_flag;
+    env_flag.flags["TORUS_NODE_HEAD_LOST_MS"] = e;
+    cfg.head_lost_ms = PositiveIntFlag(env_flag, "TORUS_NODE_HEAD_LOST_MS", cfg.head_lost_ms);
+  }
+  cfg.head_lost_ms = PositiveIntFlag(a, "head-lost-ms", cfg.head_lost_ms);
   cfg.session_dir = a.Get("session-dir");
   auto res = ParseResources(a);
   if (!res.ok()) return res.status();
@@ -259,7 +266,7 @@ int RunNode(const Args& a) {
     node.Stop();
   }).detach();
   node.Wait();
-  return 0;
+  return node.gave_up() ? 1 : 0;
 }
 
 // ------------------------------------------------------------------------------- start / stop
@@ -274,13 +281,85 @@ pid_t SpawnDaemon(const std::string& session, const std::string& name,
   auto pid = Spawn(o);
   if (!pid.ok()) Die(pid.status().message());
   std::filesystem::create_directories(session + "/pids");
-  (void)WriteFile(session + "/pids/" + name + ".pid", std::to_string(*pid));
+  (void)WriteFile(session + "/pids/" + name + ".pid", PidFileContent(*pid));
   return *pid;
+}
+
+// A daemon named by a pid file of a session, checked to be that session's.
+struct SessionDaemon {
+  std::string file;
+  PidRecord rec;
+};
+
+// The live daemons of `session` (pid files checked with CheckSessionProcess). Stale pid files
+// (process gone, pid reused) are removed; files that hold nonsense or name another process are
+// reported on stderr and removed, and their process is left alone.
+std::vector<SessionDaemon> LiveDaemons(const std::string& session) {
+  namespace fs = std::filesystem;
+  std::vector<SessionDaemon> out;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(session + "/pids", ec)) {
+    if (f.path().extension() != ".pid") continue;
+    const std::string file = f.path().string();
+    auto content = ReadFile(file);
+    if (!content.ok()) continue;
+    auto rec = ParsePidFile(*content);
+    std::string why;
+    PidState state = rec.ok() ? CheckSessionProcess(*rec, session, &why) : PidState::kOther;
+    if (state == PidState::kSessionDaemon) {
+      out.push_back({file, *rec});
+      continue;
+    }
+    if (state == PidState::kOther) {
+      std::cerr << "torus: not signalling anything for " << file << ": "
+                << (rec.ok() ? why : rec.status().message()) << "; removed it" << std::endl;
+    }
+    fs::remove(f.path(), ec);
+  }
+  return out;
+}
+
+// SIGTERM to each daemon, SIGKILL to those still there after `grace` (checked again to be the
+// same process first); removes their pid files. Returns how many were signalled.
+int TerminateDaemons(const std::vector<SessionDaemon>& daemons, std::chrono::milliseconds grace) {
+  int n = 0;
+  for (const auto& d : daemons) n += kill(d.rec.pid, SIGTERM) == 0;
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  auto same = [](const SessionDaemon& d) {
+    uint64_t t = ProcessStartTime(d.rec.pid);
+    return t != 0 && (d.rec.start_time == 0 || t == d.rec.start_time);
+  };
+  for (const auto& d : daemons) {
+    while (same(d) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (same(d)) kill(d.rec.pid, SIGKILL);
+    std::error_code ec;
+    std::filesystem::remove(d.file, ec);
+  }
+  return n;
+}
+
+// Dies if the latest session still has live daemons: a new head would mint a new token and
+// the old nodes, unable to join it, would be orphaned with their workers.
+void RefuseIfClusterRunning() {
+  auto latest = FindLatestSession();
+  if (!latest.ok()) Die(latest.status().message());
+  if (latest->empty()) return;
+  auto live = LiveDaemons(*latest);
+  if (live.empty()) return;
+  std::string which;
+  for (const auto& d : live) {
+    which += (which.empty() ? "" : ", ") + std::filesystem::path(d.file).stem().string() + " (pid " +
+             std::to_string(d.rec.pid) + ")";
+  }
+  Die("a Torus cluster of session " + *latest + " is still running: " + which +
+      ". A new head would start a new session its nodes cannot join; stop it first with `torus stop`");
 }
 
 std::vector<std::string> NodeArgs(const Args& a) {
   std::vector<std::string> v;
-  for (const char* k : {"num-cpus", "resources", "labels", "bind", "heartbeat-ms"}) {
+  for (const char* k : {"num-cpus", "resources", "labels", "bind", "heartbeat-ms", "head-lost-ms"}) {
     if (a.Has(k)) {
       v.push_back(std::string("--") + k);
       v.push_back(a.Get(k));
@@ -310,9 +389,17 @@ int Start(const Args& a) {
   if (auto r = ParseResources(a); !r.ok()) Die(r.status().message());
   if (auto l = ParseLabels(a.Get("labels")); !l.ok()) Die(l.status().message());
   if (a.Has("head")) {
-    auto session = CreateSession(true);
-    if (!session.ok()) Die(session.status().message());
+    if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
+    RefuseIfClusterRunning();
     std::string port = std::to_string(PortFlag(a, "port", kDefaultPort));
+    if (port != "0") {
+      // Before anything is created: a port in use is refused, never shared.
+      std::string why = WhyCannotListen(a.Get("bind", "127.0.0.1"), std::stoi(port));
+      if (!why.empty()) Die("cannot start the head on port " + port + ": " + why + "; nothing was started");
+    }
+    // session_latest moves to the new session only once its head is up.
+    auto session = CreateSession(/*make_latest=*/false);
+    if (!session.ok()) Die(session.status().message());
     if (a.Has("block")) {
       // Foreground: head and node in this process until a signal.
       sigset_t set;
@@ -322,7 +409,9 @@ int Start(const Args& a) {
       hc.bind_host = a.Get("bind", "127.0.0.1");
       hc.port = std::stoi(port);
       hc.session_dir = *session;
-      hc.token = *FindToken(*session);
+      auto tok = FindToken(*session);
+      if (!tok.ok()) Die(tok.status().message());
+      hc.token = *tok;
       SetHeadTuning(a, &hc);
       Head head(hc);
       if (auto s = head.Start(); !s.ok()) Die(s.ToString());
@@ -334,6 +423,7 @@ int Start(const Args& a) {
       if (!nc.ok()) Die(nc.status().message());
       Node node(*nc);
       if (auto s = node.Start(); !s.ok()) Die(s.ToString());
+      if (auto s = MakeLatestSession(*session); !s.ok()) Die(s.message());
       std::cout << "Torus head running at " << head.address() << " (session " << *session
                 << "); Ctrl-C stops it." << std::endl;
       int sig;
@@ -361,18 +451,25 @@ int Start(const Args& a) {
       else std::this_thread::sleep_for(std::chrono::milliseconds(10));
       int status = 0;
       if (waitpid(hp, &status, WNOHANG) == hp) {
+        std::error_code ec;
+        std::filesystem::remove(*session + "/pids/head.pid", ec);
         auto log = ReadFile(*session + "/logs/head.err");
         Die("the head failed to start on port " + port + ":\n" + (log.ok() ? *log : std::string()));
       }
     }
-    if (address.empty()) Die("the head did not come up within 5 s; see " + *session + "/logs");
+    // A failed start leaves nothing running: what it spawned is stopped again.
+    auto fail = [&](const std::string& msg) {
+      TerminateDaemons(LiveDaemons(*session), std::chrono::seconds(3));
+      Die(msg + "; stopped what was started; see " + *session + "/logs");
+    };
+    if (address.empty()) fail("the head did not come up within 5 s");
     std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", *session};
     for (auto& s : NodeArgs(a)) nargs.push_back(s);
     SpawnDaemon(*session, "node-head", nargs);
-    std::string token = *FindToken(*session);
-    if (!WaitForNodes(address, token, 1, 10000)) {
-      Die("the head's node did not register within 10 s; see " + *session + "/logs");
-    }
+    auto token = FindToken(*session);
+    if (!token.ok()) fail(token.status().message());
+    if (!WaitForNodes(address, *token, 1, 10000)) fail("the head's node did not register within 10 s");
+    if (auto s = MakeLatestSession(*session); !s.ok()) fail(s.message());
     std::cout << "Torus head started at " << address << "\n  session: " << *session
               << "\n  join another node: torus start --address " << address
               << "\n  drivers connect with TORUS_ADDRESS=" << address << " (or RAY_ADDRESS)"
@@ -419,37 +516,17 @@ int Start(const Args& a) {
 
 int Stop(const Args&) {
   namespace fs = std::filesystem;
+  if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
   std::error_code ec;
-  std::vector<pid_t> pids;
-  std::vector<fs::path> files;
+  std::vector<SessionDaemon> daemons;
   for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
     if (s.is_symlink() || !s.is_directory() ||
         s.path().filename().string().rfind("session_", 0) != 0) {
       continue;
     }
-    for (const auto& f : fs::directory_iterator(s.path() / "pids", ec)) {
-      auto r = ReadFile(f.path().string());
-      if (r.ok()) {
-        try {
-          pids.push_back(std::stoi(*r));
-        } catch (...) {
-        }
-      }
-      files.push_back(f.path());
-    }
+    for (auto& d : LiveDaemons(s.path().string())) daemons.push_back(std::move(d));
   }
-  int stopped = 0;
-  for (pid_t p : pids) {
-    if (kill(p, SIGTERM) == 0) ++stopped;
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (pid_t p : pids) {
-    while (kill(p, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    kill(p, SIGKILL);
-  }
-  for (const auto& f : files) fs::remove(f, ec);
+  int stopped = TerminateDaemons(daemons, std::chrono::seconds(5));
   std::cout << "Stopped " << stopped << " Torus process(es)." << std::endl;
   return 0;
 }

@@ -52,6 +52,13 @@ class LaneInbox {
     return 1;
   }
   void Reset() { pos_ = len_ = 0; }
+  // Adds bytes received elsewhere (read with the hello) after the unread ones.
+  void Append(std::string_view bytes) {
+    if (bytes.empty()) return;
+    Make(len_ - pos_ + bytes.size());
+    memcpy(data_.get() + len_, bytes.data(), bytes.size());
+    len_ += bytes.size();
+  }
   // One read of what is there: blocks while there is nothing if `wait`, else fails with EAGAIN.
   // Bytes read, 0 at end of stream, -1 on error (errno).
   ssize_t Fill(int fd, bool wait = true) {
@@ -478,7 +485,13 @@ std::vector<LaneResult> LaneCallMany(const std::string& token, const std::vector
 
 LaneServer::LaneServer(std::string token, std::string what) : token_(std::move(token)), what_(std::move(what)) {}
 
-LaneServer::~LaneServer() { Stop(); }
+LaneServer::~LaneServer() {
+  Stop();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return threads_ == 0; });
+  lock.unlock();
+  JoinFinished();
+}
 
 int LaneServer::Start(const std::string& bind_host) {
   addrinfo hints{};
@@ -490,7 +503,9 @@ int LaneServer::Start(const std::string& bind_host) {
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   if (getaddrinfo(host.empty() ? nullptr : host.c_str(), "0", &hints, &res) != 0 || !res) return 0;
   for (addrinfo* ai = res; ai && listen_fd_ < 0; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    // Non-blocking: the acceptor takes every waiting connection, then polls again. No
+    // SO_REUSEPORT: the (ephemeral) port is never shared with another process.
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -515,7 +530,7 @@ int LaneServer::Start(const std::string& bind_host) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   memcpy(a.sun_path + 1, name.data(), name.size());
-  int ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (ufd >= 0 && bind(ufd, reinterpret_cast<sockaddr*>(&a),
                        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0 &&
       listen(ufd, 512) == 0) {
@@ -554,6 +569,8 @@ bool LaneServer::Stop(std::chrono::milliseconds max_wait) {
       TORUS_LOG(WARNING) << what_ << " lane: still waiting for " << threads_ << " call(s) to finish";
     }
   }
+  lock.unlock();
+  JoinFinished();
   return true;
 }
 
@@ -564,75 +581,159 @@ grpc::Status LaneServer::Where(grpc::ServerContext* ctx, const rpc::Empty*, rpc:
   return grpc::Status::OK;
 }
 
+struct LaneServer::PendingHello {
+  int fd;
+  Clock::time_point deadline;
+  std::string bytes;  // received so far
+};
+
 void LaneServer::AcceptLoop() {
-  constexpr int kMaxConnections = 1024;
-  pollfd pf[3] = {{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}, {unix_fd_, POLLIN, 0}};
+  std::deque<PendingHello> pending;  // oldest first, so also by deadline
+  std::vector<pollfd> pf;
   while (!stopping_) {
-    for (auto& p : pf) p.revents = 0;
-    if (poll(pf, unix_fd_ >= 0 ? 3 : 2, -1) < 0 && errno != EINTR) break;
-    for (int k = 1; k < 3 && !stopping_; ++k) {
-      if (pf[k].fd < 0 || pf[k].revents == 0) continue;
-      int fd = accept4(pf[k].fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
+    pf.assign({{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}, {unix_fd_, POLLIN, 0}});
+    for (const auto& p : pending) pf.push_back({p.fd, POLLIN, 0});
+    int timeout = pending.empty() ? 10000 : static_cast<int>(MsLeft(pending.front().deadline)) + 1;
+    if (poll(pf.data(), pf.size(), timeout) < 0 && errno != EINTR) break;
+    if (stopping_) break;
+    JoinFinished();
+    std::deque<PendingHello> still;
+    auto now = Clock::now();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      PendingHello& p = pending[i];
+      if (pf[3 + i].revents != 0 && !ReadHello(p)) continue;
+      if (now >= p.deadline) {
+        close(p.fd);
+        ++hello_late_;
         continue;
       }
-      std::lock_guard<std::mutex> lock(mu_);
-      if (static_cast<int>(conns_.size()) >= kMaxConnections) {
-        // Said, not just closed: the client then uses gRPC with this server for a while.
-        if (!full_logged_) TORUS_LOG(WARNING) << what_ << " lane: " << kMaxConnections
-                                              << " connections open; further clients are sent to gRPC";
-        full_logged_ = true;
-        SendFrame(fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::RESOURCE_EXHAUSTED),
-                  "the lane is full", {});
-        close(fd);
-        continue;
-      }
-      int one = 1;
-      if (k == 1) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      conns_.insert(fd);
-      ++threads_;
-      std::thread([this, fd] { Serve(fd); }).detach();
+      still.push_back(std::move(p));
     }
+    pending.swap(still);
+    if (pf[1].revents != 0) AcceptNew(listen_fd_, true, &pending);
+    if (pf[2].revents != 0) AcceptNew(unix_fd_, false, &pending);
+    LogRefusals(false);
+  }
+  for (auto& p : pending) close(p.fd);
+  LogRefusals(true);
+}
+
+void LaneServer::AcceptNew(int listen_fd, bool tcp, std::deque<PendingHello>* pending) {
+  for (int n = 0; n < 256 && !stopping_; ++n) {
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return;  // EAGAIN: none left
+    }
+    if (pending->size() >= kLaneMaxPending) {
+      close(pending->front().fd);  // the oldest silent connection makes room
+      pending->pop_front();
+      ++hello_dropped_;
+    }
+    int one = 1;
+    if (tcp) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    pending->push_back({fd, Clock::now() + std::chrono::milliseconds(kLaneHelloTimeoutMs), {}});
   }
 }
 
-void LaneServer::Serve(int fd) {
+bool LaneServer::ReadHello(PendingHello& p) {
+  LaneHeader h{};
+  while (true) {
+    size_t want = sizeof h;
+    if (p.bytes.size() >= sizeof h) {
+      memcpy(&h, p.bytes.data(), sizeof h);
+      if (h.magic != kLaneMagic || h.kind != kLaneHello || h.text_len > 4096 || h.payload_len != 0) {
+        ++hello_garbled_;  // not a lane client: closed without an answer
+        close(p.fd);
+        return false;
+      }
+      want += h.text_len;
+      if (p.bytes.size() >= want) break;
+    }
+    char buf[4096 + sizeof h];
+    ssize_t k = recv(p.fd, buf, std::min(sizeof buf, want - p.bytes.size()), 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (k <= 0) {
+      close(p.fd);
+      return false;
+    }
+    p.bytes.append(buf, static_cast<size_t>(k));
+  }
+  std::string_view token(p.bytes.data() + sizeof h, h.text_len);
+  if (!TokenEquals(token, token_)) {
+    fcntl(p.fd, F_SETFL, fcntl(p.fd, F_GETFL) & ~O_NONBLOCK);
+    SendFrame(p.fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::UNAUTHENTICATED),
+              token.empty() ? "missing cluster token" : "wrong cluster token", {});
+    close(p.fd);
+    return false;
+  }
+  Admit(p.fd, p.bytes.substr(sizeof h + h.text_len));
+  return false;
+}
+
+void LaneServer::Admit(int fd, std::string early) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // connection threads block
+  std::lock_guard<std::mutex> lock(mu_);
+  if (conns_.size() >= kLaneMaxConnections) {
+    // Said, not just closed: the client then uses gRPC with this server for a while.
+    if (!full_logged_) TORUS_LOG(WARNING) << what_ << " lane: " << kLaneMaxConnections
+                                          << " connections open; further clients are sent to gRPC";
+    full_logged_ = true;
+    SendFrame(fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::RESOURCE_EXHAUSTED), "the lane is full", {});
+    close(fd);
+    return;
+  }
+  if (!SendFrame(fd, kLaneReply, 0, {}, {})) {
+    close(fd);
+    return;
+  }
+  conns_.insert(fd);
+  ++threads_;
+  uint64_t id = next_conn_id_++;
+  serving_.emplace(id, std::thread([this, fd, id, early = std::move(early)]() mutable {
+    Serve(fd, std::move(early), id);
+  }));
+}
+
+void LaneServer::JoinFinished() {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t id : finished_) {
+      auto it = serving_.find(id);
+      if (it == serving_.end()) continue;
+      done.push_back(std::move(it->second));
+      serving_.erase(it);
+    }
+    finished_.clear();
+  }
+  for (auto& t : done) t.join();  // each has left Serve: only its return is left
+}
+
+void LaneServer::LogRefusals(bool force) {
+  auto now = Clock::now();
+  if (hello_late_ + hello_dropped_ + hello_garbled_ == 0) return;
+  if (!force && now - refusals_logged_ < std::chrono::seconds(10)) return;
+  TORUS_LOG(WARNING) << what_ << " lane: closed unauthenticated connections: " << hello_late_
+                     << " without a hello within " << kLaneHelloTimeoutMs << " ms, " << hello_dropped_
+                     << " dropped (more than " << kLaneMaxPending << " waiting for their hello), "
+                     << hello_garbled_ << " whose first frame was not a lane hello";
+  hello_late_ = hello_dropped_ = hello_garbled_ = 0;
+  refusals_logged_ = now;
+}
+
+void LaneServer::Serve(int fd, std::string early, uint64_t id) {
   auto garbled = [&](const std::string& why) {
     TORUS_LOG(WARNING) << what_ << " lane: closing the connection from " << PeerName(fd) << ": " << why;
   };
-  // The hello must come within 10 s: idle or silent connections do not hold a thread for long.
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   LaneHeader h{};
-  int rc = ReadFull(fd, &h, sizeof h, nullptr);
-  bool ok = false;
-  if (rc == 1) {
-    if (h.magic != kLaneMagic || h.kind != kLaneHello || h.text_len > 4096 || h.payload_len != 0) {
-      garbled("the first frame is not a lane hello");
-    } else {
-      std::string token(h.text_len, '\0');
-      if (h.text_len == 0 || ReadFull(fd, token.data(), token.size(), nullptr) == 1) {
-        if (token == token_) {
-          ok = SendFrame(fd, kLaneReply, 0, {}, {});
-        } else {
-          SendFrame(fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::UNAUTHENTICATED),
-                    token.empty() ? "missing cluster token" : "wrong cluster token", {});
-        }
-      }
-    }
-  } else if (rc == -2) {
-    garbled("no hello within 10 s");
-  }
-  if (ok) {
-    timeval none{0, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-  }
   LaneInbox in;
+  in.Append(early);
   std::string out;
-  while (ok && !stopping_) {
+  while (!stopping_) {
     std::string_view method, payload;
     std::string why;
     int got = in.Next((1u << kLaneCall) | (1u << kLaneOpen), &h, &method, &payload, &why);
@@ -696,6 +797,7 @@ void LaneServer::Serve(int fd) {
   conns_.erase(fd);
   close(fd);
   --threads_;
+  finished_.push_back(id);
   cv_.notify_all();
 }
 

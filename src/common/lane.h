@@ -7,8 +7,12 @@
 // head -> every host), so gRPC alone made reserve+release of a 4-host slice take ~2.4 ms.
 //
 // What: the same protobuf messages and the same service handlers as gRPC, framed over persistent
-// TCP connections with blocking I/O (one server thread per connection; the calling thread does
-// its own read). The cluster token is checked once per connection (the first frame). A server
+// TCP connections with blocking I/O (one server thread per authenticated connection; the calling
+// thread does its own read). The cluster token is checked once per connection (the first frame,
+// the hello). Before its hello a connection costs no thread: one acceptor thread reads the hellos
+// of all pending connections (non-blocking), closes those without one within
+// kLaneHelloTimeoutMs, keeps at most kLaneMaxPending of them (the oldest is dropped), and hands
+// only authenticated ones to their own thread (at most kLaneMaxConnections). A server
 // advertises its lane port through the gRPC service `Lane.Where`; a client that cannot reach a
 // lane uses gRPC, so the lane is an optimisation, never a requirement. Wire format: docs/wire.md.
 #pragma once
@@ -16,8 +20,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -47,6 +53,9 @@ static_assert(sizeof(LaneHeader) == 16);
 inline constexpr uint32_t kLaneMagic = 0x314e4c54;  // "TLN1"
 inline constexpr uint32_t kLaneMaxText = 64 << 10;
 inline constexpr uint32_t kLaneMaxPayload = 64 << 20;
+inline constexpr int kLaneHelloTimeoutMs = 2000;   // a connection's hello must come within this
+inline constexpr size_t kLaneMaxPending = 256;     // connections accepted, hello not yet read
+inline constexpr size_t kLaneMaxConnections = 1024;  // authenticated connections (one thread each)
 // A connection carries calls (call -> reply, one at a time) or, after an `open`, one stream:
 // `msg` frames both ways, the client's `end` (half-close), then the server's reply (the status).
 enum LaneKind : uint8_t {
@@ -137,6 +146,8 @@ class LaneClientStream {
 
 // Serves registered handlers on its own port, and tells gRPC clients that port (`Lane.Where`:
 // register the LaneServer with the process's gRPC server).
+// THREADS: one acceptor thread (accepts, reads hellos, joins finished connection threads) and one
+// thread per authenticated connection; Stop() from any thread but those.
 class LaneServer final : public rpc::Lane::Service {
  public:
   LaneServer(std::string token, std::string what);  // `what` names the process in logs
@@ -233,8 +244,17 @@ class LaneServer final : public rpc::Lane::Service {
 
  private:
   using Handler = std::function<grpc::Status(std::string_view, std::string*)>;
+  struct PendingHello;  // an accepted connection whose hello has not come yet (lane.cc)
   void AcceptLoop();
-  void Serve(int fd);
+  void AcceptNew(int listen_fd, bool tcp, std::deque<PendingHello>* pending);
+  // Reads what has come of p's hello; false once p is settled (admitted or closed).
+  bool ReadHello(PendingHello& p);
+  // An authenticated connection: answers the hello and starts its thread, or says "full".
+  void Admit(int fd, std::string early);
+  void JoinFinished();
+  void LogRefusals(bool force);
+  // Serves calls on an authenticated connection; `early` holds bytes read after the hello.
+  void Serve(int fd, std::string early, uint64_t id);
 
   const std::string token_;
   const std::string what_;
@@ -251,9 +271,15 @@ class LaneServer final : public rpc::Lane::Service {
   std::thread accept_thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_set<int> conns_;  // open connection fds
+  std::unordered_set<int> conns_;  // open authenticated connection fds
   int threads_ = 0;                      // connection threads still running
   bool full_logged_ = false;
+  uint64_t next_conn_id_ = 0;
+  std::unordered_map<uint64_t, std::thread> serving_;  // connection threads, joined when finished
+  std::vector<uint64_t> finished_;                      // ids of threads that have ended
+  // Acceptor only: refusals since the last log line (logged at most every 10 s).
+  size_t hello_late_ = 0, hello_dropped_ = 0, hello_garbled_ = 0;
+  std::chrono::steady_clock::time_point refusals_logged_{};
 };
 
 // One call's outcome. `delivered` is false when the request never reached a lane server (no lane,

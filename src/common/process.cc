@@ -11,8 +11,13 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
+#include <sstream>
 
 extern char** environ;
 
@@ -83,6 +88,84 @@ std::string DescribeWaitStatus(int status) {
     return "killed by signal " + std::to_string(sig) + " (SIG" + (name ? name : "?") + ")";
   }
   return "ended with wait status " + std::to_string(status);
+}
+
+uint64_t ProcessStartTime(pid_t pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');  // the name (field 2) may hold spaces and parentheses
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 3 && (field == "Z" || field == "X")) return 0;  // a zombie is gone
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+std::string PidFileContent(pid_t pid) {
+  return std::to_string(pid) + " " + std::to_string(ProcessStartTime(pid)) + "\n";
+}
+
+StatusOr<PidRecord> ParsePidFile(const std::string& content) {
+  std::istringstream in(content);
+  std::string pid_s, start_s, extra;
+  in >> pid_s >> start_s >> extra;
+  auto digits = [](const std::string& v) {
+    return !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (!digits(pid_s) || (!start_s.empty() && !digits(start_s)) || !extra.empty()) {
+    return InvalidArgument("not a pid file (expected \"PID [STARTTIME]\", found \"" + content.substr(0, 40) + "\")");
+  }
+  long long pid = std::stoll(pid_s);
+  if (pid <= 1 || pid > INT_MAX) return InvalidArgument("pid " + pid_s + " is not a daemon's");
+  PidRecord r;
+  r.pid = static_cast<pid_t>(pid);
+  r.start_time = start_s.empty() ? 0 : std::strtoull(start_s.c_str(), nullptr, 10);
+  return r;
+}
+
+namespace {
+// The NUL-separated argv of `pid` contains `--session-dir` followed by `session_dir` (or the
+// same directory under another spelling).
+bool ArgvNamesSession(pid_t pid, const std::string& session_dir) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> argv;
+  for (size_t start = 0; start < cmd.size();) {
+    size_t end = cmd.find('\0', start);
+    if (end == std::string::npos) end = cmd.size();
+    argv.push_back(cmd.substr(start, end - start));
+    start = end + 1;
+  }
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] != "--session-dir") continue;
+    std::error_code ec;
+    if (argv[i + 1] == session_dir || std::filesystem::equivalent(argv[i + 1], session_dir, ec)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+PidState CheckSessionProcess(const PidRecord& rec, const std::string& session_dir, std::string* why) {
+  uint64_t started = ProcessStartTime(rec.pid);
+  if (started == 0) {
+    *why = "no process " + std::to_string(rec.pid);
+    return PidState::kGone;
+  }
+  if (rec.start_time != 0 && started != rec.start_time) {
+    *why = "pid " + std::to_string(rec.pid) + " was reused: it started at tick " + std::to_string(started) +
+           ", the daemon at " + std::to_string(rec.start_time);
+    return PidState::kGone;
+  }
+  if (!ArgvNamesSession(rec.pid, session_dir)) {
+    *why = "pid " + std::to_string(rec.pid) + " is not a Torus daemon of " + session_dir +
+           " (its command line has no --session-dir " + session_dir + ")";
+    return PidState::kOther;
+  }
+  return PidState::kSessionDaemon;
 }
 
 std::string SelfExecutable() {

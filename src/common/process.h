@@ -50,4 +50,29 @@ class ChildExitWaiter {
 // Absolute path of this process' executable.
 std::string SelfExecutable();
 
+// ---- Pid files of daemons (<session>/pids/*.pid): "PID STARTTIME\n", STARTTIME being field 22
+// of /proc/PID/stat (clock ticks after boot), which tells a recycled pid from the daemon's.
+// Files holding only "PID" (older versions, `torus up`) are read too. Thread-safe.
+
+// Field 22 of /proc/PID/stat, or 0 when the process is gone.
+uint64_t ProcessStartTime(pid_t pid);
+// What a pid file of `pid` holds.
+std::string PidFileContent(pid_t pid);
+
+struct PidRecord {
+  pid_t pid = 0;
+  uint64_t start_time = 0;  // 0: not recorded
+};
+// Refuses anything but "PID [STARTTIME]" with PID > 1 (no "-1", "0", "1", words, extra fields).
+StatusOr<PidRecord> ParsePidFile(const std::string& content);
+
+enum class PidState {
+  kSessionDaemon,  // alive, started at the recorded time, its argv has --session-dir <session>
+  kGone,           // no such process (or a zombie): the pid file is stale
+  kOther,          // alive but another process: never to be signalled
+};
+// What the process of `rec` is with respect to the session directory `session_dir`; *why says
+// why it is not that session's daemon.
+PidState CheckSessionProcess(const PidRecord& rec, const std::string& session_dir, std::string* why);
+
 }  // namespace torus

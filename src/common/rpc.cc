@@ -1,6 +1,14 @@
 #include "common/rpc.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 
 namespace torus {
@@ -27,10 +35,26 @@ grpc::Status CheckToken(const grpc::ServerContext* ctx, const std::string& token
                         "missing cluster token: set TORUS_TOKEN or run on the head's machine "
                         "(token file in the session directory)");
   }
-  if (std::string_view(it->second.data(), it->second.size()) != token) {
+  if (token.empty()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this server has no cluster token and refuses every call");
+  }
+  if (!TokenEquals(std::string_view(it->second.data(), it->second.size()), token)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong cluster token");
   }
   return grpc::Status::OK;
+}
+
+bool TokenEquals(std::string_view given, std::string_view expected) {
+  // Every byte of `expected` is looked at, whatever `given` holds; the only early answer is for
+  // an empty `expected` (never a valid token).
+  if (expected.empty()) return false;
+  volatile unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff = diff | (g ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0;
 }
 
 namespace {
@@ -128,8 +152,10 @@ grpc::Status ToGrpc(const Status& s) {
 
 std::unique_ptr<grpc::Server> StartServer(const std::string& bind_host, int* port,
                                           const std::vector<grpc::Service*>& services,
-                                          int max_threads) {
+                                          int max_threads, std::string* why) {
+  const int wanted = *port;
   grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(bind_host + ":" + std::to_string(*port),
                            grpc::InsecureServerCredentials(), port);
   builder.SetMaxReceiveMessageSize(-1);
@@ -140,7 +166,37 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& bind_host, int* por
     builder.SetResourceQuota(quota);
   }
   for (auto* s : services) builder.RegisterService(s);
-  return builder.BuildAndStart();
+  auto server = builder.BuildAndStart();
+  if ((!server || *port == 0) && why) {
+    *why = wanted == 0 ? std::string() : WhyCannotListen(bind_host, wanted);
+    if (why->empty()) *why = "gRPC could not listen there";
+  }
+  return server;
+}
+
+std::string WhyCannotListen(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  std::string h = host;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(h.empty() ? nullptr : h.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0 || !res) return std::string("cannot resolve ") + host + ": " + gai_strerror(rc);
+  std::string why;
+  int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+  if (fd < 0) {
+    why = strerror(errno);
+  } else {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as gRPC: TIME_WAIT is no obstacle
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1) != 0) why = strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(res);
+  for (char& c : why) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  return why;
 }
 
 }  // namespace torus

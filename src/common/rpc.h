@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -20,8 +21,14 @@ inline constexpr const char* kTokenMetadataKey = "torus-token";
 // A client context carrying the token; deadline_ms <= 0 means none.
 std::unique_ptr<grpc::ClientContext> NewContext(const std::string& token, int64_t deadline_ms = 0);
 
-// Refuses calls without the right token, with a message that says which.
+// Refuses calls without the right token, with a message that says which. The comparison takes
+// the same time wherever the first difference is (TokenEquals). A server whose own token is
+// empty refuses every call (it must never have started: FindToken refuses such tokens).
 grpc::Status CheckToken(const grpc::ServerContext* ctx, const std::string& token);
+
+// `given == expected` in a time that depends only on their lengths, not on where they differ:
+// every token comparison (gRPC metadata, lane hello) goes through it. Thread-safe.
+bool TokenEquals(std::string_view given, std::string_view expected);
 
 // A channel to host:port with Torus' settings (no message size limit, fast reconnect).
 // Channels are cached per address; thread-safe. When the server at `address` runs in this
@@ -73,8 +80,15 @@ Status FromGrpc(const grpc::Status& s, const std::string& what);
 grpc::Status ToGrpc(const Status& s);
 
 // Starts a server on `bind_host:port` (port 0 = pick one); returns the bound port in *port.
+// The port is never shared: SO_REUSEPORT is off (gRPC turns it on by default, which let a second
+// server bind a port in use and take half of its connections). On failure returns null and,
+// when `why` is given, sets it to the reason, e.g. "address already in use".
 std::unique_ptr<grpc::Server> StartServer(const std::string& bind_host, int* port,
                                           const std::vector<grpc::Service*>& services,
-                                          int max_threads = 0);
+                                          int max_threads = 0, std::string* why = nullptr);
+
+// Why a TCP socket cannot listen on host:port now (strerror of bind/listen in lower case, e.g.
+// "address already in use"), or "" if it can. Binds without SO_REUSEPORT and closes at once.
+std::string WhyCannotListen(const std::string& host, int port);
 
 }  // namespace torus

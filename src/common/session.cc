@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -43,39 +44,126 @@ Status WriteFile(const std::string& path, const std::string& content, int mode) 
   return Status::Ok();
 }
 
+namespace {
+// `path` is a directory owned by this user that no other user may write to (following one
+// symlink, itself owned by this user). `what` names it in the error.
+Status CheckPrivateDir(const std::string& path, const std::string& what) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return Internal("cannot stat " + what + " " + path + ": " + strerror(errno));
+  const uid_t me = geteuid();
+  const std::string fix = "; remove it, or set TORUS_TMPDIR to a directory of your own";
+  if (S_ISLNK(st.st_mode)) {
+    if (st.st_uid != me) {
+      return FailedPrecondition(what + " " + path + " is a symlink owned by uid " + std::to_string(st.st_uid) +
+                                ", not by you (uid " + std::to_string(me) + ")" + fix);
+    }
+    if (stat(path.c_str(), &st) != 0) return Internal("cannot stat " + what + " " + path + ": " + strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return FailedPrecondition(what + " " + path + " is not a directory" + fix);
+  if (st.st_uid != me) {
+    return FailedPrecondition(what + " " + path + " is owned by uid " + std::to_string(st.st_uid) +
+                              ", not by you (uid " + std::to_string(me) + ")" + fix);
+  }
+  if (st.st_mode & 022) {
+    char mode[8];
+    snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return FailedPrecondition(what + " " + path + " is writable by other users (mode " + mode +
+                              "); chmod go-w it, or set TORUS_TMPDIR to a directory of your own");
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status CheckSessionRoot() {
+  std::string root = SessionRoot();
+  struct stat st;
+  if (lstat(root.c_str(), &st) != 0 && errno == ENOENT) return Status::Ok();
+  return CheckPrivateDir(root, "the session root");
+}
+
 StatusOr<std::string> CreateSession(bool make_latest) {
   std::error_code ec;
   std::string root = SessionRoot();
-  fs::create_directories(root, ec);
-  if (ec) return Internal("cannot create " + root + ": " + ec.message());
+  if (auto parent = fs::path(root).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
+  if (mkdir(root.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Internal("cannot create " + root + ": " + strerror(errno));
+  }
+  if (auto s = CheckSessionRoot(); !s.ok()) return s;
   char stamp[64];
   time_t now = time(nullptr);
   tm t;
   localtime_r(&now, &t);
   strftime(stamp, sizeof stamp, "%Y%m%d_%H%M%S", &t);
   std::string dir = root + "/session_" + stamp + "_" + std::to_string(getpid()) + "_" + RandomHex(2);
+  if (mkdir(dir.c_str(), 0700) != 0) return Internal("cannot create " + dir + ": " + strerror(errno));
   fs::create_directories(dir + "/logs", ec);
-  if (ec) return Internal("cannot create " + dir + ": " + ec.message());
-  chmod(dir.c_str(), 0700);
+  if (ec) return Internal("cannot create " + dir + "/logs: " + ec.message());
   if (auto s = WriteFile(dir + "/token", RandomHex(16), 0600); !s.ok()) return s;
-  if (!make_latest) return dir;
-  std::string link = root + "/session_latest";
-  std::string tmp_link = link + ".tmp" + std::to_string(getpid());
-  unlink(tmp_link.c_str());
-  if (symlink(dir.c_str(), tmp_link.c_str()) == 0) rename(tmp_link.c_str(), link.c_str());
+  if (make_latest) {
+    if (auto s = MakeLatestSession(dir); !s.ok()) return s;
+  }
   return dir;
 }
 
-std::string LatestSession() {
+Status MakeLatestSession(const std::string& dir) {
+  std::string link = SessionRoot() + "/session_latest";
+  std::string tmp_link = link + ".tmp" + std::to_string(getpid());
+  unlink(tmp_link.c_str());
+  if (symlink(dir.c_str(), tmp_link.c_str()) != 0 || rename(tmp_link.c_str(), link.c_str()) != 0) {
+    return Internal("cannot point " + link + " at " + dir + ": " + strerror(errno));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> FindLatestSession() {
+  if (auto s = CheckSessionRoot(); !s.ok()) return s;
+  std::string link = SessionRoot() + "/session_latest";
+  struct stat st;
+  if (lstat(link.c_str(), &st) != 0) return std::string();
+  if (!S_ISLNK(st.st_mode)) return FailedPrecondition(link + " is not a symlink; remove it");
+  if (st.st_uid != geteuid()) {
+    return FailedPrecondition(link + " is owned by uid " + std::to_string(st.st_uid) + ", not by you (uid " +
+                              std::to_string(geteuid()) + "); remove it");
+  }
   std::error_code ec;
-  auto p = fs::read_symlink(SessionRoot() + "/session_latest", ec);
-  if (ec) return "";
+  auto p = fs::read_symlink(link, ec);
+  if (ec) return std::string();
+  if (lstat(p.c_str(), &st) != 0) return p.string();  // dangling: callers report what is missing
+  if (auto s = CheckPrivateDir(p.string(), "the latest session"); !s.ok()) return s;
   return p.string();
 }
 
+std::string LatestSession() {
+  auto s = FindLatestSession();
+  return s.ok() ? *s : std::string();
+}
+
+Status ValidateToken(const std::string& token, const std::string& source) {
+  if (token.empty()) {
+    return Status(StatusCode::kUnauthenticated, "no cluster token: " + source + " is empty");
+  }
+  if (token.size() < kMinTokenLength) {
+    return Status(StatusCode::kUnauthenticated,
+                  "the cluster token in " + source + " is too short (" + std::to_string(token.size()) +
+                      " characters; at least " + std::to_string(kMinTokenLength) + " are needed)");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::string> FindToken(const std::string& session_dir) {
-  if (const char* e = std::getenv("TORUS_TOKEN"); e && *e) return std::string(e);
-  std::string dir = session_dir.empty() ? LatestSession() : session_dir;
+  if (const char* e = std::getenv("TORUS_TOKEN"); e && *e) {
+    if (auto s = ValidateToken(e, "TORUS_TOKEN"); !s.ok()) return s;
+    return std::string(e);
+  }
+  std::string dir = session_dir;
+  if (dir.empty()) {
+    auto latest = FindLatestSession();
+    if (!latest.ok()) {
+      return Status(StatusCode::kUnauthenticated,
+                    "no cluster token: TORUS_TOKEN is not set and " + latest.status().message());
+    }
+    dir = *latest;
+  }
   if (dir.empty()) {
     return Status(StatusCode::kUnauthenticated,
                   "no cluster token: TORUS_TOKEN is not set and there is no session under " +
@@ -88,6 +176,7 @@ StatusOr<std::string> FindToken(const std::string& session_dir) {
   }
   std::string tok = *t;
   while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
+  if (auto s = ValidateToken(tok, "the token file " + dir + "/token"); !s.ok()) return s;
   return tok;
 }
 

@@ -8,15 +8,30 @@
 
 namespace torus {
 
+// Shortest cluster token accepted anywhere (CreateSession writes 32 hex characters).
+inline constexpr size_t kMinTokenLength = 16;
+
 // Root of all sessions: $TORUS_TMPDIR or /tmp/torus.
 std::string SessionRoot();
-// Creates a new session directory with a fresh token; points <root>/session_latest at it.
+// The root is usable: it does not exist yet, or it is a directory (not a symlink) owned by this
+// user that no other user may write to. Otherwise FailedPrecondition saying what is wrong.
+Status CheckSessionRoot();
+// Creates a new session directory with a fresh token (the root is created 0700 if missing, and
+// refused if CheckSessionRoot fails); points <root>/session_latest at it if `make_latest`.
 StatusOr<std::string> CreateSession(bool make_latest = true);
-// <root>/session_latest resolved, or "" when there is none.
+// Points <root>/session_latest at `dir` (atomically).
+Status MakeLatestSession(const std::string& dir);
+// <root>/session_latest resolved: "" when there is none, an error when the root or the link is
+// not safe to use (not owned by this user, or writable by others; the message says which).
+StatusOr<std::string> FindLatestSession();
+// FindLatestSession, with "" for an unsafe root or link too.
 std::string LatestSession();
 // Token for talking to a cluster: $TORUS_TOKEN, else the token file of `session_dir`
-// (or of the latest session when empty). Error says where it looked.
+// (or of the latest session when empty). Error says where it looked. A token shorter than
+// kMinTokenLength (an empty token file, say) is refused like a missing one, naming its source.
 StatusOr<std::string> FindToken(const std::string& session_dir = "");
+// OK if `token` may serve as a cluster token; else kUnauthenticated naming `source`.
+Status ValidateToken(const std::string& token, const std::string& source);
 // Address of the cluster to join: $TORUS_ADDRESS, $RAY_ADDRESS, else "" (none).
 std::string AddressFromEnv();
 

@@ -10,6 +10,7 @@
 #include "head/slices.h"
 #include "tpu/topology.h"
 #include "common/rpc.h"
+#include "common/session.h"
 
 namespace torus {
 
@@ -161,6 +162,7 @@ Head::Head(HeadConfig cfg) : cfg_(std::move(cfg)) {}
 Head::~Head() { Stop(); }
 
 Status Head::Start() {
+  if (auto s = ValidateToken(cfg_.token, "the head's configuration"); !s.ok()) return s;
   int port = cfg_.port;
   job_manager_ = std::make_unique<JobManager>(JobManagerConfig{cfg_.token, cfg_.session_dir});
   lane_ = std::make_unique<LaneServer>(cfg_.token, "head");
@@ -171,11 +173,11 @@ Status Head::Start() {
   if (lane_->Start(cfg_.bind_host) == 0) {
     TORUS_LOG(WARNING) << "head: no lane port on " << cfg_.bind_host << "; placement-group calls use gRPC";
   }
-  server_ = StartServer(cfg_.bind_host, &port, {this, job_manager_.get(), lane_.get()});
+  std::string why;
+  server_ = StartServer(cfg_.bind_host, &port, {this, job_manager_.get(), lane_.get()}, 0, &why);
   if (!server_ || port == 0) {
     lane_->Stop();
-    return Unavailable("head cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port) +
-                       " (port in use?)");
+    return Unavailable("head cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port) + ": " + why);
   }
   address_ = cfg_.bind_host + ":" + std::to_string(port);
   RegisterInProcessServer(address_, server_.get(), this);

@@ -20,6 +20,7 @@
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "common/session.h"
 #include "common/shm.h"
 #include "tpu/chip_visibility.h"
 #include "tpu/node_identity.h"
@@ -69,7 +70,11 @@ Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)) {
   }
 }
 
-Node::~Node() { Stop(); }
+Node::~Node() {
+  Stop();
+  // Stop() run by the heartbeat thread itself (giving up) could not join that thread.
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
 
 Status Node::DetectTpu() {
   // User labels may not claim the TPU identity keys; the node's own identity sets them.
@@ -104,6 +109,7 @@ Status Node::DetectTpu() {
 }
 
 Status Node::Start() {
+  if (auto s = ValidateToken(cfg_.token, "the node's configuration"); !s.ok()) return s;
   if (auto s = DetectTpu(); !s.ok()) return s;
   available_ = total_;
   uint64_t cap = cfg_.object_store_bytes;
@@ -147,10 +153,12 @@ Status Node::Start() {
   if (lane_->Start(cfg_.bind_host) == 0) {
     TORUS_LOG(WARNING) << "node: no lane port on " << cfg_.bind_host << "; bundle calls use gRPC";
   }
-  server_ = StartServer(cfg_.bind_host, &port, {this, job_runner_.get(), lane_.get()});
+  std::string why;
+  server_ = StartServer(cfg_.bind_host, &port, {this, job_runner_.get(), lane_.get()}, 0, &why);
   if (!server_ || port == 0) {
     lane_->Stop();
-    return Unavailable("node cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port));
+    UnlinkSegmentsWithPrefix(shm_prefix_);
+    return Unavailable("node cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port) + ": " + why);
   }
   address_ = cfg_.bind_host + ":" + std::to_string(port);
   RegisterInProcessServer(address_, server_.get(), this);
@@ -158,6 +166,8 @@ Status Node::Start() {
   if (auto s = RegisterWithHead(); !s.ok()) {
     UnregisterInProcessServer(address_);
     server_->Shutdown();
+    lane_->Stop();
+    UnlinkSegmentsWithPrefix(shm_prefix_);
     return s;
   }
   job_runner_->SetSessionDir(cfg_.session_dir);
@@ -248,7 +258,9 @@ void Node::Stop() {
   }
   beat_cv_.notify_all();
   reaper_waiter_.Wake();
-  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (heartbeat_thread_.joinable() && heartbeat_thread_.get_id() != std::this_thread::get_id()) {
+    heartbeat_thread_.join();
+  }
   if (reaper_thread_.joinable()) reaper_thread_.join();
   if (lease_audit_thread_.joinable()) lease_audit_thread_.join();
   UnregisterInProcessServer(address_);
@@ -1050,6 +1062,7 @@ std::vector<rpc::PendingDemand> Node::PendingDemands() {
 
 void Node::HeartbeatLoop() {
   int failures = 0;
+  auto last_ok = Clock::now();
   while (!stopping_) {
     int period_ms = std::max<int>(cfg_.heartbeat_ms, static_cast<int>(head_heartbeat_ms_.load()));
     rpc::HeartbeatRequest req;
@@ -1089,8 +1102,13 @@ void Node::HeartbeatLoop() {
         TORUS_LOG(WARNING) << "heartbeat to head " << cfg_.head_address
                            << " failed: " << st.error_message();
       }
+      if (Clock::now() - last_ok >= std::chrono::milliseconds(cfg_.head_lost_ms)) {
+        GiveUp(st);
+        return;
+      }
     } else {
       failures = 0;
+      last_ok = Clock::now();
       head_heartbeat_ms_ = reply.heartbeat_ms();
       if (reply.unknown_node()) {
         TORUS_LOG(WARNING) << "head does not know this node; registering again";
@@ -1134,6 +1152,19 @@ void Node::HeartbeatLoop() {
     std::unique_lock<std::mutex> lock(stop_mu_);
     beat_cv_.wait_for(lock, std::chrono::milliseconds(period_ms), [this] { return stopping_.load(); });
   }
+}
+
+void Node::GiveUp(const grpc::Status& last) {
+  const bool refused = last.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+  TORUS_LOG(ERROR) << "node " << cfg_.node_id << ": giving up after " << cfg_.head_lost_ms
+                   << " ms without a successful heartbeat: the head at " << cfg_.head_address
+                   << (refused ? " refuses this node's cluster token (it was restarted: a new head is a new "
+                                 "session this node cannot join)"
+                               : " cannot be reached")
+                   << " (last error: " << last.error_message()
+                   << "); stopping the workers and jobs, freeing the shared memory, exiting";
+  gave_up_ = true;
+  Stop();  // from this thread: Stop() does not join it, the destructor does
 }
 
 // ------------------------------------------------------------------------------- objects

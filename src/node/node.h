@@ -62,6 +62,10 @@ struct NodeConfig {
   std::map<std::string, std::string> labels;
   std::string torus_exe;        // the torus binary, for `torus worker` (code search path mode)
   int heartbeat_ms = 100;
+  // The node gives up (stops its workers and jobs, frees its shared memory, exits) after this
+  // long without a successful heartbeat: the head refuses its token (a restarted head has a new
+  // session and token; this node can never join it) or cannot be reached.
+  int head_lost_ms = 30000;
   int idle_worker_keep_ms = 10000;  // idle workers above the CPU count are stopped after this
   uint64_t object_store_bytes = 0;  // arena capacity; 0 = 30% of RAM, at most 80% of /dev/shm
 };
@@ -79,6 +83,8 @@ class Node final : public rpc::Node::Service {
   void Wait();
   // Stops workers, frees this node's shared memory, unregisters. Idempotent, any thread.
   void Stop();
+  // True once the node stopped itself because the head was lost (NodeConfig::head_lost_ms).
+  bool gave_up() const { return gave_up_; }
 
   const std::string& id() const { return cfg_.node_id; }
   std::string address() const { return address_; }
@@ -194,6 +200,8 @@ class Node final : public rpc::Node::Service {
   // One audit round: asks workers about old unconfirmed leases and ends the unused ones. No lock.
   void AuditLeases();
   void HandleWorkerExit(pid_t pid, int status);
+  // Logs why and stops the node, from the heartbeat thread.
+  void GiveUp(const grpc::Status& last);
   void HeartbeatLoop();
   void ReaperLoop();
   Status RegisterWithHead();  // no lock
@@ -249,6 +257,7 @@ class Node final : public rpc::Node::Service {
   std::map<std::string, int> starting_by_key_;
 
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> gave_up_{false};
   std::mutex stop_mu_;
   bool stopped_ = false;
   std::condition_variable stopped_cv_;
