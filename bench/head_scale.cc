@@ -6,7 +6,7 @@
 // its own loopback address 127.x.y.z:PORT and the call's :authority tells which node is called.
 //
 // Hosts are v6e 4x4 slices (4 hosts of 4 chips), labelled and resourced by the node's own code
-// (tpu::ComputeNodeTpuIdentity, spec/tpu.md section 4). Measured after a warm-up: heartbeats/s
+// (tpu::ComputeNodeTpuIdentity, docs/tpu.md section 4). Measured after a warm-up: heartbeats/s
 // the head answered, head CPU (from /proc/<pid>/stat), head RSS/PSS minus its RSS/PSS before any
 // node registered, false deaths (nodes the head lists dead, "declared dead" in its log), the
 // head's decision_us for slice reservations and for an ordinary 4-bundle SPREAD group.

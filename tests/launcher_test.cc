@@ -1,4 +1,4 @@
-// `torus up` / `torus down` (spec/tpu.md §5, docs/launcher.md) with the real binary: the example
+// `torus up` / `torus down` (docs/tpu.md §5, docs/launcher.md) with the real binary: the example
 // manifests come up and go down leaving nothing behind, every host gets exactly the §5
 // environment, a bad manifest starts nothing, a killed host restarts its whole replica, and
 // `--netns` puts each host in its own network namespace.

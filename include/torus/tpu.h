@@ -1,4 +1,4 @@
-// TPU slices as first-class resources (Torus extension; rules in spec/tpu.md).
+// TPU slices as first-class resources (Torus extension; rules in docs/tpu.md).
 //
 //   torus::tpu::SliceOptions o;
 //   o.topology = "4x4";

@@ -3,7 +3,7 @@
 // leaves the job running.
 //
 //   torus job submit [--address A] [--working-dir DIR] [--no-wait] [--max-retries N]
-//                    [--slice TOPOLOGY --accelerator VERSION [--num-slices N]] -- CMD [ARGS...]
+//                    [--slice TOPOLOGY --accelerator VERSION [--num-slices N] [--timeout S]] -- CMD...
 //   torus job status ID [--format json] | logs ID [--follow] | stop ID | list [--format json]
 #include "cli/job.h"
 
@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/flags.h"
 #include "common/rpc.h"
 #include "common/session.h"
 #include "proto/torus.grpc.pb.h"
@@ -29,7 +30,9 @@ namespace {
 
 const char* kJobUsage =
     "usage: torus job submit [--address A] [--working-dir DIR] [--no-wait] [--max-retries N]\n"
-    "                        [--slice TOPOLOGY --accelerator VERSION [--num-slices N]] -- CMD [ARGS...]\n"
+    "                        [--slice TOPOLOGY --accelerator VERSION [--num-slices N] [--timeout SECONDS]]\n"
+    "                        -- CMD [ARGS...]\n"
+    "         --timeout: fail when the slices are not reserved within SECONDS (default: wait)\n"
     "       torus job status ID [--format json]\n"
     "       torus job logs ID [--follow]\n"
     "       torus job stop ID\n"
@@ -189,6 +192,12 @@ int Submit(const JobArgs& a) {
   if (a.flags.count("slice")) req.set_slice_topology(a.flags.at("slice"));
   if (a.flags.count("accelerator")) req.set_accelerator_version(a.flags.at("accelerator"));
   if (a.flags.count("num-slices")) req.set_num_slices(IntFlag(a, "num-slices", 1));
+  if (a.flags.count("timeout")) {
+    int t = IntFlag(a, "timeout", 0);
+    if (t <= 0) Fail("--timeout must be a positive number of seconds, got '" + a.flags.at("timeout") + "'");
+    if (!a.flags.count("slice")) Fail("--timeout bounds the wait for --slice; give --slice and --accelerator");
+    req.set_slice_wait_timeout_ms(int64_t{t} * 1000);
+  }
   if (req.slice_topology().empty() != req.accelerator_version().empty()) {
     Fail("--slice and --accelerator go together (e.g. --slice 4x4 --accelerator v6e)");
   }
@@ -275,9 +284,26 @@ int List(const JobArgs& a) {
 
 }  // namespace
 
+// The flags of each `torus job` subcommand; anything else is refused (cli/flags.h).
+const std::map<std::string, std::vector<std::string>> kJobFlags = {
+    {"submit", {"address", "working-dir", "no-wait", "max-retries", "slice", "accelerator", "num-slices",
+                "timeout", "help"}},
+    {"status", {"address", "format", "help"}},
+    {"logs", {"address", "follow", "help"}},
+    {"stop", {"address", "help"}},
+    {"list", {"address", "format", "help"}},
+};
+
 int RunJobCommand(int argc, char** argv) {
   JobArgs a = ParseJobArgs(argc, argv);
   std::string sub = a.positional.empty() ? "" : a.positional[0];
+  auto known = kJobFlags.find(sub);
+  RequireKnownFlags("job" + (sub.empty() ? "" : " " + sub), a.flags,
+                    known == kJobFlags.end() ? std::vector<std::string>{"help"} : known->second);
+  if (a.flags.count("help")) {
+    std::cout << kJobUsage;
+    return 0;
+  }
   if (sub == "submit") return Submit(a);
   if (sub == "status") return Status_(a);
   if (sub == "logs") {
@@ -288,8 +314,9 @@ int RunJobCommand(int argc, char** argv) {
   }
   if (sub == "stop") return Stop(a);
   if (sub == "list") return List(a);
+  if (!sub.empty()) std::cerr << "torus job: unknown subcommand '" << sub << "'\n";
   std::cerr << kJobUsage;
-  return sub.empty() || a.flags.count("help") ? 2 : 2;
+  return 2;
 }
 
 }  // namespace torus

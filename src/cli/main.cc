@@ -29,12 +29,15 @@
 #include <thread>
 #include <vector>
 
+#include "cli/flags.h"
 #include "cli/up.h"
+#include "common/labels.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/resources.h"
 #include "common/rpc.h"
 #include "common/session.h"
+#include "common/shm_owner.h"
 #include "cli/job.h"
 #include "core/worker_main.h"
 #include "head/head.h"
@@ -83,6 +86,8 @@ Args Parse(int argc, char** argv, int from) {
   exit(1);
 }
 
+// The node's resources from --resources JSON, --num-cpus, --num-gpus and --memory, each checked
+// by the one rule (ValidateResources); errors name the flag and the value.
 StatusOr<ResourceMap> ParseResources(const Args& a) {
   ResourceMap r;
   if (a.Has("resources")) {
@@ -95,18 +100,21 @@ StatusOr<ResourceMap> ParseResources(const Args& a) {
     }
     if (!j.is_object()) return InvalidArgument("--resources must be a JSON object of name: amount");
     for (auto& [k, v] : j.items()) {
-      if (!v.is_number() || v.get<double>() < 0) {
-        return InvalidArgument("--resources: amount of '" + k + "' must be a non-negative number");
+      if (!v.is_number()) {
+        return InvalidArgument("--resources: amount of '" + k + "' is " + v.dump() +
+                               "; expected a number >= 0");
       }
       r[k] = v.get<double>();
     }
+    if (auto s = ValidateResources(r, "--resources"); !s.ok()) return s;
   }
-  if (a.Has("num-cpus")) {
-    try {
-      r["CPU"] = std::stod(a.Get("num-cpus"));
-    } catch (...) {
-      return InvalidArgument("--num-cpus must be a number, got '" + a.Get("num-cpus") + "'");
-    }
+  static const std::pair<const char*, const char*> kAmountFlags[] = {
+      {"num-cpus", "CPU"}, {"num-gpus", "GPU"}, {"memory", "memory"}};
+  for (const auto& [flag, name] : kAmountFlags) {
+    if (!a.Has(flag)) continue;
+    auto v = ParseResourceAmount(name, a.Get(flag), std::string("--") + flag);
+    if (!v.ok()) return v.status();
+    r[name] = *v;
   }
   return r;
 }
@@ -123,6 +131,7 @@ StatusOr<std::map<std::string, std::string>> ParseLabels(const std::string& s) {
     }
     out[item.substr(0, eq)] = item.substr(eq + 1);
   }
+  if (auto st = ValidateUserLabels(out, "--labels"); !st.ok()) return st;
   return out;
 }
 
@@ -133,7 +142,9 @@ void BlockSignals(sigset_t* set) {
   pthread_sigmask(SIG_BLOCK, set, nullptr);
 }
 
-std::string ResolveAddress(const Args& a) {
+// The cluster to talk to: --address, else $TORUS_ADDRESS/$RAY_ADDRESS, else the latest session's
+// head. *from_session tells the last case (a stopped session's head means "no cluster").
+std::string ResolveAddress(const Args& a, bool* from_session = nullptr) {
   std::string addr = a.Get("address");
   if (addr.empty()) addr = AddressFromEnv();
   if (addr.empty()) {
@@ -142,6 +153,7 @@ std::string ResolveAddress(const Args& a) {
     if (!latest->empty()) {
       auto r = ReadFile(*latest + "/head_address");
       if (r.ok()) addr = *r;
+      if (from_session) *from_session = r.ok();
     }
   }
   while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
@@ -245,6 +257,7 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   auto labels = ParseLabels(a.Get("labels"));
   if (!labels.ok()) return labels.status();
   cfg.labels = *labels;
+  cfg.node_group = a.Get("node-group");
   cfg.torus_exe = SelfExecutable();
   auto tok = FindToken(cfg.session_dir);
   if (!tok.ok()) return tok.status();
@@ -359,7 +372,8 @@ void RefuseIfClusterRunning() {
 
 std::vector<std::string> NodeArgs(const Args& a) {
   std::vector<std::string> v;
-  for (const char* k : {"num-cpus", "resources", "labels", "bind", "heartbeat-ms", "head-lost-ms"}) {
+  for (const char* k : {"num-cpus", "num-gpus", "memory", "resources", "labels", "bind", "heartbeat-ms",
+                        "head-lost-ms"}) {
     if (a.Has(k)) {
       v.push_back(std::string("--") + k);
       v.push_back(a.Get(k));
@@ -527,6 +541,10 @@ int Stop(const Args&) {
     for (auto& d : LiveDaemons(s.path().string())) daemons.push_back(std::move(d));
   }
   int stopped = TerminateDaemons(daemons, std::chrono::seconds(5));
+  // Shared memory of nodes that died without cleaning up (SIGKILL) or were killed just now.
+  for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
+    if (!s.is_symlink() && s.is_directory()) CleanDeadNodeSegments(s.path().string());
+  }
   std::cout << "Stopped " << stopped << " Torus process(es)." << std::endl;
   return 0;
 }
@@ -541,22 +559,78 @@ struct Cluster {
 
 Cluster Connect(const Args& a) {
   Cluster c;
-  c.address = ResolveAddress(a);
+  bool from_session = false;
+  c.address = ResolveAddress(a, &from_session);
   if (c.address.empty()) Die("no cluster: pass --address, set TORUS_ADDRESS, or run torus start --head");
+  const std::string session = from_session ? LatestSession() : "";
+  if (from_session && std::filesystem::exists(session + "/launcher/down")) {
+    Die("no Torus cluster is running: the latest one (" + session +
+        ") was stopped by torus down; start one with torus start --head or torus up");
+  }
   auto tok = FindToken();
   if (!tok.ok()) Die(tok.status().message());
   c.token = *tok;
   auto stub = rpc::Head::NewStub(GetChannel(c.address));
   auto ctx = NewContext(c.token, 5000);
   auto st = stub->List(ctx.get(), rpc::Empty(), &c.list);
+  if (!st.ok() && from_session && st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    Die("no Torus cluster is running: the head of the latest session (" + session + ", " + c.address +
+        ") does not answer; start one with torus start --head, or pass --address");
+  }
   if (!st.ok()) Die("cannot reach the head at " + c.address + ": " + st.error_message());
   return c;
 }
 
-nlohmann::json ResJson(const rpc::ResourceSet& r) {
-  nlohmann::json j = nlohmann::json::object();
+nlohmann::ordered_json ResJson(const rpc::ResourceSet& r) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const auto& [k, v] : FromProto(r)) j[k] = v;
   return j;
+}
+
+// An amount as a person writes it: 4, 0.5, 1e+09 only when it is that large.
+std::string FormatAmount(double v) {
+  std::ostringstream os;
+  os << std::setprecision(10) << v;
+  return os.str();
+}
+
+// A table cell: strings as they are, objects as "k: v, ...", lists of objects as their count,
+// byte amounts human-readably.
+std::string Cell(const std::string& key, const nlohmann::ordered_json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number() && (key == "size_bytes" || key == "memory")) return HumanBytes(v.get<double>());
+  if (v.is_object()) {
+    std::string out;
+    for (const auto& [k, x] : v.items()) out += (out.empty() ? "" : ", ") + k + ": " + Cell(k, x);
+    return out;
+  }
+  if (v.is_array() && !v.empty() && v[0].is_object()) return std::to_string(v.size());
+  return v.dump();
+}
+
+// "500 task(s)": the tasks behind a pending demand, counted at their submitters (a submitter
+// keeps only a few lease requests in flight however many tasks wait); "2 lease request(s)" when
+// no submitter answers.
+std::string WaitingTasks(const std::string& token, const rpc::PendingDemand& d,
+                         std::map<std::string, rpc::TaskList>* owners) {
+  long tasks = 0;
+  bool answered = false;
+  for (const auto& owner : d.owner_addresses()) {
+    auto it = owners->find(owner);
+    if (it == owners->end()) {
+      rpc::TaskList list;
+      auto stub = rpc::CoreWorker::NewStub(GetChannel(owner));
+      auto ctx = NewContext(token, 2000);
+      if (!stub->ListTasks(ctx.get(), rpc::Empty(), &list).ok()) continue;
+      it = owners->emplace(owner, std::move(list)).first;
+    }
+    answered = true;
+    for (const auto& t : it->second.tasks()) {
+      tasks += t.actor_id().empty() && t.state() == "PENDING" && "task " + t.name() == d.description();
+    }
+  }
+  if (!answered || tasks == 0) return std::to_string(d.count()) + " lease request(s)";
+  return std::to_string(tasks) + " task(s)";
 }
 
 int Status_(const Args& a) {
@@ -578,17 +652,21 @@ int Status_(const Args& a) {
   std::cout << "  " << alive << " alive, " << dead << " dead\nResources (used / total)\n";
   for (const auto& [k, v] : total) {
     double used = v - (avail.count(k) ? avail[k] : 0);
-    std::cout << "  " << std::setw(24) << std::left << k << " " << used << " / " << v << "\n";
+    bool bytes = k == "memory" || k == "object_store_memory";
+    std::cout << "  " << std::setw(24) << std::left << k << " "
+              << (bytes ? HumanBytes(used) + " / " + HumanBytes(v) : FormatAmount(used) + " / " + FormatAmount(v))
+              << "\n";
   }
   std::cout << "Pending demands\n";
   int pending = 0;
+  std::map<std::string, rpc::TaskList> owners;  // address -> its tasks, asked once
   for (const auto& n : c.list.nodes()) {
     if (!n.alive()) continue;
     for (const auto& d : n.pending()) {
       ++pending;
-      std::cout << "  " << d.count() << " x " << ResourcesToString(FromProto(d.resources())) << " "
-                << d.description() << (d.infeasible() ? "  (infeasible: no node has these)" : "")
-                << "\n";
+      std::cout << "  " << WaitingTasks(c.token, d, &owners) << " waiting for "
+                << ResourcesToString(FromProto(d.resources())) << " " << d.description()
+                << (d.infeasible() ? "  (infeasible: no node has these)" : "") << "\n";
     }
   }
   int actors_pending = 0;
@@ -622,10 +700,10 @@ int List(const Args& a) {
   std::string format = a.Get("format", "table");
   if (format != "table" && format != "json") Die("--format must be table or json, got '" + format + "'");
   Cluster c = Connect(a);
-  nlohmann::json out = nlohmann::json::array();
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
   if (what == "nodes") {
     for (const auto& n : c.list.nodes()) {
-      nlohmann::json j;
+      nlohmann::ordered_json j;
       j["node_id"] = n.node_id();
       j["address"] = n.address();
       j["hostname"] = n.hostname();
@@ -642,14 +720,14 @@ int List(const Args& a) {
           j["resources_available"] = ResJson(info.available());
         }
       }
-      nlohmann::json labels = nlohmann::json::object();
+      nlohmann::ordered_json labels = nlohmann::ordered_json::object();
       for (const auto& [k, v] : n.labels()) labels[k] = v;
       j["labels"] = labels;
       out.push_back(j);
     }
   } else if (what == "actors") {
     for (const auto& ac : c.list.actors()) {
-      nlohmann::json j;
+      nlohmann::ordered_json j;
       j["actor_id"] = ac.actor_id();
       j["class_name"] = ac.class_name();
       j["name"] = ac.name();
@@ -663,7 +741,7 @@ int List(const Args& a) {
     }
   } else if (what == "placement-groups" || what == "placement_groups" || what == "pgs") {
     for (const auto& pg : c.list.placement_groups()) {
-      nlohmann::json j;
+      nlohmann::ordered_json j;
       j["placement_group_id"] = pg.pg_id();
       j["name"] = pg.name();
       j["state"] = pg.state();
@@ -671,13 +749,13 @@ int List(const Args& a) {
       j["job_id"] = pg.job_id();
       j["detached"] = pg.detached();
       j["pending_reason"] = pg.pending_reason();
-      nlohmann::json bundles = nlohmann::json::array();
+      nlohmann::ordered_json bundles = nlohmann::ordered_json::array();
       for (const auto& b : pg.bundles()) {
-        nlohmann::json bj;
+        nlohmann::ordered_json bj;
         bj["index"] = b.index();
         bj["resources"] = ResJson(b.resources());
         bj["node_id"] = b.node_id();
-        nlohmann::json sel = nlohmann::json::object();
+        nlohmann::ordered_json sel = nlohmann::ordered_json::object();
         for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
         bj["label_selector"] = sel;
         bundles.push_back(bj);
@@ -692,7 +770,7 @@ int List(const Args& a) {
     auto st = stub->QuerySlices(ctx.get(), rpc::SliceQueryRequest(), &reply);
     if (!st.ok()) Die("slice query failed: " + st.error_message());
     for (const auto& sl : reply.slices()) {
-      nlohmann::json j;
+      nlohmann::ordered_json j;
       j["slice_name"] = sl.name();
       j["pod_type"] = sl.pod_type();
       j["topology"] = sl.topology();
@@ -710,7 +788,7 @@ int List(const Args& a) {
       auto ctx = NewContext(c.token, 5000);
       if (!stub->ListTasks(ctx.get(), rpc::Empty(), &tasks).ok()) continue;
       for (const auto& t : tasks.tasks()) {
-        nlohmann::json j;
+        nlohmann::ordered_json j;
         j["task_id"] = t.task_id();
         j["name"] = t.name();
         j["state"] = t.state();
@@ -732,7 +810,7 @@ int List(const Args& a) {
       if (!stub->Info(ctx.get(), rpc::Empty(), &info).ok()) continue;
       if (what == "objects") {
         for (const auto& o : info.objects()) {
-          nlohmann::json j;
+          nlohmann::ordered_json j;
           j["object_id"] = o.object_id();
           j["node_id"] = o.node_id();
           j["size_bytes"] = o.size();
@@ -743,7 +821,7 @@ int List(const Args& a) {
         }
       } else {
         for (const auto& w : info.workers()) {
-          nlohmann::json j;
+          nlohmann::ordered_json j;
           j["worker_id"] = w.worker_id();
           j["node_id"] = n.node_id();
           j["pid"] = w.pid();
@@ -771,7 +849,7 @@ int List(const Args& a) {
     std::vector<std::string> r;
     for (const auto& h : header) {
       const auto& v = j[h];
-      r.push_back(v.is_string() ? v.get<std::string>() : v.dump());
+      r.push_back(Cell(h, v));
     }
     rows.push_back(r);
   }
@@ -780,15 +858,34 @@ int List(const Args& a) {
 }
 
 void Usage() {
-  std::cout << "usage: torus <command> [options]\n"
-               "  start --head [--port N] [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]\n"
+  std::cout << "usage: torus <command> [options]      (torus --version; torus <command> --help)\n"
+               "  start --head [--port N] [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"
+               "        [--labels k=v,...] [--bind HOST] [--block]\n"
                "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
-               "  start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--heartbeat-ms MS] [--block]\n"
+               "  start --address HOST:PORT [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"
+               "        [--labels k=v,...] [--bind HOST] [--heartbeat-ms MS] [--block]\n"
                "  up FILE.yaml [--wait] [--netns] [--no-atomic-restart]   (docs/launcher.md)\n"
                "  down\n"
                "  stop\n"
                "  status [--address A]\n"
-               "  list nodes|actors|tasks|objects|workers|placement-groups|slices [--format table|json] [--address A]\n";
+               "  list nodes|actors|tasks|objects|workers|placement-groups|slices [--format table|json] [--address A]\n"
+               "  job submit|status|logs|stop|list ...   (torus job --help; docs/jobs.md)\n";
+}
+
+// The flags each user-facing command takes; anything else is refused (cli/flags.h).
+const std::map<std::string, std::vector<std::string>>& KnownFlags() {
+  static const std::map<std::string, std::vector<std::string>> k = [] {
+    std::map<std::string, std::vector<std::string>> m = {
+        {"start", {"head", "address", "port", "num-cpus", "num-gpus", "memory", "resources", "labels",
+                   "bind", "block", "heartbeat-ms", "head-lost-ms", "help"}},
+        {"stop", {"force", "help"}},
+        {"status", {"address", "help"}},
+        {"list", {"address", "format", "help"}},
+    };
+    for (const auto& f : kHeadTuningFlags) m["start"].push_back(f.name);
+    return m;
+  }();
+  return k;
 }
 
 }  // namespace
@@ -801,7 +898,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::cout << "torus " << TORUS_VERSION << std::endl;
+    return 0;
+  }
   Args a = Parse(argc, argv, 2);
+  if (auto known = KnownFlags().find(cmd); known != KnownFlags().end()) {
+    RequireKnownFlags(cmd, a.flags, known->second);
+    if (a.Has("help")) {
+      Usage();
+      return 0;
+    }
+  }
   if (cmd == "head" || cmd == "node" || (cmd == "start" && a.Has("block"))) {
     // Before any thread exists (gRPC starts its own): every thread must inherit the blocked
     // mask so that SIGTERM/SIGINT reach only our sigwait() and shut down cleanly.

@@ -36,11 +36,14 @@
 #include <thread>
 #include <vector>
 
+#include "cli/flags.h"
 #include "common/ids.h"
+#include "common/labels.h"
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/session.h"
 #include "common/shm.h"
+#include "common/shm_owner.h"
 #include "launcher/manifest.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -378,9 +381,17 @@ struct Supervisor {
     std::vector<std::string> node = {self, "node", "--address", head_address, "--session-dir", session,
                                      "--bind", s["ip"].get<std::string>(), "--resources", s["resources"].dump()};
     argv.insert(argv.end(), node.begin(), node.end());
-    if (!s["labels"].empty()) {
+    // The group travels as --node-group: the node sets that reserved label itself.
+    json labels = s["labels"];
+    const std::string group_key(kLabelNodeGroup);
+    if (labels.contains(group_key)) {
+      argv.push_back("--node-group");
+      argv.push_back(labels[group_key].get<std::string>());
+      labels.erase(group_key);
+    }
+    if (!labels.empty()) {
       argv.push_back("--labels");
-      argv.push_back(LabelsFlag(s["labels"]));
+      argv.push_back(LabelsFlag(labels));
     }
     SpawnOptions o;
     o.argv = argv;
@@ -395,6 +406,8 @@ struct Supervisor {
     }
     for (auto& [k, v] : s["env"].items()) o.env_set[k] = v.get<std::string>();
     o.env_set[kMarkerVar] = session;
+    // Every simulated host runs on this machine: their arenas share its RAM and /dev/shm.
+    o.env_set["TORUS_HOST_NODES"] = std::to_string(hosts.size());
     o.stdout_path = session + "/logs/node-" + h.name + ".out";
     o.stderr_path = session + "/logs/node-" + h.name + ".err";
     auto pid = torus::Spawn(o);
@@ -604,6 +617,7 @@ DownReport DownSession(const std::string& session) {
   r.processes += TerminateAll(late, std::chrono::seconds(2));
   for (const auto& p : ShmPrefixes(session, {})) prefixes.insert(p);
   for (const auto& p : prefixes) r.segments += UnlinkSegmentsWithPrefix(p);
+  r.segments += CleanDeadNodeSegments(session);
   if (state.ok()) r.namespaces = TearDownNetns(session, *state);
   std::error_code ec;
   for (const auto& f : fs::directory_iterator(session + "/pids", ec)) fs::remove(f.path(), ec);
@@ -902,6 +916,15 @@ int RunUp(const Flags& f) {
 
 int RunLauncherCommand(const std::string& cmd, int argc, char** argv) {
   Flags f = ParseFlags(argc, argv);
+  if (cmd == "up") {
+    RequireKnownFlags(cmd, f.flags, {"wait", "timeout", "port", "netns", "no-atomic-restart", "restart",
+                                     "kill-host", "signal", "session-dir", "help"});
+  }
+  if (cmd == "down") RequireKnownFlags(cmd, f.flags, {"session-dir", "help"});
+  if ((cmd == "up" || cmd == "down") && f.Has("help")) {
+    Usage();
+    return 0;
+  }
   if (cmd == "up") return RunUp(f);
   if (cmd == "down") return RunDown(f);
   if (cmd == "supervise") return RunSupervise(f);

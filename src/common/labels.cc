@@ -27,6 +27,39 @@ StatusOr<std::vector<std::string>> SplitList(const std::string& key, const std::
 }
 }  // namespace
 
+bool IsReservedLabelKey(std::string_view key) {
+  return key.substr(0, 9) == "torus.io/" || tpu::IsReservedTpuLabelKey(key);
+}
+
+Status ValidateUserLabels(const std::map<std::string, std::string>& labels, std::string_view where) {
+  for (const auto& [key, value] : labels) {
+    if (IsReservedLabelKey(key)) {
+      return InvalidArgument(std::string(where) + ": label key '" + key +
+                             "' is reserved (torus.io/ keys and the ray.io/ TPU keys are set by "
+                             "Torus itself, from the node's identity)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateRegisteredLabels(const std::map<std::string, std::string>& labels,
+                                std::string_view node_id, std::string_view hostname) {
+  static const std::string_view kNodeSet[] = {
+      kLabelNodeId,        kLabelHostname,      kLabelNodeGroup,         tpu::kLabelAcceleratorType,
+      tpu::kLabelSliceName, tpu::kLabelWorkerId, tpu::kLabelTopology, tpu::kLabelPodType};
+  for (const auto& [key, value] : labels) {
+    if (!IsReservedLabelKey(key)) continue;
+    bool node_set = false;
+    for (auto k : kNodeSet) node_set = node_set || key == k;
+    std::string bad;
+    if (!node_set) bad = "is reserved and not one the node sets itself";
+    if (key == kLabelNodeId && value != node_id) bad = "is '" + value + "', not the node's id";
+    if (key == kLabelHostname && value != hostname) bad = "is '" + value + "', not the node's host name";
+    if (!bad.empty()) return InvalidArgument("node registration: label '" + key + "' " + bad);
+  }
+  return Status::Ok();
+}
+
 StatusOr<LabelSelectorTerms> ParseLabelSelector(const std::map<std::string, std::string>& selector) {
   auto normalized = tpu::NormalizeSelectorKeys(selector);
   if (!normalized.ok()) return normalized.status();

@@ -11,6 +11,7 @@
 #include "common/ids.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "common/resources.h"
 #include "common/rpc.h"
 #include "common/session.h"
 #include "core/core_worker.h"
@@ -50,9 +51,14 @@ std::string FindTorusBinary() {
 void ParseArgs(RayConfig& config, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    // --flag=value, or --flag value (the next argument).
     auto take = [&](const std::string& flag, std::string* out) {
       if (a.rfind(flag + "=", 0) == 0) {
         *out = a.substr(flag.size() + 1);
+        return true;
+      }
+      if (a == flag && i + 1 < argc) {
+        *out = argv[++i];
         return true;
       }
       return false;
@@ -103,6 +109,19 @@ Runtime& RequireRuntime() {
   Runtime* r = GetRuntime();
   if (!r) throw RayException("ray::Init() has not been called (or ray::Shutdown() already was)");
   return *r;
+}
+
+void ValidateResources(const std::unordered_map<std::string, double>& resources) {
+  auto s = ValidateResourceRequest(ResourceMap(resources.begin(), resources.end()), "resources");
+  if (!s.ok()) throw RayException(s.message());
+}
+
+void ValidateBundles(const std::vector<std::unordered_map<std::string, double>>& bundles) {
+  for (size_t i = 0; i < bundles.size(); ++i) {
+    auto s = ValidateResourceRequest(ResourceMap(bundles[i].begin(), bundles[i].end()),
+                                     "placement group bundle " + std::to_string(i));
+    if (!s.ok()) throw RayException(s.message());
+  }
 }
 }  // namespace internal
 
@@ -265,6 +284,7 @@ PlacementGroup Wrap(const internal::PlacementGroupInfo& info) {
 }  // namespace
 
 PlacementGroup CreatePlacementGroup(const PlacementGroupCreationOptions& options) {
+  internal::ValidateBundles(options.bundles);
   internal::PlacementGroupSpec spec;
   spec.name = options.name;
   spec.bundles = options.bundles;

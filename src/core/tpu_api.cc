@@ -1,4 +1,4 @@
-// torus::tpu: slice reservations over placement groups (spec/tpu.md section 6). Options are
+// torus::tpu: slice reservations over placement groups (docs/tpu.md section 6). Options are
 // validated here with the spec's messages, the bundles built slice-major, and the head chooses
 // whole idle slices and reserves them in one prepare/commit.
 #include <mutex>
@@ -39,6 +39,7 @@ std::optional<int> OptPositive(const std::optional<int>& v) { return v; }
 }  // namespace
 
 SlicePlacementGroup CreateSlicePlacementGroup(const SliceOptions& o) {
+  internal::ValidateBundles({o.resources_per_bundle});
   if (o.num_slices < 1) Invalid(InvalidArgument("num_slices must be at least 1, got " + std::to_string(o.num_slices)));
   auto shape = ComputeSliceShape(o.accelerator_version, o.topology, OptPositive(o.chips_per_vm));
   if (!shape.ok()) Invalid(shape.status());

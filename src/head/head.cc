@@ -22,6 +22,16 @@ void SetError(rpc::Error* e, StatusCode code, const std::string& msg) {
   e->set_message(msg);
 }
 
+// What a node registers must hold to the rules `torus start` applies, so that a hand-made
+// RegisterNode cannot inject negative or absurd capacities.
+Status ValidateNodeRecord(const rpc::NodeRecord& n) {
+  if (auto s = ValidateResources(FromProto(n.total()), "node " + n.node_id() + " resources"); !s.ok()) {
+    return s;
+  }
+  std::map<std::string, std::string> labels(n.labels().begin(), n.labels().end());
+  return ValidateRegisteredLabels(labels, n.node_id(), n.hostname());
+}
+
 using wire::PutBytes;
 using wire::PutTag;
 using wire::PutVarint;
@@ -223,6 +233,10 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   if (n.node_id().empty() || n.address().empty()) {
     SetError(reply->mutable_error(), StatusCode::kInvalidArgument,
              "node registration needs a node id and an address");
+    return grpc::Status::OK;
+  }
+  if (auto s = ValidateNodeRecord(n); !s.ok()) {
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
     return grpc::Status::OK;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -450,6 +464,11 @@ grpc::Status Head::CreateActor(grpc::ServerContext* ctx, const rpc::CreateActorR
   const std::string& id = req->creation().actor_id();
   if (id.empty()) {
     SetError(reply->mutable_error(), StatusCode::kInvalidArgument, "actor id missing");
+    return grpc::Status::OK;
+  }
+  if (auto s = ValidateResources(FromProto(req->resources()), "actor resources");
+      !s.ok()) {
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
     return grpc::Status::OK;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -823,11 +842,12 @@ grpc::Status Head::CreatePlacementGroup(grpc::ServerContext* ctx, const rpc::Pla
     // In name order, as the first offending resource is named.
     std::map<std::string_view, double> res;
     for (const auto& [k, v] : b->resources().amounts()) res.emplace(k, v);
-    bool any = false;
-    for (const auto& [k, v] : res) {
-      if (v < 0) return fail("bundle " + std::to_string(i) + ": resource '" + std::string(k) + "' is negative");
-      any = any || v > 0;
+    if (auto s = ValidateResources(FromProto(b->resources()), "bundle " + std::to_string(i));
+        !s.ok()) {
+      return fail(s.message());
     }
+    bool any = false;
+    for (const auto& [k, v] : res) any = any || v > 0;
     if (!any) return fail("bundle " + std::to_string(i) + " is empty: give it at least one resource");
     // The bundles of a slice reservation all carry the same selector: parse it once.
     auto same_selector = [&](const rpc::Bundle& prev) {
@@ -1123,7 +1143,7 @@ void Head::OnNodeLostForPgs(const std::string& node_id) {
   for (auto& [id, e] : pgs_) {
     if (e.rec.state() != "CREATED" && e.rec.state() != "RESCHEDULING") continue;
     if (e.rec.has_slice() && e.rec.slice().num_slices() > 0) {
-      // A slice is granted, lost and re-granted whole (spec/tpu.md section 6 "Failure").
+      // A slice is granted, lost and re-granted whole (docs/tpu.md section 6 "Failure").
       int per = e.rec.slice().bundles_per_slice();
       std::set<int> lost;
       for (const auto& b : e.rec.bundles()) {
@@ -1265,7 +1285,7 @@ std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
 }
 
 void Head::SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_ids) {
-  // spec/tpu.md section 7 "Multislice": every process in a bundle of a multislice reservation
+  // docs/tpu.md section 7 "Multislice": every process in a bundle of a multislice reservation
   // gets MEGASCALE_* naming host 0 of slice 0 of this grant; a single-slice one gets none.
   static const char* kVars[] = {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT",
                                 "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID"};

@@ -55,7 +55,7 @@ StatusOr<rpc::PlacementGroupRecord> SliceRecord(const rpc::JobSubmitRequest& req
   sl->set_topology(req.slice_topology());
   sl->set_accelerator_version(req.accelerator_version());
   sl->set_num_slices(num_slices);
-  sl->set_timeout_ms(-1);
+  sl->set_timeout_ms(req.slice_wait_timeout_ms() > 0 ? req.slice_wait_timeout_ms() : -1);
   for (int i = 0; i < layout->total_bundles; ++i) {
     auto* b = rec.add_bundles();
     auto& amounts = *b->mutable_resources()->mutable_amounts();

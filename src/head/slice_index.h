@@ -1,6 +1,6 @@
 // The head's live index of TPU slices, kept up to date node by node as nodes register, report
 // their ledgers and die, so that choosing slices for a reservation costs O(slices taken), not
-// O(nodes in the cluster) (spec/tpu.md section 6; at 10,000 hosts a decision takes
+// O(nodes in the cluster) (docs/tpu.md section 6; at 10,000 hosts a decision takes
 // microseconds: bench/slice_sched_bench).
 //
 // A slice is the set of alive nodes with one slice-name label (or, without one, a single-host

@@ -1,4 +1,4 @@
-// TPU slices as the head sees them: nodes grouped by their slice labels (spec/tpu.md sections 4
+// TPU slices as the head sees them: nodes grouped by their slice labels (docs/tpu.md sections 4
 // and 6 "Cluster queries"), and the choice of whole idle slices for a reservation. Pure;
 // thread-compatible.
 #pragma once

@@ -1,5 +1,8 @@
 #include "launcher/manifest.h"
 
+#include "common/labels.h"
+#include "common/resources.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -369,11 +372,12 @@ GroupSpec ReadGroup(Walk& w, const YAML::Node& g, const std::string& path, bool 
   for (const auto& [k, v] : start_resources) spec.resources[k] = v;
   for (const auto& [k, v] : group_resources) spec.resources[k] = v;
   if (num_cpus) spec.resources["CPU"] = *num_cpus;
+  if (auto s = ValidateResources(spec.resources, "resources"); !s.ok()) {
+    w.Problem(where, s.message());
+  }
 
   // Labels: no reserved TPU key, nothing the --labels transport cannot carry.
-  if (auto s = tpu::ValidateUserNodeLabels(spec.labels); !s.ok()) {
-    w.Problem(where + " labels", s.message());
-  }
+  if (auto s = ValidateUserLabels(spec.labels, "labels"); !s.ok()) w.Problem(where, s.message());
   for (const auto& [k, v] : spec.labels) {
     if (k.empty() || k.find_first_of(",=") != std::string::npos || v.find(',') != std::string::npos) {
       w.Problem(where + " labels", "label " + Quote(k + "=" + v) + " may not contain ',' (nor '=' in the key)");

@@ -1,4 +1,4 @@
-// The cluster launcher's model of a KubeRay `RayCluster` manifest (spec/tpu.md §5): parsing,
+// The cluster launcher's model of a KubeRay `RayCluster` manifest (docs/tpu.md §5): parsing,
 // validation, and the plan of node processes with the environment GKE and the KubeRay TPU
 // webhook would give each host.
 //

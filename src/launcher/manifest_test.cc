@@ -1,4 +1,4 @@
-// spec/tpu.md §5: RayCluster parsing, validation, host plan and environment.
+// docs/tpu.md §5: RayCluster parsing, validation, host plan and environment.
 #include "launcher/manifest.h"
 
 #include <gtest/gtest.h>
@@ -357,6 +357,12 @@ TEST(Manifest, BadManifestsAreRefusedNamingTheField) {
       {"bad resources JSON", Replace(Manifest({}), "      num-cpus: '1'\n    template:\n      spec:\n        nodeSelector",
                                      "      num-cpus: '1'\n      resources: '{bad'\n    template:\n      spec:\n        nodeSelector"),
        {"rayStartParams.resources", "not a JSON object"}},
+      {"absurd num-cpus", Replace(Manifest({}), "    numOfHosts: 2\n    rayStartParams:\n      num-cpus: '1'\n",
+                                  "    numOfHosts: 2\n    rayStartParams:\n      num-cpus: '5e12'\n"),
+       {"spec.workerGroupSpecs[0]", "CPU = 5e+12 is too large"}},
+      {"absurd resource JSON", Replace(Manifest({}), "      num-cpus: '1'\n    template:\n      spec:\n        nodeSelector",
+                                       "      num-cpus: '1'\n      resources: '{\"custom\": 1e300}'\n    template:\n      spec:\n        nodeSelector"),
+       {"custom = 1e+300 is too large"}},
       {"no name", Replace(Manifest({}), "  name: c\n", "  labels: {}\n"), {"metadata.name", "missing"}},
       {"two documents", Manifest({}) + "---\n" + Manifest({}), {"exactly one YAML document"}},
   };

@@ -4,6 +4,16 @@
 
 namespace torus {
 
+size_t HostShare(size_t live_siblings, int expected_nodes) {
+  return std::max<size_t>(live_siblings + 1, expected_nodes > 0 ? static_cast<size_t>(expected_nodes) : 1);
+}
+
+uint64_t DefaultArenaBytes(uint64_t ram_bytes, uint64_t shm_free_bytes, size_t live_siblings,
+                           int expected_nodes) {
+  uint64_t budget = std::min<uint64_t>(ram_bytes / 10 * 3, shm_free_bytes / 10 * 8);
+  return budget / HostShare(live_siblings, expected_nodes);
+}
+
 ArenaAllocator::ArenaAllocator(uint64_t capacity, uint64_t resident_free_limit)
     : capacity_(capacity / kAlign * kAlign), resident_free_limit_(resident_free_limit) {
   if (capacity_ > 0) free_[0] = capacity_;

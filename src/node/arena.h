@@ -15,6 +15,15 @@
 
 namespace torus {
 
+// The default arena size of a node (pure): the host's budget, min(30 % of RAM, 80 % of the free
+// space of /dev/shm), shared equally among the nodes of this host: max(`expected_nodes` (what
+// `torus up` starts here at once), the live sibling nodes + 1). Nodes started one by one share
+// by the count they see, so the first keeps the whole budget (it cannot be shrunk later).
+uint64_t DefaultArenaBytes(uint64_t ram_bytes, uint64_t shm_free_bytes, size_t live_siblings,
+                           int expected_nodes);
+// The nodes a new node shares this host with: max(expected_nodes, live_siblings + 1).
+size_t HostShare(size_t live_siblings, int expected_nodes);
+
 class ArenaAllocator {
  public:
   static constexpr uint64_t kAlign = 64;

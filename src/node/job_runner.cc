@@ -104,7 +104,7 @@ grpc::Status JobRunner::StartProcess(grpc::ServerContext* ctx, const rpc::JobPro
   for (const auto& a : req->argv()) opts.argv.push_back(a);
   for (const auto& k : req->env_unset()) opts.env_unset.push_back(k);
   if (req->whole_host_tpu() && cfg_.num_tpu_chips > 0) {
-    // spec/tpu.md section 7, whole host granted.
+    // docs/tpu.md section 7, whole host granted.
     std::vector<int> all;
     for (int i = 0; i < cfg_.num_tpu_chips; ++i) all.push_back(i);
     auto c = tpu::ComputeChipVisibility(cfg_.num_tpu_chips, all, tpu::VisibilityOptOut(env));

@@ -22,6 +22,7 @@
 #include "common/rpc.h"
 #include "common/session.h"
 #include "common/shm.h"
+#include "common/shm_owner.h"
 #include "tpu/chip_visibility.h"
 #include "tpu/node_identity.h"
 
@@ -45,19 +46,12 @@ Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)) {
   if (!cfg_.resources.count("CPU")) {
     cfg_.resources["CPU"] = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  if (!cfg_.resources.count("memory")) {
-    // As Ray: a "memory" resource (bytes) that work may reserve; 70% of RAM by default.
-    double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-    cfg_.resources["memory"] = std::floor(ram * 0.7);
-  }
   total_ = cfg_.resources;
   available_ = total_;
   shm_prefix_ = "torus." + cfg_.node_id.substr(0, 12) + ".";
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   hostname_ = host;
-  cfg_.labels.emplace("torus.io/node-id", cfg_.node_id);
-  cfg_.labels.emplace("torus.io/hostname", hostname_);
   if (const char* v = getenv("TORUS_LEASE_CHECK_MS"); v && *v) {
     char* end = nullptr;
     long ms = strtol(v, &end, 10);
@@ -77,12 +71,11 @@ Node::~Node() {
 }
 
 Status Node::DetectTpu() {
-  // User labels may not claim the TPU identity keys; the node's own identity sets them.
-  std::map<std::string, std::string> user_labels;
-  for (const auto& [k, v] : cfg_.labels) {
-    if (k != "torus.io/node-id" && k != "torus.io/hostname") user_labels[k] = v;
-  }
-  if (auto s = tpu::ValidateUserNodeLabels(user_labels); !s.ok()) return s;
+  // User labels may not claim a reserved key; the node's own identity sets them.
+  if (auto s = ValidateUserLabels(cfg_.labels, "node labels"); !s.ok()) return s;
+  cfg_.labels[std::string(kLabelNodeId)] = cfg_.node_id;
+  cfg_.labels[std::string(kLabelHostname)] = hostname_;
+  if (!cfg_.node_group.empty()) cfg_.labels[std::string(kLabelNodeGroup)] = cfg_.node_group;
   tpu::EnvMap env;
   for (char** e = environ; *e; ++e) {
     const char* eq = strchr(*e, '=');
@@ -108,19 +101,46 @@ Status Node::DetectTpu() {
   return Status::Ok();
 }
 
-Status Node::Start() {
-  if (auto s = ValidateToken(cfg_.token, "the node's configuration"); !s.ok()) return s;
-  if (auto s = DetectTpu(); !s.ok()) return s;
-  available_ = total_;
-  uint64_t cap = cfg_.object_store_bytes;
-  if (cap == 0) {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    cap = static_cast<uint64_t>(pages) * page / 10 * 3;
-    struct statvfs vfs;
-    if (statvfs("/dev/shm", &vfs) == 0) {
-      cap = std::min<uint64_t>(cap, static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 10 * 8);
+Status Node::SizeArenaAndMemory() {
+  // Segments of nodes of this session that died without cleaning up (SIGKILL) go first; then
+  // this node's lock tells later cleaners and siblings that its segments are alive.
+  size_t siblings = 0;
+  if (!cfg_.session_dir.empty()) {
+    CleanDeadNodeSegments(cfg_.session_dir);
+    siblings = LiveArenaBytes(SessionRoot()).size();
+    auto lock = ShmOwnerLock::Acquire(cfg_.session_dir, shm_prefix_, 0);
+    if (lock.ok()) {
+      shm_lock_ = std::move(*lock);
+    } else {
+      TORUS_LOG(WARNING) << "no shared-memory owner lock (" << lock.status().message()
+                         << "): a later cleaner cannot tell this node's segments are alive";
     }
   }
+  int expected = 0;
+  if (const char* v = getenv("TORUS_HOST_NODES"); v && *v) expected = atoi(v);
+  double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (!cfg_.resources.count("memory")) {
+    // As Ray: a "memory" resource (bytes) that work may reserve; 70% of RAM by default, shared
+    // among the nodes of this host.
+    total_["memory"] = std::floor(ram * 0.7 / HostShare(siblings, expected));
+  }
+  if (cfg_.object_store_bytes == 0) {
+    uint64_t shm_free = static_cast<uint64_t>(ram);
+    struct statvfs vfs;
+    if (statvfs("/dev/shm", &vfs) == 0) shm_free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    cfg_.object_store_bytes = DefaultArenaBytes(static_cast<uint64_t>(ram), shm_free, siblings, expected);
+  }
+  shm_lock_.SetArenaBytes(cfg_.object_store_bytes);
+  return Status::Ok();
+}
+
+Status Node::Start() {
+  if (auto s = ValidateToken(cfg_.token, "the node's configuration"); !s.ok()) return s;
+  if (auto s = ValidateResources(cfg_.resources, "node resources"); !s.ok()) return s;
+  if (auto s = DetectTpu(); !s.ok()) return s;
+  if (auto s = SizeArenaAndMemory(); !s.ok()) return s;
+  available_ = total_;
+  uint64_t cap = cfg_.object_store_bytes;
   UnlinkSegmentsWithPrefix(shm_prefix_);
   arena_name_ = shm_prefix_ + "arena";
   auto arena = CreateSparseSegment(arena_name_, cap);
@@ -246,6 +266,7 @@ void Node::Stop() {
     kill(p, SIGKILL);
   }
   UnlinkSegmentsWithPrefix(shm_prefix_);
+  shm_lock_.Release();
   if (head_) {
     rpc::UnregisterNodeRequest req;
     req.set_node_id(cfg_.node_id);
@@ -373,7 +394,7 @@ Status Node::StartWorker(const std::string& key, const std::string& exe,
   opts.env_set["TORUS_HEAD_ADDRESS"] = cfg_.head_address;
   opts.env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
   if (!chips.empty()) {
-    // spec/tpu.md section 7: which chips this worker may use.
+    // docs/tpu.md section 7: which chips this worker may use.
     std::map<std::string, std::string> env;
     for (char** e = environ; *e; ++e) {
       const char* eq = strchr(*e, '=');
@@ -638,6 +659,11 @@ grpc::Status Node::RequestLease(grpc::ServerContext* ctx, const rpc::LeaseReques
   auto p = std::make_shared<PendingLease>();
   p->req = *req;
   p->res = FromProto(req->resources());
+  if (auto s = ValidateResources(p->res, "lease request resources"); !s.ok()) {
+    reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInvalidArgument));
+    reply->mutable_error()->set_message(s.message());
+    return grpc::Status::OK;
+  }
   if (req->label_selector_size() > 0) {
     std::map<std::string, std::string> sel;
     for (const auto& t : req->label_selector()) sel[t.key()] = t.expr();
@@ -796,6 +822,11 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
                               rpc::StartActorReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   ResourceMap res = FromProto(req->resources());
+  if (auto s = ValidateResources(res, "actor resources"); !s.ok()) {
+    reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInvalidArgument));
+    reply->mutable_error()->set_message(s.message());
+    return grpc::Status::OK;
+  }
   std::string key = req->code_search_path_size() ? "code:" : "exe:";
   key += req->executable();
   for (const auto& p : req->code_search_path()) key += ":" + p;
@@ -1054,6 +1085,11 @@ std::vector<rpc::PendingDemand> Node::PendingDemands() {
     }
     d.set_count(d.count() + 1);
     d.set_infeasible(d.infeasible() || p->infeasible);
+    const std::string& owner = p->req.owner_address();
+    if (!owner.empty() && std::find(d.owner_addresses().begin(), d.owner_addresses().end(), owner) ==
+                              d.owner_addresses().end()) {
+      d.add_owner_addresses(owner);
+    }
   }
   std::vector<rpc::PendingDemand> out;
   for (auto& [k, d] : by_shape) out.push_back(d);
@@ -1368,6 +1404,11 @@ bool Node::PrepareLocked(const rpc::BundlesRequest& request, std::string* error)
     const auto& b = req->bundles(i);
     if (mine.count(b.index())) continue;  // a repeated prepare
     totals[i] = FromProto(b.resources());
+    if (auto s = ValidateResources(totals[i], "bundle " + std::to_string(b.index())); !s.ok()) {
+      if (mine.empty()) bundles_.erase(req->pg_id());
+      *error = s.message();
+      return false;
+    }
     Add(sum, totals[i]);
     std::map<std::string, std::string> sel;
     for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();

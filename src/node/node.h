@@ -44,6 +44,7 @@
 #include "common/process.h"
 #include "common/resources.h"
 #include "common/shm.h"
+#include "common/shm_owner.h"
 #include "node/arena.h"
 #include "node/job_runner.h"
 #include "common/status.h"
@@ -59,7 +60,8 @@ struct NodeConfig {
   std::string session_dir;
   std::string token;
   ResourceMap resources;        // totals; CPU defaults to the number of cores
-  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> labels;  // user labels: no reserved key (ValidateUserLabels)
+  std::string node_group;       // the launcher's group: label torus.io/node-group ("" = none)
   std::string torus_exe;        // the torus binary, for `torus worker` (code search path mode)
   int heartbeat_ms = 100;
   // The node gives up (stops its workers and jobs, frees its shared memory, exits) after this
@@ -67,7 +69,7 @@ struct NodeConfig {
   // session and token; this node can never join it) or cannot be reached.
   int head_lost_ms = 30000;
   int idle_worker_keep_ms = 10000;  // idle workers above the CPU count are stopped after this
-  uint64_t object_store_bytes = 0;  // arena capacity; 0 = 30% of RAM, at most 80% of /dev/shm
+  uint64_t object_store_bytes = 0;  // arena capacity; 0 = DefaultArenaBytes (node/arena.h)
 };
 
 class Node final : public rpc::Node::Service {
@@ -171,8 +173,11 @@ class Node final : public rpc::Node::Service {
     std::string owner;
   };
 
-  // Reads the host's TPU identity (spec/tpu.md section 4) into labels and resources. No lock.
+  // Reads the host's TPU identity (docs/tpu.md section 4) into labels and resources. No lock.
   Status DetectTpu();
+  // Cleans dead siblings' segments, takes this node's shm owner lock, and sizes the arena and
+  // the "memory" resource against the other nodes of this host (node/arena.h, shm_owner.h).
+  Status SizeArenaAndMemory();
   // All private helpers below require mu_ held unless said otherwise.
   void TrySchedule();
   bool TrySpillback(PendingLease& p);
@@ -211,6 +216,7 @@ class Node final : public rpc::Node::Service {
   NodeConfig cfg_;
   std::string address_;
   std::string shm_prefix_;
+  ShmOwnerLock shm_lock_;  // held while this node's segments live
   std::string hostname_;
   std::string arena_name_;
   std::vector<int> tpu_chip_ids_;  // physical ids of this host's chips

@@ -1,4 +1,4 @@
-// Worker chip visibility (spec/tpu.md §7): which TPU_* variables a worker process granted TPU
+// Worker chip visibility (docs/tpu.md §7): which TPU_* variables a worker process granted TPU
 // chips gets, and which inherited ones it loses. Pure functions; safe from any thread.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Environment of one process of a gang launch on a slice reservation (spec/tpu.md section 7,
+// Environment of one process of a gang launch on a slice reservation (docs/tpu.md section 7,
 // "Multislice" and "Gang launch"): what `jax.distributed.initialize` and multislice runtimes need.
 // Pure functions; safe from any thread.
 #pragma once

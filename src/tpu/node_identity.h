@@ -1,4 +1,4 @@
-// TPU node identity (spec/tpu.md §4): how a node process learns its chip count, pod type, slice
+// TPU node identity (docs/tpu.md §4): how a node process learns its chip count, pod type, slice
 // name, worker id and topology, and which labels and resources it advertises.
 //
 // ComputeNodeTpuIdentity is computed once per node process, on its start-up thread. Its only I/O

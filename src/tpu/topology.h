@@ -1,5 +1,5 @@
 // TPU topology model: generations, topologies, pod types, slice shapes and reservation bundle
-// layout (spec/tpu.md §2, §3, §6 "Bundle shape and count"), plus the TPU label keys of §4.
+// layout (docs/tpu.md §2, §3, §6 "Bundle shape and count"), plus the TPU label keys of §4.
 //
 // Everything here is a pure function of its arguments: no I/O, no global state, safe to call from
 // any thread. Inputs come from users, environment variables and other processes, so every

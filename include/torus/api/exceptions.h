@@ -56,7 +56,7 @@ class RayRuntimeEnvException : public RayException {
 };
 
 // Get gave up after its timeout_ms.
-// Torus extension: a host of the TPU slice reserved for this work was lost (spec/tpu.md
+// Torus extension: a host of the TPU slice reserved for this work was lost (docs/tpu.md
 // section 6 "Failure"); the message names the slice, slice index, lost node and epoch.
 class RaySliceLostException : public RayException {
  public:
