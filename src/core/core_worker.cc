@@ -2841,9 +2841,10 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
                                         " (missing RAY_REMOTE?)");
         return;
       }
-      actor_ = (*f)(views);
+      // Set before the factory runs: its constructor may ask WasCurrentActorRestarted().
       actor_id_ = spec.actor_id();
       actor_restarted_ = spec.restarted();
+      actor_ = (*f)(views);
       bytes = NilBytes();
     } else if (!spec.actor_id().empty()) {
       const auto* m = registry.FindMethod(spec.function());
