@@ -68,5 +68,39 @@ TEST_F(CompatTest, RestartedActorKnowsItInItsConstructor) {
   EXPECT_TRUE(*actor.Task(&CompatActor::RestartedNow).Remote().Get(kGetTimeoutMs));
 }
 
+// ---- h: calls across a restart (Ray's C++ API: max_task_retries 0, at-most-once)
+
+// Calls already sent to an instance that dies fail, including those still waiting behind the
+// running call; a call made once the failure is known runs on the restarted instance.
+TEST_F(CompatTest, CallsSentBeforeACrashFailAndLaterCallsReachTheNewInstance) {
+  auto actor = ray::Actor(CompatActor::Create).SetMaxRestarts(1).Remote();
+  int pid = *actor.Task(&CompatActor::Pid).Remote().Get(kGetTimeoutMs);
+  auto crash = actor.Task(&CompatActor::CrashAfter).Remote(300);
+  std::vector<ray::ObjectRef<int>> behind;
+  for (int i = 0; i < 5; ++i) behind.push_back(actor.Task(&CompatActor::Echo).Remote(i));
+  EXPECT_THROW(crash.Get(kGetTimeoutMs), ray::internal::RayActorException);
+  for (auto& r : behind) EXPECT_THROW(r.Get(kGetTimeoutMs), ray::internal::RayActorException);
+  // Straight after the failure, while the actor is restarting: waits for the new instance.
+  EXPECT_EQ(*actor.Task(&CompatActor::Echo).Remote(7).Get(kGetTimeoutMs), 7);
+  EXPECT_NE(*actor.Task(&CompatActor::Pid).Remote().Get(kGetTimeoutMs), pid);
+  EXPECT_TRUE(*actor.Task(&CompatActor::RestartedNow).Remote().Get(kGetTimeoutMs));
+}
+
+// The same when the caller has not yet seen the failure: calls made right after the process
+// died (and before any Get) are not lost to the dead instance more than once in a row.
+TEST_F(CompatTest, CallsMadeWhileTheActorRestartsRunOnTheNewInstance) {
+  auto actor = ray::Actor(CompatActor::Create).SetMaxRestarts(1).Remote();
+  int pid = *actor.Task(&CompatActor::Pid).Remote().Get(kGetTimeoutMs);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitUntil([&] {
+    auto e = ActorEntry(cluster(), actor.ID());
+    return !e.is_null() && e.value("num_restarts", 0) == 1;
+  }));
+  // The head has seen the death; this caller's stream may not have broken yet.
+  std::vector<ray::ObjectRef<int>> calls;
+  for (int i = 0; i < 5; ++i) calls.push_back(actor.Task(&CompatActor::Echo).Remote(i));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(*calls[i].Get(kGetTimeoutMs), i) << "call " << i;
+}
+
 }  // namespace
 }  // namespace torus_test
