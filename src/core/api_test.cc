@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -511,6 +512,33 @@ TEST(RuntimeEnvTest, JsonParserRejectsMalformedText) {
     EXPECT_THROW(Json::Parse(bad), std::invalid_argument) << bad;
   }
   EXPECT_THROW(Json::Parse(std::string(100000, '[')), std::invalid_argument);
+}
+
+// ---- RuntimeEnv with nlohmann::json converters (as Ray's RuntimeEnv takes them) ----
+
+struct PipSpec {
+  std::vector<std::string> packages;
+  bool pip_check = false;
+};
+void to_json(nlohmann::json& j, const PipSpec& p) {
+  j = nlohmann::json{{"packages", p.packages}, {"pip_check", p.pip_check}};
+}
+void from_json(const nlohmann::json& j, PipSpec& p) {
+  j.at("packages").get_to(p.packages);
+  j.at("pip_check").get_to(p.pip_check);
+}
+
+TEST(RuntimeEnvTest, UserTypesWithJsonConverters) {
+  ray::RuntimeEnv env;
+  env.Set("pip", PipSpec{{"requests", "numpy"}, true});
+  EXPECT_EQ(env.GetJsonStr("pip"), R"({"packages":["requests","numpy"],"pip_check":true})");
+  PipSpec back = ray::RuntimeEnv::Deserialize(env.Serialize()).Get<PipSpec>("pip");
+  EXPECT_EQ(back.packages, std::vector<std::string>({"requests", "numpy"}));
+  EXPECT_TRUE(back.pip_check);
+  env.Set("raw", nlohmann::json{{"a", 1}});
+  EXPECT_EQ(env.Get<nlohmann::json>("raw")["a"], 1);
+  env.Set("retries", 3);
+  EXPECT_THROW(env.Get<PipSpec>("retries"), ray::internal::RayRuntimeEnvException);
 }
 
 TEST(RuntimeEnvTest, OnlyEnvVarsAreApplied) {

@@ -12,9 +12,9 @@
 // working_dir, ...) is refused with RayRuntimeEnvException when the env is given to a task,
 // an actor or Init, rather than silently ignored.
 //
-// Set/Get take bool, numbers, strings and vectors/maps of them (Ray also takes any type with
-// nlohmann::json converters; Torus has no JSON library, use SetJsonStr for such values). Errors
-// throw internal::RayRuntimeEnvException. Not thread-safe; a value type.
+// Set/Get take bool, numbers, strings, vectors/maps of them, and (as in Ray) nlohmann::json
+// and types with nlohmann::json converters (to_json / from_json) when nlohmann/json is
+// installed. Errors throw internal::RayRuntimeEnvException. Not thread-safe; a value type.
 #pragma once
 
 #include <map>
