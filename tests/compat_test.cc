@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <any>
 #include <dirent.h>
 #include <map>
 #include <ray/api.h>
@@ -60,7 +61,13 @@ std::string CompatMakeNamedActor(std::string name) {
   return a.ID();
 }
 int CompatUsesResource() { return 1; }
-RAY_REMOTE(CompatEnv, CompatPid, CompatNestedEnv, CompatMakeNamedActor, CompatUsesResource);
+std::any CompatAnyEcho(std::any v) { return v; }
+std::vector<std::any> CompatAnyList(std::vector<std::any> v) {
+  v.push_back(std::any(std::string("tail")));
+  return v;
+}
+RAY_REMOTE(CompatEnv, CompatPid, CompatNestedEnv, CompatMakeNamedActor, CompatUsesResource,
+           CompatAnyEcho, CompatAnyList);
 
 // A driver joining TORUS_ADDRESS that creates, in namespace "compat", actors TEST_PREFIX-default
 // (no lifetime chosen), TEST_PREFIX-nondetached (SetLifetime(NON_DETACHED)) and
@@ -325,6 +332,26 @@ TEST_F(CompatTest, LogsDirAndHeadArgsShapeTheEmbeddedCluster) {
     closedir(d);
   }
   EXPECT_GT(worker_logs, 0) << "no worker log in " << logs;
+}
+
+// ---- d: std::any arguments and results, as in Ray
+
+TEST_F(CompatTest, AnyValuesAsArgumentsAndResults) {
+  std::any r = *ray::Task(CompatAnyEcho).Remote(5).Get(kGetTimeoutMs);
+  ASSERT_EQ(r.type(), typeid(uint64_t));
+  EXPECT_EQ(std::any_cast<uint64_t>(r), 5u);
+  r = *ray::Task(CompatAnyEcho).Remote(std::any(int64_t{-3})).Get(kGetTimeoutMs);
+  EXPECT_EQ(std::any_cast<int64_t>(r), -3);
+  r = *ray::Task(CompatAnyEcho).Remote(std::string("text")).Get(kGetTimeoutMs);
+  EXPECT_EQ(std::any_cast<std::string>(r), "text");
+  std::vector<std::any> list = {std::any(true), std::any(2.5)};
+  auto out = *ray::Task(CompatAnyList).Remote(list).Get(kGetTimeoutMs);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_TRUE(std::any_cast<bool>(out[0]));
+  EXPECT_EQ(std::any_cast<double>(out[1]), 2.5);
+  EXPECT_EQ(std::any_cast<std::string>(out[2]), "tail");
+  // As in Ray, a std::any holding a type msgpack has no fixed form for is refused.
+  EXPECT_THROW(ray::Task(CompatAnyEcho).Remote(std::any(3)), ray::internal::RayException);
 }
 
 }  // namespace

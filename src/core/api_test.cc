@@ -8,6 +8,7 @@
 #include "common/env_key.h"
 #include "core/ray_flags.h"
 
+#include <any>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -557,6 +558,33 @@ TEST(RuntimeEnvTest, OnlyEnvVarsAreApplied) {
   EXPECT_EQ(torus::EnvVarsKey(std::map<std::string, std::string>{}), "");
   EXPECT_NE(torus::EnvVarsKey(std::map<std::string, std::string>{{"A", "1=B"}}),
             torus::EnvVarsKey(std::map<std::string, std::string>{{"A", "1"}, {"B", ""}}));
+}
+
+// ---- std::any values, as Ray packs them ----
+
+TEST(SerializerTest, AnyRoundTripsAsRayDoes) {
+  auto round = [](const auto& v) {
+    std::string bytes = Serializer::Serialize(v);
+    return Serializer::Deserialize<std::any>(bytes.data(), bytes.size());
+  };
+  EXPECT_EQ(std::any_cast<uint64_t>(round(std::any(uint64_t{7}))), 7u);
+  EXPECT_EQ(std::any_cast<int64_t>(round(std::any(int64_t{-7}))), -7);
+  EXPECT_EQ(std::any_cast<double>(round(std::any(1.5))), 1.5);
+  EXPECT_EQ(std::any_cast<std::string>(round(std::any(std::string("s")))), "s");
+  EXPECT_TRUE(std::any_cast<bool>(round(std::any(true))));
+  EXPECT_EQ(std::any_cast<std::vector<char>>(round(std::any(std::vector<char>{'a', 'b'}))),
+            (std::vector<char>{'a', 'b'}));
+  EXPECT_EQ(round(std::any(msgpack::type::nil_t())).type(), typeid(msgpack::type::nil_t));
+  EXPECT_EQ(round(42).type(), typeid(uint64_t));  // a plain int arrives as Ray's uint64_t
+  EXPECT_THROW(Serializer::Serialize(std::any(42)), ray::internal::RayException);
+  std::vector<std::any> list = {std::any(int64_t{-1}), std::any(std::string("x"))};
+  std::string bytes = Serializer::Serialize(list);
+  auto back = Serializer::Deserialize<std::vector<std::any>>(bytes.data(), bytes.size());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(std::any_cast<int64_t>(back[0]), -1);
+  EXPECT_EQ(std::any_cast<std::string>(back[1]), "x");
+  std::string arr = Serializer::Serialize(std::vector<int>{1});
+  EXPECT_THROW(Serializer::Deserialize<std::any>(arr.data(), arr.size()), ray::internal::RayException);
 }
 
 // ---- Ray's program flags ----
