@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "common/rpc.h"
 #include "common/session.h"
 #include "core/core_worker.h"
+#include "core/ray_flags.h"
 #include "core/worker_main.h"
 #include "head/head.h"
 #include "node/node.h"
@@ -46,37 +48,6 @@ std::string FindTorusBinary() {
     }
   }
   return "torus";
-}
-
-void ParseArgs(RayConfig& config, int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    // --flag=value, or --flag value (the next argument).
-    auto take = [&](const std::string& flag, std::string* out) {
-      if (a.rfind(flag + "=", 0) == 0) {
-        *out = a.substr(flag.size() + 1);
-        return true;
-      }
-      if (a == flag && i + 1 < argc) {
-        *out = argv[++i];
-        return true;
-      }
-      return false;
-    };
-    std::string v;
-    if (take("--ray_address", &v)) config.address = v;
-    else if (take("--ray_namespace", &v)) config.ray_namespace = v;
-    else if (take("--ray_code_search_path", &v)) {
-      config.code_search_path.clear();
-      size_t start = 0;
-      while (start <= v.size()) {
-        size_t end = v.find(':', start);
-        if (end == std::string::npos) end = v.size();
-        if (end > start) config.code_search_path.push_back(v.substr(start, end - start));
-        start = end + 1;
-      }
-    }
-  }
 }
 
 void StopEmbedded() {
@@ -125,87 +96,121 @@ void ValidateBundles(const std::vector<std::unordered_map<std::string, double>>&
 }
 }  // namespace internal
 
-void Init() {
-  RayConfig config;
-  Init(config);
+namespace {
+
+// Starts the embedded default cluster (a private head and node inside this process) and sets
+// *address and *token. Throws RayException; requires g_mu.
+void StartEmbedded(const RayConfig& config, const core::RayFlags& flags, std::string* address,
+                   std::string* token) {
+  NodeConfig nc;
+  core::ApplyHeadArgs(config.head_args, &nc);  // before anything starts: may throw
+  auto session = CreateSession(/*make_latest=*/false);
+  if (!session.ok()) throw internal::RayException(session.status().ToString());
+  auto tok = FindToken(*session);
+  if (std::getenv("TORUS_TOKEN")) tok = ReadFile(*session + "/token");
+  if (!tok.ok()) throw internal::RayException(tok.status().ToString());
+  *token = *tok;
+  g->embedded_session = *session;
+  if (!flags.logs_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.logs_dir, ec);
+    if (ec) {
+      StopEmbedded();
+      throw internal::RayException("--ray_logs_dir " + flags.logs_dir + ": " + ec.message());
+    }
+    nc.logs_dir = flags.logs_dir;
+  }
+  HeadConfig hc;
+  hc.session_dir = *session;
+  hc.token = *token;
+  g->head = std::make_unique<Head>(hc);
+  if (auto s = g->head->Start(); !s.ok()) {
+    StopEmbedded();
+    throw internal::RayException("cannot start the embedded head: " + s.ToString());
+  }
+  nc.head_address = g->head->address();
+  nc.session_dir = *session;
+  nc.token = *token;
+  nc.torus_exe = FindTorusBinary();
+  g->node = std::make_unique<Node>(nc);
+  if (auto s = g->node->Start(); !s.ok()) {
+    StopEmbedded();
+    throw internal::RayException("cannot start the embedded node: " + s.ToString());
+  }
+  *address = g->head->address();
 }
 
-void Init(RayConfig& config, int argc, char** argv) {
-  ParseArgs(config, argc, argv);
-  Init(config);
+// The address of a live node of the cluster at `address` on this host (or any live node).
+std::string FindNodeToAttach(const std::string& address, const std::string& token) {
+  auto stub = rpc::Head::NewStub(GetChannel(address));
+  rpc::ListReply reply;
+  auto ctx = NewContext(token, 10000);
+  auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
+  if (!st.ok()) {
+    throw internal::RayException("cannot reach the Torus head at " + address + ": " +
+                                 st.error_message());
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string node_address;
+  for (const auto& n : reply.nodes()) {
+    if (!n.alive()) continue;
+    if (node_address.empty() || n.hostname() == host) node_address = n.address();
+    if (n.hostname() == host) break;
+  }
+  if (node_address.empty()) {
+    throw internal::RayException("the cluster at " + address + " has no live node to attach to");
+  }
+  return node_address;
 }
 
-void Init(RayConfig& config) {
+// Checks what Init is given before anything starts; prints one line per setting Torus ignores.
+void CheckConfig(const RayConfig& config, const core::RayFlags& flags, bool joining) {
+  if (config.local_mode) {
+    throw internal::RayException(
+        "RayConfig::local_mode is not supported by Torus: tasks always run in worker "
+        "processes. Leave it false: without an address, ray::Init() starts a private cluster "
+        "on this machine, which Shutdown() stops");
+  }
+  std::vector<std::string> warnings = flags.warnings;
+  if (config.redis_password_ || config.redis_username_) {
+    warnings.push_back("torus: ignoring RayConfig::redis_username_/redis_password_: Torus has "
+                       "no Redis; clients authenticate with the session token");
+  }
+  if (joining && !config.head_args.empty()) {
+    warnings.push_back("torus: ignoring head_args (--ray_head_args): they apply only to the "
+                       "cluster ray::Init() starts itself, and this driver joins one");
+  }
+  if (joining && !flags.logs_dir.empty()) {
+    warnings.push_back("torus: ignoring --ray_logs_dir: it applies only to the cluster "
+                       "ray::Init() starts itself; workers of a joined cluster log to its session");
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "%s\n", w.c_str());
+}
+
+void InitWith(RayConfig& config, const core::RayFlags& flags) {
   if (std::getenv("TORUS_WORKER_MODE")) RunWorkerMain();  // never returns
   std::lock_guard<std::mutex> lock(g_mu);
   if (g->core) throw internal::RayException("ray::Init() was already called in this process");
-  if (config.local_mode) {
-    throw internal::RayException("RayConfig::local_mode is not supported by Torus");
+  std::string address = config.address.empty() ? AddressFromEnv() : config.address;
+  CheckConfig(config, flags, !address.empty());
+  core::CoreWorkerOptions opts;
+  if (config.runtime_env) {
+    opts.job_env_vars = internal::EnvVarsOfSerialized(config.runtime_env->Serialize());
   }
+  opts.default_detached = config.default_actor_lifetime == ActorLifetime::DETACHED;
   SetLogComponent("driver");
   SetDefaultLogLevel(LogLevel::WARNING);
-  std::string address = config.address.empty() ? AddressFromEnv() : config.address;
   std::string token;
   if (address.empty()) {
-    // The embedded default: a private head and node inside this process.
-    auto session = CreateSession(/*make_latest=*/false);
-    if (!session.ok()) throw internal::RayException(session.status().ToString());
-    auto tok = FindToken(*session);
-    if (std::getenv("TORUS_TOKEN")) tok = ReadFile(*session + "/token");
-    if (!tok.ok()) throw internal::RayException(tok.status().ToString());
-    token = *tok;
-    g->embedded_session = *session;
-    HeadConfig hc;
-    hc.session_dir = *session;
-    hc.token = token;
-    g->head = std::make_unique<Head>(hc);
-    if (auto s = g->head->Start(); !s.ok()) {
-      StopEmbedded();
-      throw internal::RayException("cannot start the embedded head: " + s.ToString());
-    }
-    NodeConfig nc;
-    nc.head_address = g->head->address();
-    nc.session_dir = *session;
-    nc.token = token;
-    nc.torus_exe = FindTorusBinary();
-    g->node = std::make_unique<Node>(nc);
-    if (auto s = g->node->Start(); !s.ok()) {
-      StopEmbedded();
-      throw internal::RayException("cannot start the embedded node: " + s.ToString());
-    }
-    address = g->head->address();
+    StartEmbedded(config, flags, &address, &token);
   } else {
     auto tok = FindToken();
     if (!tok.ok()) throw internal::RayException(tok.status().ToString());
     token = *tok;
   }
-  // Find the node to attach to: the embedded one, or a node of the cluster on this host.
-  std::string node_address;
-  if (g->node) {
-    node_address = g->node->address();
-  } else {
-    auto stub = rpc::Head::NewStub(GetChannel(address));
-    rpc::ListReply reply;
-    auto ctx = NewContext(token, 10000);
-    auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
-    if (!st.ok()) {
-      throw internal::RayException("cannot reach the Torus head at " + address + ": " +
-                                   st.error_message());
-    }
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    for (const auto& n : reply.nodes()) {
-      if (!n.alive()) continue;
-      if (node_address.empty() || n.hostname() == host) node_address = n.address();
-      if (n.hostname() == host) break;
-    }
-    if (node_address.empty()) {
-      throw internal::RayException("the cluster at " + address + " has no live node to attach to");
-    }
-  }
-  core::CoreWorkerOptions opts;
   opts.is_driver = true;
-  opts.node_address = node_address;
+  opts.node_address = g->node ? g->node->address() : FindNodeToAttach(address, token);
   opts.head_address = address;
   opts.token = token;
   opts.job_id = RandomHex(4);
@@ -222,6 +227,21 @@ void Init(RayConfig& config) {
   static std::once_flag once;
   std::call_once(once, [] { std::atexit(ShutdownAtExit); });
 }
+
+}  // namespace
+
+void Init() {
+  RayConfig config;
+  Init(config);
+}
+
+void Init(RayConfig& config, int argc, char** argv) {
+  if (std::getenv("TORUS_WORKER_MODE")) RunWorkerMain();  // never returns
+  core::RayFlags flags = core::ParseRayFlags(config, argc, argv);
+  InitWith(config, flags);
+}
+
+void Init(RayConfig& config) { InitWith(config, core::RayFlags{}); }
 
 bool IsInitialized() { return internal::GetRuntime() != nullptr; }
 

@@ -5,8 +5,13 @@
 #include <gtest/gtest.h>
 #include <ray/api.h>
 
+#include "common/env_key.h"
+#include "core/ray_flags.h"
+
+#include <any>
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -508,6 +513,137 @@ TEST(RuntimeEnvTest, JsonParserRejectsMalformedText) {
     EXPECT_THROW(Json::Parse(bad), std::invalid_argument) << bad;
   }
   EXPECT_THROW(Json::Parse(std::string(100000, '[')), std::invalid_argument);
+}
+
+// ---- RuntimeEnv with nlohmann::json converters (as Ray's RuntimeEnv takes them) ----
+
+struct PipSpec {
+  std::vector<std::string> packages;
+  bool pip_check = false;
+};
+void to_json(nlohmann::json& j, const PipSpec& p) {
+  j = nlohmann::json{{"packages", p.packages}, {"pip_check", p.pip_check}};
+}
+void from_json(const nlohmann::json& j, PipSpec& p) {
+  j.at("packages").get_to(p.packages);
+  j.at("pip_check").get_to(p.pip_check);
+}
+
+TEST(RuntimeEnvTest, UserTypesWithJsonConverters) {
+  ray::RuntimeEnv env;
+  env.Set("pip", PipSpec{{"requests", "numpy"}, true});
+  EXPECT_EQ(env.GetJsonStr("pip"), R"({"packages":["requests","numpy"],"pip_check":true})");
+  PipSpec back = ray::RuntimeEnv::Deserialize(env.Serialize()).Get<PipSpec>("pip");
+  EXPECT_EQ(back.packages, std::vector<std::string>({"requests", "numpy"}));
+  EXPECT_TRUE(back.pip_check);
+  env.Set("raw", nlohmann::json{{"a", 1}});
+  EXPECT_EQ(env.Get<nlohmann::json>("raw")["a"], 1);
+  env.Set("retries", 3);
+  EXPECT_THROW(env.Get<PipSpec>("retries"), ray::internal::RayRuntimeEnvException);
+}
+
+TEST(RuntimeEnvTest, OnlyEnvVarsAreApplied) {
+  using torus::internal::EnvVarsOfSerialized;
+  ray::RuntimeEnv env;
+  env.Set("env_vars", std::map<std::string, std::string>{{"A", "1"}, {"B", "2"}});
+  env.SetJsonStr("config", R"({"setup_timeout_seconds":10})");
+  auto vars = EnvVarsOfSerialized(env.Serialize());
+  EXPECT_EQ(vars, (std::map<std::string, std::string>{{"A", "1"}, {"B", "2"}}));
+  EXPECT_TRUE(EnvVarsOfSerialized("").empty());
+  for (const char* bad : {R"({"pip":["x"]})", R"({"env_vars":{"A":1}})", R"({"env_vars":[]})",
+                          R"({"env_vars":{"A=B":"1"}})", "[]"}) {
+    EXPECT_THROW(EnvVarsOfSerialized(bad), ray::internal::RayRuntimeEnvException) << bad;
+  }
+  // Pool keys: different variables never share a key; none adds nothing.
+  EXPECT_EQ(torus::EnvVarsKey(std::map<std::string, std::string>{}), "");
+  EXPECT_NE(torus::EnvVarsKey(std::map<std::string, std::string>{{"A", "1=B"}}),
+            torus::EnvVarsKey(std::map<std::string, std::string>{{"A", "1"}, {"B", ""}}));
+}
+
+// ---- std::any values, as Ray packs them ----
+
+TEST(SerializerTest, AnyRoundTripsAsRayDoes) {
+  auto round = [](const auto& v) {
+    std::string bytes = Serializer::Serialize(v);
+    return Serializer::Deserialize<std::any>(bytes.data(), bytes.size());
+  };
+  EXPECT_EQ(std::any_cast<uint64_t>(round(std::any(uint64_t{7}))), 7u);
+  EXPECT_EQ(std::any_cast<int64_t>(round(std::any(int64_t{-7}))), -7);
+  EXPECT_EQ(std::any_cast<double>(round(std::any(1.5))), 1.5);
+  EXPECT_EQ(std::any_cast<std::string>(round(std::any(std::string("s")))), "s");
+  EXPECT_TRUE(std::any_cast<bool>(round(std::any(true))));
+  EXPECT_EQ(std::any_cast<std::vector<char>>(round(std::any(std::vector<char>{'a', 'b'}))),
+            (std::vector<char>{'a', 'b'}));
+  EXPECT_EQ(round(std::any(msgpack::type::nil_t())).type(), typeid(msgpack::type::nil_t));
+  EXPECT_EQ(round(42).type(), typeid(uint64_t));  // a plain int arrives as Ray's uint64_t
+  EXPECT_THROW(Serializer::Serialize(std::any(42)), ray::internal::RayException);
+  std::vector<std::any> list = {std::any(int64_t{-1}), std::any(std::string("x"))};
+  std::string bytes = Serializer::Serialize(list);
+  auto back = Serializer::Deserialize<std::vector<std::any>>(bytes.data(), bytes.size());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(std::any_cast<int64_t>(back[0]), -1);
+  EXPECT_EQ(std::any_cast<std::string>(back[1]), "x");
+  std::string arr = Serializer::Serialize(std::vector<int>{1});
+  EXPECT_THROW(Serializer::Deserialize<std::any>(arr.data(), arr.size()), ray::internal::RayException);
+}
+
+// ---- Ray's program flags ----
+
+torus::core::RayFlags Parse(ray::RayConfig& cfg, std::vector<std::string> args) {
+  args.insert(args.begin(), "prog");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return torus::core::ParseRayFlags(cfg, static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(RayFlagsTest, HonouredFlagsInBothForms) {
+  ray::RayConfig cfg;
+  auto f = Parse(cfg, {"--ray_address=h:1", "--ray_code_search_path", "/a:/b", "-ray_namespace=ns",
+                       "--ray_default_actor_lifetime", "Detached", "--ray_logs_dir=/tmp/l",
+                       "--ray_head_args", "--num-cpus 2", "positional", "--other", "x"});
+  EXPECT_EQ(cfg.address, "h:1");
+  EXPECT_EQ(cfg.code_search_path, std::vector<std::string>({"/a", "/b"}));
+  EXPECT_EQ(cfg.ray_namespace, "ns");
+  EXPECT_EQ(cfg.default_actor_lifetime, ray::ActorLifetime::DETACHED);
+  EXPECT_EQ(f.logs_dir, "/tmp/l");
+  EXPECT_EQ(cfg.head_args, std::vector<std::string>({"--num-cpus", "2"}));
+  EXPECT_TRUE(f.warnings.empty());
+  Parse(cfg, {"--ray_default_actor_lifetime=non_detached"});
+  EXPECT_EQ(cfg.default_actor_lifetime, ray::ActorLifetime::NON_DETACHED);
+  EXPECT_THROW(Parse(cfg, {"--ray_default_actor_lifetime=forever"}), ray::internal::RayException);
+  EXPECT_THROW(Parse(cfg, {"--ray_logs_dir"}), ray::internal::RayException);
+}
+
+TEST(RayFlagsTest, IgnoredFlagsWarnOneLineEach) {
+  ray::RayConfig cfg;
+  auto f = Parse(cfg, {"--ray_redis_password=pw", "--ray_job_id", "01000000",
+                       "--ray_node_ip_address=1.2.3.4", "--startup_token=3", "--ray_bogus",
+                       "keep"});
+  ASSERT_EQ(f.warnings.size(), 5u);
+  const char* names[] = {"--ray_redis_password", "--ray_job_id", "--ray_node_ip_address",
+                         "--startup_token", "--ray_bogus"};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NE(f.warnings[i].find(names[i]), std::string::npos) << f.warnings[i];
+    EXPECT_EQ(f.warnings[i].find('\n'), std::string::npos);
+  }
+  EXPECT_EQ(cfg.address, "");
+}
+
+TEST(RayFlagsTest, HeadArgsShapeTheEmbeddedNode) {
+  torus::NodeConfig nc;
+  torus::core::ApplyHeadArgs({"--num-cpus=3", "--resources", R"({"r":2})", "--labels",
+                              R"({"zone":"z"})", "--object-store-memory", "1000000"},
+                             &nc);
+  EXPECT_EQ(nc.resources["CPU"], 3);
+  EXPECT_EQ(nc.resources["r"], 2);
+  EXPECT_EQ(nc.labels["zone"], "z");
+  EXPECT_EQ(nc.object_store_bytes, 1000000u);
+  try {
+    torus::core::ApplyHeadArgs({"--port", "6379"}, &nc);
+    FAIL() << "an unsupported head arg was accepted";
+  } catch (const ray::internal::RayException& e) {
+    EXPECT_NE(std::string(e.what()).find("--port"), std::string::npos) << e.what();
+  }
 }
 
 // ---- Ray spellings ----

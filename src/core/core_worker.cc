@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/env_key.h"
 #include "common/ids.h"
 #include "common/labels.h"
 #include "tpu/chip_visibility.h"
@@ -17,6 +18,7 @@
 #include "common/lane.h"
 #include "common/rpc.h"
 #include "torus/api/exceptions.h"
+#include "torus/api/runtime_env.h"
 #include "torus/api/serializer.h"
 
 namespace torus::core {
@@ -1693,6 +1695,9 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
     if (!terms.ok()) throw internal::RayException(terms.status().message());
     for (const auto& [k, v] : selector) key += "|" + k + "=" + v;
   }
+  SetJobConfig(options.serialized_runtime_env, &spec);
+  const std::string env_key = EnvVarsKey(spec.env_vars());  // no sharing across env_vars
+  key += env_key;
   t->key = key;
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
@@ -1710,7 +1715,8 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
     q->key = key;
     auto& lt = q->lease_template;
     *lt.mutable_resources() = spec.resources();
-    lt.set_runtime_key(runtime_key_);
+    lt.set_runtime_key(runtime_key_ + env_key);
+    *lt.mutable_env_vars() = spec.env_vars();
     lt.set_executable(executable_);
     for (const auto& p : opts_.code_search_path) lt.add_code_search_path(p);
     lt.set_job_id(opts_.job_id);
@@ -2155,6 +2161,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   spec->set_task_id(actor_id);
   std::string ns = options.ray_namespace.empty() ? GetNamespace() : options.ray_namespace;
   spec->set_ray_namespace(ns);
+  SetJobConfig(options.serialized_runtime_env, spec);
   // Refs inside constructor arguments stay held by this process for as long as it lives: a
   // restarted actor unpacks the same arguments again.
   std::vector<std::string> ctor_nested;
@@ -2185,7 +2192,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   req.set_name(options.name);
   req.set_ray_namespace(ns);
   req.set_max_restarts(options.max_restarts);
-  req.set_detached(options.detached);
+  req.set_detached(options.lifetime_set ? options.detached : spec->default_detached());
   req.set_executable(executable_);
   for (const auto& p : opts_.code_search_path) req.add_code_search_path(p);
   ResourceMap res(options.resources.begin(), options.resources.end());
@@ -2218,6 +2225,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   spec.set_caller_id(opts_.worker_id);
   spec.set_job_id(JobId());
   spec.set_ray_namespace(GetNamespace());
+  SetJobConfig("", &spec, /*with_env=*/false);  // the actor's process has its own env_vars
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
   std::string rid = NewObjectId();
@@ -2624,6 +2632,18 @@ std::string CoreWorker::DriverAddress() {
   return current_driver_;
 }
 
+void CoreWorker::SetJobConfig(const std::string& serialized_runtime_env, rpc::TaskSpec* spec,
+                              bool with_env) {
+  auto own = internal::EnvVarsOfSerialized(serialized_runtime_env);
+  std::unique_lock<std::mutex> lock(log_mu_, std::defer_lock);
+  if (!opts_.is_driver) lock.lock();
+  spec->set_default_detached(opts_.is_driver ? opts_.default_detached : current_default_detached_);
+  if (!with_env) return;
+  auto& env = *spec->mutable_env_vars();
+  for (const auto& [k, v] : opts_.is_driver ? opts_.job_env_vars : current_env_vars_) env[k] = v;
+  for (const auto& [k, v] : own) env[k] = v;
+}
+
 grpc::Status CoreWorker::PrintLogs(grpc::ServerContext* ctx, const rpc::LogBatch* req, rpc::Empty*) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
   std::string prefix = "(worker " + req->worker_id().substr(0, 8) + " pid=" +
@@ -2832,6 +2852,10 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
     current_driver_ = spec.driver_address();
     current_job_ = spec.job_id();
     current_namespace_ = spec.ray_namespace();
+    current_default_detached_ = spec.default_detached();
+    if (spec.actor_creation() || spec.actor_id().empty()) {
+      current_env_vars_ = {spec.env_vars().begin(), spec.env_vars().end()};
+    }
   }
   result->set_task_id(spec.task_id());
   result->set_return_id(spec.return_id());
@@ -2898,9 +2922,10 @@ void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
                                         " (missing RAY_REMOTE?)");
         return;
       }
-      actor_ = (*f)(views);
+      // Set before the factory runs: its constructor may ask WasCurrentActorRestarted().
       actor_id_ = spec.actor_id();
       actor_restarted_ = spec.restarted();
+      actor_ = (*f)(views);
       bytes = NilBytes();
     } else if (!spec.actor_id().empty()) {
       const auto* m = registry.FindMethod(spec.function());

@@ -51,6 +51,10 @@ struct CoreWorkerOptions {
   std::string ray_namespace;
   std::vector<std::string> code_search_path;  // drivers: passed to workers
   std::string bind_host = "127.0.0.1";
+  // Drivers: the job's settings (RayConfig), carried in every TaskSpec so that work submitted
+  // from workers gets them too.
+  bool default_detached = false;                         // default_actor_lifetime
+  std::map<std::string, std::string> job_env_vars;        // runtime_env env_vars
   // Called once connected, before any pushed work runs (workers publish the runtime here, so the
   // first task can already use the API).
   std::function<void(CoreWorker*)> on_ready;
@@ -213,6 +217,11 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void PumpActor(ActorQueue& a);
   void ResolveActor(const std::string& actor_id, int min_restarts);
   void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
+  // Sets the job's settings in `spec`: the default actor lifetime and, with_env, env_vars (the
+  // parent's, i.e. the job's in a driver or the running task's/actor's in a worker, with
+  // those of `serialized_runtime_env` merged over them). Throws RayRuntimeEnvException.
+  void SetJobConfig(const std::string& serialized_runtime_env, rpc::TaskSpec* spec,
+                    bool with_env = true);
   void ReleaseTaskPins(TaskRecord& t);
   void HousekeepingLoop();
   // Node address of a bundle able to hold `res` (bundle_index -1: any). No lock; asks the head.
@@ -283,6 +292,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void ForwardLoop();
   std::mutex log_mu_;
   std::string current_driver_, current_job_, current_namespace_;
+  bool current_default_detached_ = false;
+  std::map<std::string, std::string> current_env_vars_;  // of this process (task or actor)
   std::vector<std::string> out_lines_, err_lines_;
 
   // Set once Connect() has finished; handlers wait for it.

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <thread>
 
+#include "common/env_key.h"
 #include "common/ids.h"
 #include "common/logging.h"
 #include "common/process.h"
@@ -369,7 +370,8 @@ std::string Node::ChipKey(const std::string& key, const std::vector<int>& chips)
 Status Node::StartWorker(const std::string& key, const std::string& exe,
                          const std::vector<std::string>& code_path, const std::vector<int>& chips,
                          const std::string& reserved_for, std::string* id_out,
-                         const BundleState* bundle) {
+                         const BundleState* bundle,
+                         const google::protobuf::Map<std::string, std::string>* env_vars) {
   auto w = std::make_unique<Worker>();
   w->id = RandomHex(14);
   w->runtime_key = key;
@@ -413,7 +415,12 @@ Status Node::StartWorker(const std::string& key, const std::string& exe,
       opts.env_unset.push_back(k);
     }
   }
-  std::string log = cfg_.session_dir + "/logs/worker-" + w->id.substr(0, 12);
+  if (env_vars) {
+    // runtime_env env_vars (part of `key`); the runtime's own variables above take precedence.
+    for (const auto& [k, v] : *env_vars) opts.env_set.emplace(k, v);
+  }
+  std::string logs = cfg_.logs_dir.empty() ? cfg_.session_dir + "/logs" : cfg_.logs_dir;
+  std::string log = logs + "/worker-" + w->id.substr(0, 12);
   opts.stdout_path = log + ".out";
   opts.stderr_path = log + ".err";
   auto pid = Spawn(opts);
@@ -631,7 +638,8 @@ void Node::TrySchedule() {
     for (int i = starting; i < n; ++i) {
       const auto* r = example[key];
       std::vector<std::string> code(r->code_search_path().begin(), r->code_search_path().end());
-      if (auto s = StartWorker(key, r->executable(), code, chips_of[key], "", nullptr, bundle_of[key]);
+      if (auto s = StartWorker(key, r->executable(), code, chips_of[key], "", nullptr, bundle_of[key],
+                               &r->env_vars());
           !s.ok()) {
         TORUS_LOG(ERROR) << "cannot start worker: " << s.ToString();
         for (auto& p : pending_) {
@@ -830,6 +838,7 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
   std::string key = req->code_search_path_size() ? "code:" : "exe:";
   key += req->executable();
   for (const auto& p : req->code_search_path()) key += ":" + p;
+  key += EnvVarsKey(req->creation().env_vars());
   std::string worker_id, worker_address;
   int pg_bundle = -1;
   {
@@ -887,7 +896,8 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
       std::vector<std::string> code(req->code_search_path().begin(), req->code_search_path().end());
       std::string started;
       if (auto s = StartWorker(key, req->executable(), code, chips, req->creation().actor_id(), &started,
-                               pg_bundle >= 0 ? FindBundle(req->placement_group_id(), pg_bundle) : nullptr);
+                               pg_bundle >= 0 ? FindBundle(req->placement_group_id(), pg_bundle) : nullptr,
+                               &req->creation().env_vars());
           !s.ok()) {
         give_back();
         reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));

@@ -70,6 +70,7 @@ struct NodeConfig {
   int head_lost_ms = 30000;
   int idle_worker_keep_ms = 10000;  // idle workers above the CPU count are stopped after this
   uint64_t object_store_bytes = 0;  // arena capacity; 0 = DefaultArenaBytes (node/arena.h)
+  std::string logs_dir;             // workers' log files; "" = <session_dir>/logs
 };
 
 class Node final : public rpc::Node::Service {
@@ -190,7 +191,8 @@ class Node final : public rpc::Node::Service {
   Status StartWorker(const std::string& key, const std::string& exe,
                      const std::vector<std::string>& code_path,
                      const std::vector<int>& chips = {}, const std::string& reserved_for = "",
-                     std::string* id_out = nullptr, const BundleState* bundle = nullptr);
+                     std::string* id_out = nullptr, const BundleState* bundle = nullptr,
+                     const google::protobuf::Map<std::string, std::string>* env_vars = nullptr);
   // Picks `n` free chips (lowest ids first); empty when n <= 0. Require mu_.
   std::vector<int> TakeChips(int n);
   // Worker key for a lease/actor holding `chips`: workers are started with their chips' env.

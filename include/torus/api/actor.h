@@ -8,7 +8,8 @@
 //
 // ActorHandle is a value (the actor id): copy it freely, pass it to tasks or return it from
 // them (it is msgpack-serializable). Handles do not keep an actor alive; a non-detached actor
-// lives as long as the job that created it, unless killed or exited.
+// lives as long as the job that created it, unless killed or exited. Actors get the job's
+// default lifetime (RayConfig::default_actor_lifetime) unless SetLifetime chooses one.
 //
 // Calls made through handles in one process are run by the actor in submission order (with
 // max_concurrency 1). All Remote() calls require Init().
@@ -177,15 +178,19 @@ class ActorCreator {
     options_.bundle_index = bundle_index;
     return *this;
   }
-  // Accepted for compatibility; the runtime interface does not carry it yet, so it is ignored.
+  // The actor's process runs with `runtime_env`: its env_vars are merged over the job's
+  // (RayConfig::runtime_env), as in Ray. Throws RayRuntimeEnvException for fields Torus does
+  // not support (everything but env_vars and config).
   ActorCreator& SetRuntimeEnv(const RuntimeEnv& runtime_env) {
-    serialized_runtime_env_info_ = runtime_env.SerializeToRuntimeEnvInfo();
+    CheckSupportedRuntimeEnv(runtime_env);
+    options_.serialized_runtime_env = runtime_env.Serialize();
     return *this;
   }
-  // Torus extension: DETACHED actors outlive the job. Without this call the actor gets
-  // RayConfig::default_actor_lifetime.
+  // DETACHED actors outlive the job. Without this call the actor gets
+  // RayConfig::default_actor_lifetime (or --ray_default_actor_lifetime).
   ActorCreator& SetLifetime(ActorLifetime lifetime) {
     options_.detached = lifetime == ActorLifetime::DETACHED;
+    options_.lifetime_set = true;
     return *this;
   }
   // Torus extension: only nodes whose labels match every term may host the actor.
@@ -197,7 +202,6 @@ class ActorCreator {
  private:
   std::string factory_name_;
   ActorOptions options_;
-  std::string serialized_runtime_env_info_;
 };
 
 }  // namespace internal

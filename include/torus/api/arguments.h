@@ -6,9 +6,12 @@
 //     runtime resolves the object and the function receives its value (X must be P, or both
 //     non-bool arithmetic types with no float-to-integer narrowing, as msgpack converts those);
 //   - any other argument is converted to P as a call would convert it and packed by value; an
-//     ObjectRef argument for an ObjectRef parameter is therefore sent as a nested reference.
+//     ObjectRef argument for an ObjectRef parameter is therefore sent as a nested reference;
+//   - except for a std::any parameter: an argument of another type is packed as that type (as
+//     Ray does), and the function receives the std::any unpacking gives (see serializer.h).
 #pragma once
 
+#include <any>
 #include <cstddef>
 #include <string>
 #include <tuple>
@@ -68,6 +71,10 @@ TaskArg WrapArg(size_t position, A&& arg) {
     }
     out.is_ref = true;
     out.ref_id = arg.ID();
+  } else if constexpr (std::is_same_v<PV, std::any> && !std::is_same_v<AV, std::any>) {
+    // As in Ray: the argument is packed as its own type and arrives as the std::any that
+    // unpacking gives (an int 5 becomes a uint64_t 5), not as a std::any holding an int.
+    out.value = Serializer::Serialize(arg);
   } else if constexpr (!kMayHoldRefs<PV>) {
     if constexpr (std::is_same_v<AV, PV>) {
       out.value = Serializer::Serialize(arg);

@@ -17,6 +17,15 @@
 #include <utility>
 #include <vector>
 
+// Ray's RuntimeEnv stores nlohmann::json values, so Ray programs hand it types with nlohmann
+// converters (to_json/from_json found by ADL, or an adl_serializer specialization). When
+// nlohmann/json is installed it is included (Ray's <ray/api.h> includes it too) and such types
+// are accepted; see ToJson/FromJson.
+#if __has_include(<nlohmann/json.hpp>)
+#include <nlohmann/json.hpp>
+#define TORUS_HAS_NLOHMANN_JSON 1
+#endif
+
 namespace torus::internal {
 
 class Json {
@@ -343,7 +352,8 @@ class Json {
 
 // ---- conversion between C++ values and Json, for RuntimeEnv::Set / Get ----
 // Supported: bool, arithmetic types, strings, sequences (vector, list, set, ...) and maps with
-// string keys, nested freely, and Json itself.
+// string keys, nested freely, Json itself, and (with nlohmann/json installed) nlohmann::json
+// and any type nlohmann::json converts (to_json / from_json), through JSON text.
 
 template <typename T, typename = void>
 struct IsJsonMap : std::false_type {};
@@ -360,10 +370,31 @@ struct IsJsonSequence<T, std::void_t<typename T::value_type, decltype(std::declv
 template <typename T>
 inline constexpr bool kAlwaysFalse = false;
 
+#ifdef TORUS_HAS_NLOHMANN_JSON
+// Whether nlohmann::json converts T (a user type with to_json / from_json).
+template <typename T>
+inline constexpr bool kNlohmannToJson = std::is_constructible_v<nlohmann::json, const T&>;
+template <typename T>
+inline constexpr bool kNlohmannFromJson = requires(const nlohmann::json& j) {
+  j.template get<T>();
+};
+template <typename T>
+inline constexpr bool kIsNlohmannJson = std::is_same_v<T, nlohmann::json>;
+#else
+template <typename T>
+inline constexpr bool kNlohmannToJson = false;
+template <typename T>
+inline constexpr bool kNlohmannFromJson = false;
+template <typename T>
+inline constexpr bool kIsNlohmannJson = false;
+#endif
+
 template <typename T>
 Json ToJson(const T& value) {
   if constexpr (std::is_same_v<T, Json>) {
     return value;
+  } else if constexpr (kIsNlohmannJson<T>) {
+    return Json::Parse(value.dump());
   } else if constexpr (std::is_same_v<T, bool>) {
     return Json(value);
   } else if constexpr (std::is_integral_v<T>) {
@@ -380,10 +411,13 @@ Json ToJson(const T& value) {
     Json::Array array;
     for (const auto& item : value) array.push_back(ToJson(item));
     return Json(std::move(array));
+  } else if constexpr (kNlohmannToJson<T>) {
+    return Json::Parse(nlohmann::json(value).dump());
   } else {
     static_assert(kAlwaysFalse<T>,
-                  "RuntimeEnv::Set supports bool, numbers, strings and vectors/maps of them; "
-                  "for other types build the JSON text yourself and use SetJsonStr");
+                  "RuntimeEnv::Set supports bool, numbers, strings, vectors/maps of them and types "
+                  "with nlohmann::json to_json (include <nlohmann/json.hpp>); for other types "
+                  "build the JSON text yourself and use SetJsonStr");
   }
 }
 
@@ -395,6 +429,8 @@ T FromJson(const Json& json) {
   };
   if constexpr (std::is_same_v<T, Json>) {
     return json;
+  } else if constexpr (kIsNlohmannJson<T>) {
+    return nlohmann::json::parse(json.Dump());
   } else if constexpr (std::is_same_v<T, bool>) {
     if (json.type() != Json::Type::kBool) throw mismatch("boolean");
     return json.as_bool();
@@ -421,10 +457,16 @@ T FromJson(const Json& json) {
       out.insert(out.end(), FromJson<typename T::value_type>(item));
     }
     return out;
+  } else if constexpr (kNlohmannFromJson<T>) {
+    try {
+      return nlohmann::json::parse(json.Dump()).template get<T>();
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(e.what());
+    }
   } else {
     static_assert(kAlwaysFalse<T>,
-                  "RuntimeEnv::Get supports bool, numbers, std::string and containers of them; "
-                  "for other types use GetJsonStr");
+                  "RuntimeEnv::Get supports bool, numbers, std::string, containers of them and "
+                  "types with nlohmann::json from_json; for other types use GetJsonStr");
   }
 }
 

@@ -1,16 +1,23 @@
 // RuntimeEnv: named fields (pip, env_vars, working_dir, ...) holding JSON values, as Ray's C++
-// RuntimeEnv. Torus accepts and carries it; whether the runtime honours a field is the
-// runtime's business.
+// RuntimeEnv.
 //
 //   ray::RuntimeEnv env;
 //   env.Set("env_vars", std::map<std::string, std::string>{{"KEY", "value"}});
-//   env.SetJsonStr("pip", R"({"packages":["requests"],"pip_check":false})");
+//   ray::Task(f).SetRuntimeEnv(env).Remote();   // also ActorCreator, RayConfig::runtime_env
 //
-// Set/Get take bool, numbers, strings and vectors/maps of them (Ray also takes any type with
-// nlohmann::json converters; Torus has no JSON library, use SetJsonStr for such values). Errors
-// throw internal::RayRuntimeEnvException. Not thread-safe; a value type.
+// What the runtime applies: `env_vars` (an object of strings), set in the environment of the
+// worker processes that run the task or actor; the job's (RayConfig::runtime_env) applies to
+// all its tasks and actors, and a task's or actor's own env_vars are merged over the job's, as
+// in Ray. `config` is accepted (there is nothing to set up). Any other field (pip, conda,
+// working_dir, ...) is refused with RayRuntimeEnvException when the env is given to a task,
+// an actor or Init, rather than silently ignored.
+//
+// Set/Get take bool, numbers, strings, vectors/maps of them, and (as in Ray) nlohmann::json
+// and types with nlohmann::json converters (to_json / from_json) when nlohmann/json is
+// installed. Errors throw internal::RayRuntimeEnvException. Not thread-safe; a value type.
 #pragma once
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -100,4 +107,48 @@ class RuntimeEnv {
   internal::Json::Object fields_;
 };
 
+namespace internal {
+
+// The env_vars of a serialized RuntimeEnv (RuntimeEnv::Serialize(); "" = none). Throws
+// RayRuntimeEnvException naming the field when the env holds a field Torus does not apply
+// (see above) or env_vars is not an object of strings.
+inline std::map<std::string, std::string> EnvVarsOfSerialized(const std::string& serialized) {
+  std::map<std::string, std::string> out;
+  if (serialized.empty()) return out;
+  Json json;
+  try {
+    json = Json::Parse(serialized);
+  } catch (const std::invalid_argument& e) {
+    throw RayRuntimeEnvException(std::string("malformed runtime_env: ") + e.what());
+  }
+  if (json.type() != Json::Type::kObject) {
+    throw RayRuntimeEnvException("malformed runtime_env: expected a JSON object");
+  }
+  for (const auto& [field, value] : json.as_object()) {
+    if (field == "config") continue;
+    if (field != "env_vars") {
+      throw RayRuntimeEnvException("runtime_env field '" + field +
+                                   "' is not supported by Torus (only env_vars is applied)");
+    }
+    if (value.type() != Json::Type::kObject) {
+      throw RayRuntimeEnvException("runtime_env env_vars must be an object of strings");
+    }
+    for (const auto& [name, v] : value.as_object()) {
+      if (v.type() != Json::Type::kString || name.empty() ||
+          name.find('=') != std::string::npos) {
+        throw RayRuntimeEnvException("runtime_env env_vars: '" + name +
+                                     "' must be a non-empty name without '=' with a string value");
+      }
+      out[name] = v.as_string();
+    }
+  }
+  return out;
+}
+
+// Throws as EnvVarsOfSerialized unless the runtime can apply `env`.
+inline void CheckSupportedRuntimeEnv(const RuntimeEnv& env) {
+  (void)EnvVarsOfSerialized(env.Serialize());
+}
+
+}  // namespace internal
 }  // namespace torus

@@ -2,11 +2,18 @@
 // Task arguments, task results and Put values are each one msgpack document. Any type msgpack-c
 // can pack works (user structs via MSGPACK_DEFINE); a void result is msgpack nil.
 //
+// std::any (alone or in containers) works as in Ray, whose cross-language calls use it: it may
+// hold msgpack::type::nil_t, bool, uint64_t, int64_t, double, std::string or std::vector<char>
+// (packing any other held type throws RayException naming it); unpacking gives nil_t, bool,
+// uint64_t (non-negative integers), int64_t (negative ones), double (any float), std::string
+// or std::vector<char> (bin), and throws msgpack::type_error for arrays, maps and ext objects.
+//
 // ObjectRef and ActorHandle values are packed as msgpack ext objects whose body is the id
 // string, with the ext types below. The runtime may scan a stored value or task argument for
 // these to learn which objects and actors it references.
 #pragma once
 
+#include <any>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -83,6 +90,8 @@ template <typename C, typename Tr>
 struct MayHoldRefsT<std::basic_string_view<C, Tr>> : std::false_type {};
 template <>
 struct MayHoldRefsT<msgpack::type::nil_t> : std::false_type {};
+template <>
+struct MayHoldRefsT<std::any> : std::false_type {};  // only the scalar types listed above
 template <typename U, typename A>
 struct MayHoldRefsT<std::vector<U, A>> : MayHoldRefsT<U> {};
 template <typename U, typename A>
@@ -216,3 +225,48 @@ void PackIdExt(msgpack::packer<Stream>& packer, int8_t type, const std::string& 
 }
 
 }  // namespace torus::internal
+
+namespace msgpack {
+MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
+namespace adaptor {
+
+template <>
+struct pack<std::any> {
+  template <typename Stream>
+  packer<Stream>& operator()(packer<Stream>& o, const std::any& v) const {
+    const std::type_info& t = v.type();
+    if (t == typeid(type::nil_t)) return o.pack_nil();
+    if (t == typeid(bool)) return o.pack(std::any_cast<bool>(v));
+    if (t == typeid(uint64_t)) return o.pack(std::any_cast<uint64_t>(v));
+    if (t == typeid(int64_t)) return o.pack(std::any_cast<int64_t>(v));
+    if (t == typeid(double)) return o.pack(std::any_cast<double>(v));
+    if (t == typeid(std::string)) return o.pack(std::any_cast<const std::string&>(v));
+    if (t == typeid(std::vector<char>)) return o.pack(std::any_cast<const std::vector<char>&>(v));
+    throw torus::internal::RayException(
+        "cannot serialize a std::any holding " + boost::core::demangle(t.name()) +
+        " (as in Ray: it must hold nil_t, bool, uint64_t, int64_t, double, std::string or "
+        "std::vector<char>)");
+  }
+};
+
+template <>
+struct convert<std::any> {
+  const msgpack::object& operator()(const msgpack::object& o, std::any& v) const {
+    switch (o.type) {
+      case type::NIL: v = type::nil_t(); break;
+      case type::BOOLEAN: v = o.as<bool>(); break;
+      case type::POSITIVE_INTEGER: v = o.as<uint64_t>(); break;
+      case type::NEGATIVE_INTEGER: v = o.as<int64_t>(); break;
+      case type::FLOAT32:
+      case type::FLOAT64: v = o.as<double>(); break;
+      case type::STR: v = o.as<std::string>(); break;
+      case type::BIN: v = o.as<std::vector<char>>(); break;
+      default: throw msgpack::type_error();
+    }
+    return o;
+  }
+};
+
+}  // namespace adaptor
+}  // MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS)
+}  // namespace msgpack

@@ -59,9 +59,13 @@ class TaskCaller {
     options_.bundle_index = bundle_index;
     return *this;
   }
-  // Accepted for compatibility; the runtime interface does not carry it yet, so it is ignored.
+  // The task runs in a worker process started with `runtime_env` (workers are not shared
+  // between different environments): its env_vars are merged over the job's
+  // (RayConfig::runtime_env), as in Ray. Throws RayRuntimeEnvException for fields Torus does
+  // not support (everything but env_vars and config).
   TaskCaller& SetRuntimeEnv(const RuntimeEnv& runtime_env) {
-    serialized_runtime_env_info_ = runtime_env.SerializeToRuntimeEnvInfo();
+    CheckSupportedRuntimeEnv(runtime_env);
+    options_.serialized_runtime_env = runtime_env.Serialize();
     return *this;
   }
   // Torus extension: retries after the worker running the task dies (-1: no limit). Default 3.
@@ -79,7 +83,6 @@ class TaskCaller {
  private:
   std::string function_name_;
   TaskOptions options_;
-  std::string serialized_runtime_env_info_;
 };
 
 }  // namespace internal

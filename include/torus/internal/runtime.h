@@ -45,6 +45,7 @@ struct TaskOptions {
   std::string placement_group_id;                     // empty: none
   int bundle_index = -1;
   LabelSelector label_selector;
+  std::string serialized_runtime_env;  // RuntimeEnv::Serialize(); empty: the parent's (job's)
 };
 
 struct ActorOptions {
@@ -54,9 +55,11 @@ struct ActorOptions {
   int max_restarts = 0;  // -1: infinite
   int max_concurrency = 1;
   bool detached = false;
+  bool lifetime_set = false;  // false: `detached` is ignored, the job's default lifetime applies
   std::string placement_group_id;
   int bundle_index = -1;
   LabelSelector label_selector;
+  std::string serialized_runtime_env;  // RuntimeEnv::Serialize(); empty: the parent's (job's)
 };
 
 // A placement group as the runtime sees it (the API wraps it in torus::PlacementGroup).
