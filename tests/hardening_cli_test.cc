@@ -378,6 +378,10 @@ TEST_F(HardeningCli, JobSubmitTimeoutBoundsTheWaitForASlice) {
   EXPECT_FALSE(r.timed_out) << "the job waited for a slice that does not exist\n" << r.Describe();
   EXPECT_NE(r.exit_code, 0) << r.Describe();
   EXPECT_LT(secs, 30) << r.Describe();
+  // It says that no such slice exists, at submit and in the job's final message.
+  EXPECT_NE(r.err.find("no v6e-16 (4x4) slice exists in this cluster"), std::string::npos)
+      << r.Describe();
+  EXPECT_NE(r.err.find("no such slice is in the cluster"), std::string::npos) << r.Describe();
 }
 
 }  // namespace

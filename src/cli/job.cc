@@ -24,6 +24,7 @@
 #include "common/rpc.h"
 #include "common/session.h"
 #include "proto/torus.grpc.pb.h"
+#include "tpu/topology.h"
 
 namespace torus {
 namespace {
@@ -179,6 +180,39 @@ rpc::JobRecord StreamLogs(Conn& c, const std::string& id, bool follow) {
   }
 }
 
+// Says so on stderr when no slice of the job's shape exists in the cluster (broken or busy ones
+// count as existing): the job would wait until one joins, which may be never.
+void WarnIfNoSuchSlice(Conn& c, const rpc::JobSubmitRequest& job) {
+  rpc::SliceQueryRequest q;
+  q.set_topology(job.slice_topology());
+  q.set_accelerator_version(job.accelerator_version());
+  rpc::SliceQueryReply reply;
+  auto ctx = NewContext(c.token, 5000);
+  auto head = rpc::Head::NewStub(GetChannel(c.address));
+  if (!head->QuerySlices(ctx.get(), q, &reply).ok() || reply.has_error()) return;
+  auto shape = tpu::ComputeSliceShape(job.accelerator_version(), job.slice_topology(), std::nullopt);
+  if (!shape.ok()) return;  // the head refused the job already
+  std::string want = shape->pod_type + " (" + job.slice_topology() + ")";
+  int same = 0;
+  std::set<std::string> others;
+  for (const auto& sl : reply.slices()) {
+    if (sl.pod_type() == shape->pod_type) {
+      ++same;
+    } else {
+      others.insert(sl.pod_type() + " (" + sl.topology() + ")");
+    }
+  }
+  if (same > 0) return;
+  std::string have;
+  for (const auto& o : others) have += (have.empty() ? "" : ", ") + o;
+  std::cerr << "torus: no " << want << " slice exists in this cluster"
+            << (have.empty() ? std::string(" (it has no TPU slices)") : " (it has: " + have + ")")
+            << "; the job waits until one joins"
+            << (job.slice_wait_timeout_ms() > 0 ? std::string()
+                                                : std::string(" (give --timeout S to bound the wait)"))
+            << std::endl;
+}
+
 int Submit(const JobArgs& a) {
   if (a.command.empty()) Fail("job submit needs a command after --\n" + std::string(kJobUsage));
   Conn c = Connect(a);
@@ -211,6 +245,7 @@ int Submit(const JobArgs& a) {
     std::cout << id << std::endl;
     return 0;
   }
+  if (!req.slice_topology().empty()) WarnIfNoSuchSlice(c, req);
   std::cerr << "torus: job " << id << " submitted; its output follows (Ctrl-C leaves it running: "
             << "torus job logs " << id << " --follow, torus job stop " << id << ")" << std::endl;
   rpc::JobRecord r = StreamLogs(c, id, true);

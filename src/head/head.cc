@@ -1275,9 +1275,11 @@ std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
     if (!found) {
       int ready = 0;
       for (const auto& name : idle) ready += !slice_holder_.count(name);
+      int intact = slice_index_.NumIntact(pod);
       *reason = "waiting for " + std::to_string(sl.num_slices()) + " idle " + pod + " slice(s) (" +
-                sl.topology() + "): " + std::to_string(slice_index_.NumIntact(pod)) + " intact, " +
+                sl.topology() + "): " + std::to_string(intact) + " intact, " +
                 std::to_string(ready) + " ready";
+      if (intact == 0) *reason += "; no such slice is in the cluster: it waits until one joins";
       return std::nullopt;
     }
   }
