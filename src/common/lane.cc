@@ -509,7 +509,9 @@ int LaneServer::Start(const std::string& bind_host) {
     if (fd < 0) continue;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 512) == 0) {
+    // The backlog is the kernel's most (net.core.somaxconn): a burst of connections from many
+    // hosts waits in the queue instead of having its SYNs dropped and retried seconds later.
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
       listen_fd_ = fd;
     } else {
       close(fd);
@@ -533,7 +535,7 @@ int LaneServer::Start(const std::string& bind_host) {
   int ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (ufd >= 0 && bind(ufd, reinterpret_cast<sockaddr*>(&a),
                        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0 &&
-      listen(ufd, 512) == 0) {
+      listen(ufd, SOMAXCONN) == 0) {
     unix_fd_ = ufd;
     unix_name_ = name;
   } else if (ufd >= 0) {
