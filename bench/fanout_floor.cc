@@ -1,0 +1,81 @@
+// The physical floor of a placement-group round: one process calling every node process of the
+// cluster at once over the lane (the transport the head uses for bundle calls) with the cheapest
+// request a node serves (Node/Info on a node holding no objects), `--rounds` times in sequence.
+// A 64-bundle SPREAD creation makes one such round from the head to 64 nodes plus the driver's
+// call to the head, so bench/gang_bench.sh prints this floor next to its creation latency.
+//
+// Usage (TORUS_ADDRESS names a running cluster): fanout_floor [--rounds R] [--iters N]
+// Prints one JSON line per measurement, like gang_bench.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/lane.h"
+#include "common/rpc.h"
+#include "common/session.h"
+#include "proto/torus.grpc.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void Report(const std::string& name, std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  auto q = [&](double p) { return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))]; };
+  printf("{\"name\": \"%s\", \"median_us\": %.1f, \"p10_us\": %.1f, \"p90_us\": %.1f, \"n\": %zu}\n",
+         name.c_str(), q(0.5), q(0.1), q(0.9), us.size());
+  fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 1, iters = 100;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
+    else if (a == "--iters") iters = std::atoi(argv[i + 1]);
+  }
+  const std::string address = torus::AddressFromEnv();
+  auto token = torus::FindToken();
+  if (address.empty() || !token.ok()) {
+    fprintf(stderr, "fanout_floor: set TORUS_ADDRESS to a running cluster (%s)\n",
+            token.ok() ? "no address" : token.status().message().c_str());
+    return 2;
+  }
+  auto head = torus::rpc::Head::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  torus::rpc::ListReply list;
+  auto ctx = torus::NewContext(*token, 10000);
+  if (auto s = head->List(ctx.get(), torus::rpc::Empty(), &list); !s.ok()) {
+    fprintf(stderr, "fanout_floor: listing the cluster at %s failed: %s\n", address.c_str(),
+            s.error_message().c_str());
+    return 1;
+  }
+  std::vector<torus::LaneRequest> reqs;
+  for (const auto& n : list.nodes()) {
+    if (n.alive()) reqs.push_back({n.address(), "/torus.rpc.Node/Info", torus::rpc::Empty().SerializeAsString()});
+  }
+  auto round = [&] {
+    auto res = torus::LaneCallMany(*token, reqs, 10000);
+    for (const auto& r : res) {
+      if (!r.status.ok()) {
+        fprintf(stderr, "fanout_floor: a node call failed: %s\n", r.status.error_message().c_str());
+        std::exit(1);
+      }
+    }
+  };
+  for (int i = 0; i < 3; ++i) round();  // connections and lanes up
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    for (int r = 0; r < rounds; ++r) round();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  Report("fanout_floor_" + std::to_string(reqs.size()) + "_nodes_" + std::to_string(rounds) + "_rounds", us);
+  return 0;
+}
