@@ -1,6 +1,6 @@
 // The physical floor of a placement-group round: one process calling every node process of the
 // cluster at once over the lane (the transport the head uses for bundle calls) with the cheapest
-// request a node serves (Node/Info on a node holding no objects), `--rounds` times in sequence.
+// bundle request a node serves (releasing a group it does not hold), `--rounds` times in sequence.
 // A 64-bundle SPREAD creation makes one such round from the head to 64 nodes plus the driver's
 // call to the head, so bench/gang_bench.sh prints this floor next to its creation latency.
 //
@@ -56,15 +56,26 @@ int main(int argc, char** argv) {
             s.error_message().c_str());
     return 1;
   }
+  // Releasing the bundles of a group the node never held: parsed, looked up under the node's
+  // ledger lock, answered; nothing changes.
+  torus::rpc::BundlesRequest release;
+  release.set_pg_id("fanout-floor-no-such-group");
   std::vector<torus::LaneRequest> reqs;
   for (const auto& n : list.nodes()) {
-    if (n.alive()) reqs.push_back({n.address(), "/torus.rpc.Node/Info", torus::rpc::Empty().SerializeAsString()});
+    if (n.alive()) reqs.push_back({n.address(), "/torus.rpc.Node/ReleaseBundles", release.SerializeAsString()});
+  }
+  for (const auto& r : reqs) {
+    if (!torus::HasLane(r.address, *token)) {
+      fprintf(stderr, "fanout_floor: node %s has no lane\n", r.address.c_str());
+      return 1;
+    }
   }
   auto round = [&] {
     auto res = torus::LaneCallMany(*token, reqs, 10000);
     for (const auto& r : res) {
-      if (!r.status.ok()) {
-        fprintf(stderr, "fanout_floor: a node call failed: %s\n", r.status.error_message().c_str());
+      if (!r.delivered || !r.status.ok()) {
+        fprintf(stderr, "fanout_floor: a node call failed: %s\n",
+                r.delivered ? r.status.error_message().c_str() : "not delivered");
         std::exit(1);
       }
     }
