@@ -1,6 +1,6 @@
 #include "common/labels.h"
 
-#include "tpu/topology.h"
+#include "common/tpu_labels.h"
 
 namespace torus {
 

@@ -16,10 +16,9 @@
 #include "common/rpc.h"
 #include "common/session.h"
 #include "core/core_worker.h"
+#include "core/embedded_cluster.h"
 #include "core/ray_flags.h"
 #include "core/worker_main.h"
-#include "head/head.h"
-#include "node/node.h"
 #include "torus/api.h"
 
 namespace torus {
@@ -28,38 +27,16 @@ namespace {
 
 // Process-wide runtime state; guarded by g_mu.
 struct Global {
-  std::unique_ptr<Head> head;  // embedded cluster only
-  std::unique_ptr<Node> node;  // embedded cluster only
-  std::string embedded_session;
+  std::unique_ptr<core::EmbeddedCluster> embedded;  // embedded cluster only
   std::unique_ptr<core::CoreWorker> core;
 };
 std::mutex g_mu;
 Global* g = new Global();  // never destroyed: usable from atexit handlers
 std::atomic<internal::Runtime*> g_runtime{nullptr};
 
-std::string FindTorusBinary() {
-  if (const char* e = std::getenv("TORUS_BIN"); e && *e) return e;
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&FindTorusBinary), &info) && info.dli_fname) {
-    namespace fs = std::filesystem;
-    fs::path lib = fs::weakly_canonical(info.dli_fname).parent_path();
-    for (auto p : {lib / "torus", lib.parent_path() / "bin" / "torus"}) {
-      if (access(p.c_str(), X_OK) == 0) return p.string();
-    }
-  }
-  return "torus";
-}
-
 void StopEmbedded() {
-  if (g->node) g->node->Stop();
-  if (g->head) g->head->Stop();
-  g->node.reset();
-  g->head.reset();
-  if (!g->embedded_session.empty() && !std::getenv("TORUS_KEEP_SESSION")) {
-    std::error_code ec;
-    std::filesystem::remove_all(g->embedded_session, ec);
-  }
-  g->embedded_session.clear();
+  if (g->embedded) g->embedded->Stop();
+  g->embedded.reset();
 }
 
 void ShutdownAtExit() { Shutdown(); }
@@ -102,42 +79,9 @@ namespace {
 // *address and *token. Throws RayException; requires g_mu.
 void StartEmbedded(const RayConfig& config, const core::RayFlags& flags, std::string* address,
                    std::string* token) {
-  NodeConfig nc;
-  core::ApplyHeadArgs(config.head_args, &nc);  // before anything starts: may throw
-  auto session = CreateSession(/*make_latest=*/false);
-  if (!session.ok()) throw internal::RayException(session.status().ToString());
-  auto tok = FindToken(*session);
-  if (std::getenv("TORUS_TOKEN")) tok = ReadFile(*session + "/token");
-  if (!tok.ok()) throw internal::RayException(tok.status().ToString());
-  *token = *tok;
-  g->embedded_session = *session;
-  if (!flags.logs_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(flags.logs_dir, ec);
-    if (ec) {
-      StopEmbedded();
-      throw internal::RayException("--ray_logs_dir " + flags.logs_dir + ": " + ec.message());
-    }
-    nc.logs_dir = flags.logs_dir;
-  }
-  HeadConfig hc;
-  hc.session_dir = *session;
-  hc.token = *token;
-  g->head = std::make_unique<Head>(hc);
-  if (auto s = g->head->Start(); !s.ok()) {
-    StopEmbedded();
-    throw internal::RayException("cannot start the embedded head: " + s.ToString());
-  }
-  nc.head_address = g->head->address();
-  nc.session_dir = *session;
-  nc.token = *token;
-  nc.torus_exe = FindTorusBinary();
-  g->node = std::make_unique<Node>(nc);
-  if (auto s = g->node->Start(); !s.ok()) {
-    StopEmbedded();
-    throw internal::RayException("cannot start the embedded node: " + s.ToString());
-  }
-  *address = g->head->address();
+  g->embedded = core::StartEmbeddedCluster({config.head_args, flags.logs_dir});
+  *address = g->embedded->head_address();
+  *token = g->embedded->token();
 }
 
 // The address of a live node of the cluster at `address` on this host (or any live node).
@@ -210,7 +154,8 @@ void InitWith(RayConfig& config, const core::RayFlags& flags) {
     token = *tok;
   }
   opts.is_driver = true;
-  opts.node_address = g->node ? g->node->address() : FindNodeToAttach(address, token);
+  opts.node_address =
+      g->embedded ? g->embedded->node_address() : FindNodeToAttach(address, token);
   opts.head_address = address;
   opts.token = token;
   opts.job_id = RandomHex(4);

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "torus/api/config.h"
-#include "node/node.h"
 
 namespace torus::core {
 
@@ -30,10 +29,5 @@ struct RayFlags {
 // Reads Ray's flags from argv[1..argc) into `config` and the result. Throws
 // internal::RayException naming the flag when a value is malformed.
 RayFlags ParseRayFlags(RayConfig& config, int argc, char** argv);
-
-// Applies RayConfig::head_args (`ray start` arguments) to the embedded cluster's node:
-// --num-cpus N, --num-gpus N, --resources JSON, --object-store-memory BYTES, --labels JSON.
-// Throws internal::RayException naming any other argument.
-void ApplyHeadArgs(const std::vector<std::string>& head_args, NodeConfig* node);
 
 }  // namespace torus::core

@@ -1,5 +1,6 @@
 // TPU topology model: generations, topologies, pod types, slice shapes and reservation bundle
-// layout (docs/tpu.md §2, §3, §6 "Bundle shape and count"), plus the TPU label keys of §4.
+// layout (docs/tpu.md §2, §3, §6 "Bundle shape and count"), plus (from common/tpu_labels.h)
+// the TPU label keys of §4.
 //
 // Everything here is a pure function of its arguments: no I/O, no global state, safe to call from
 // any thread. Inputs come from users, environment variables and other processes, so every
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tpu_labels.h"
 
 namespace torus::tpu {
 
@@ -162,28 +164,5 @@ struct BundleLocation {
 // Slice-major numbering. `bundle_index` must be in [0, layout.total_bundles) and `layout` must
 // come from ComputeBundleLayout(shape, ...); anything else is a caller bug (asserts).
 BundleLocation LocateBundle(const SliceShape& shape, const BundleLayout& layout, int bundle_index);
-
-// ---------------------------------------------------------------------------------------------
-// TPU node label keys (§4)
-// ---------------------------------------------------------------------------------------------
-
-inline constexpr std::string_view kLabelAcceleratorType = "torus.io/accelerator-type";
-inline constexpr std::string_view kLabelSliceName = "torus.io/tpu-slice-name";
-inline constexpr std::string_view kLabelWorkerId = "torus.io/tpu-worker-id";
-inline constexpr std::string_view kLabelTopology = "torus.io/tpu-topology";
-inline constexpr std::string_view kLabelPodType = "torus.io/tpu-pod-type";
-
-// Maps `ray.io/<k>` to `torus.io/<k>` for the five TPU keys above (accelerator-type,
-// tpu-slice-name, tpu-worker-id, tpu-topology, tpu-pod-type); every other key is returned as is.
-std::string NormalizeLabelKey(std::string_view key);
-
-// True for the ten reserved keys: the five torus.io/ TPU keys and their ray.io/ spellings.
-bool IsReservedTpuLabelKey(std::string_view key);
-
-// Rewrites a selector's keys with NormalizeLabelKey. Giving both spellings of one key with
-// different values is InvalidArgument naming the key; equal values merge into one entry.
-// Values (`v`, `!v`, `in(a,b)`, ...) are compared as strings and not interpreted.
-StatusOr<std::map<std::string, std::string>> NormalizeSelectorKeys(
-    const std::map<std::string, std::string>& selector);
 
 }  // namespace torus::tpu
