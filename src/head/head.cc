@@ -7,7 +7,9 @@
 #include "common/lane.h"
 #include "common/logging.h"
 #include "head/placement.h"
+#include "head/slice_idle.h"
 #include "head/slices.h"
+#include "tpu/gang_env.h"
 #include "tpu/topology.h"
 #include "common/rpc.h"
 #include "common/session.h"
@@ -1289,30 +1291,23 @@ std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
 void Head::SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_ids) {
   // docs/tpu.md section 7 "Multislice": every process in a bundle of a multislice reservation
   // gets MEGASCALE_* naming host 0 of slice 0 of this grant; a single-slice one gets none.
-  static const char* kVars[] = {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT",
-                                "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID"};
   const auto& sl = e.rec.slice();
   int per = std::max(1, sl.bundles_per_slice());
-  std::string coordinator;
+  std::string host;
   if (sl.num_slices() > 1 && !placed_ids.empty()) {
     auto it = nodes_.find(placed_ids[0]);
     std::string addr = it == nodes_.end() ? std::string() : it->second.address;
-    coordinator = addr.substr(0, addr.rfind(':'));
-    if (sl.pod_type().rfind("v7x", 0) == 0) coordinator += ":8081";  // as GKE's webhook does
+    host = addr.substr(0, addr.rfind(':'));
   }
+  auto pod = tpu::ParsePodType(sl.pod_type());
+  tpu::Generation gen = pod.ok() ? pod->gen : tpu::Generation::kV6e;
   for (int i = 0; i < e.rec.bundles_size(); ++i) {
     auto* b = e.rec.mutable_bundles(i);
     b->clear_env();
     b->clear_env_unset();
-    if (sl.num_slices() <= 1) {
-      for (const char* v : kVars) b->add_env_unset(v);
-      continue;
-    }
-    auto& env = *b->mutable_env();
-    env["MEGASCALE_COORDINATOR_ADDRESS"] = coordinator;
-    env["MEGASCALE_PORT"] = "8081";
-    env["MEGASCALE_NUM_SLICES"] = std::to_string(sl.num_slices());
-    env["MEGASCALE_SLICE_ID"] = std::to_string(i / per);
+    tpu::EnvChanges c = tpu::MegascaleEnv(gen, host, sl.num_slices(), i / per);
+    for (const auto& [k, v] : c.set) (*b->mutable_env())[k] = v;
+    for (const auto& k : c.unset) b->add_env_unset(k);
   }
 }
 
@@ -1322,25 +1317,17 @@ void Head::IndexNodeLocked(const std::string& node_id, const NodeEntry& n) {
     return;
   }
   auto label = [&](std::string_view k) { return LabelOf(names_, node_id, n, k); };
-  SliceHostInfo info;
-  info.pod_type = label(tpu::kLabelPodType);
-  if (info.pod_type.empty()) {
+  std::string pod_type = label(tpu::kLabelPodType);
+  if (pod_type.empty()) {
     slice_index_.Remove(node_id);
     return;
   }
-  info.slice_name = label(tpu::kLabelSliceName);
-  info.topology = label(tpu::kLabelTopology);
-  try {
-    info.worker_id = std::stoi(label(tpu::kLabelWorkerId));
-  } catch (...) {
-    info.worker_id = -1;
-  }
   auto amount = [&](const CompactResources& r, const std::string& k) { return Amount(names_, r, k); };
-  double total = amount(n.total, "TPU");
-  info.chips = static_cast<int>(total + kResourceEps);
-  info.chips_free = amount(n.Available(), "TPU") + kResourceEps >= total;
-  std::string head = "TPU-" + info.pod_type + "-head";
-  info.head_free = amount(n.total, head) <= 0 || amount(n.Available(), head) + kResourceEps >= 1;
+  std::string head = SliceIdleRule::HeadUnit(pod_type);
+  SliceHostUse use{amount(n.total, "TPU"), amount(n.Available(), "TPU"), amount(n.total, head),
+                   amount(n.Available(), head)};
+  SliceHostInfo info = MakeSliceHostInfo(std::move(pod_type), label(tpu::kLabelSliceName),
+                                         label(tpu::kLabelTopology), label(tpu::kLabelWorkerId), use);
   slice_index_.Upsert(node_id, info);
 }
 
