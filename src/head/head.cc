@@ -6,7 +6,7 @@
 #include "common/ids.h"
 #include "common/lane.h"
 #include "common/logging.h"
-#include "head/placement.h"
+#include "head/slice_idle.h"
 #include "head/slices.h"
 #include "tpu/topology.h"
 #include "common/rpc.h"
@@ -32,142 +32,9 @@ Status ValidateNodeRecord(const rpc::NodeRecord& n) {
   return ValidateRegisteredLabels(labels, n.node_id(), n.hostname());
 }
 
-using wire::PutBytes;
-using wire::PutTag;
-using wire::PutVarint;
-
-// A serialised rpc::BundlesRequest for `pg_id` with the bundles `which` of `rec`, each exactly
-// as in the record (resources, label selector, environment), and `commit`.
-std::string BundlesPayload(const rpc::PlacementGroupRecord& rec, const std::vector<int>& which, bool commit) {
-  std::string out;
-  PutBytes(&out, rpc::BundlesRequest::kPgIdFieldNumber, rec.pg_id());
-  for (int i : which) {
-    const rpc::Bundle& b = rec.bundles(i);
-    PutTag(&out, rpc::BundlesRequest::kBundlesFieldNumber, 2);
-    PutVarint(&out, b.ByteSizeLong());
-    b.AppendPartialToString(&out);
-  }
-  if (commit) {
-    PutTag(&out, rpc::BundlesRequest::kCommitFieldNumber, 0);
-    PutVarint(&out, 1);
-  }
-  return out;
-}
-
-// A serialised rpc::BundlesRequest releasing bundles by index (a release needs nothing else).
-std::string ReleasePayload(const std::string& pg_id, const std::vector<int>& indexes, const std::string& reason) {
-  std::string out;
-  PutBytes(&out, rpc::BundlesRequest::kPgIdFieldNumber, pg_id);
-  for (int index : indexes) {
-    std::string b;
-    if (index != 0) {
-      PutTag(&b, rpc::Bundle::kIndexFieldNumber, 0);
-      PutVarint(&b, static_cast<uint64_t>(static_cast<int64_t>(index)));
-    }
-    PutBytes(&out, rpc::BundlesRequest::kBundlesFieldNumber, b);
-  }
-  if (!reason.empty()) PutBytes(&out, rpc::BundlesRequest::kReasonFieldNumber, reason);
-  return out;
-}
-
-// Protobuf wire-format reading for the bundle replies.
-bool ReadVarint(const char*& p, const char* end, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && p < end; shift += 7) {
-    uint8_t b = static_cast<uint8_t>(*p++);
-    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-    if (!(b & 0x80)) return true;
-  }
-  return false;
-}
-// A length-delimited field's bytes [*begin, *begin + *size) in [p, end); moves p past them.
-bool ReadLength(const char*& p, const char* end, const char** begin, size_t* size) {
-  uint64_t n;
-  if (!ReadVarint(p, end, &n) || n > static_cast<uint64_t>(end - p)) return false;
-  *begin = p;
-  *size = static_cast<size_t>(n);
-  p += n;
-  return true;
-}
-// Skips a field of wire type `wt` (not a group).
-bool SkipField(const char*& p, const char* end, int wt) {
-  uint64_t v;
-  const char* b;
-  size_t n;
-  switch (wt) {
-    case 0: return ReadVarint(p, end, &v);
-    case 1: if (end - p < 8) return false; p += 8; return true;
-    case 2: return ReadLength(p, end, &b, &n);
-    case 5: if (end - p < 4) return false; p += 4; return true;
-    default: return false;
-  }
-}
 }  // namespace
 
-bool Head::ParseBundleReply(BundleReply* r) {
-  using R = rpc::PrepareBundlesReply;
-  const char* base = r->raw.data();
-  const char* p = base;
-  const char* end = base + r->raw.size();
-  while (p < end) {
-    uint64_t tag;
-    if (!ReadVarint(p, end, &tag)) return false;
-    int field = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
-    uint64_t v;
-    const char* b;
-    size_t n;
-    if (field == R::kOkFieldNumber && wt == 0) {
-      if (!ReadVarint(p, end, &v)) return false;
-      r->ok = v != 0;
-    } else if (field == R::kErrorFieldNumber && wt == 2) {
-      if (!ReadLength(p, end, &b, &n)) return false;
-      r->error.assign(b, n);
-    } else if (field == R::kLedgerSeqFieldNumber && wt == 0) {
-      if (!ReadVarint(p, end, &r->ledger_seq)) return false;
-    } else if (field == R::kAvailableFieldNumber && wt == 2) {
-      if (!ReadLength(p, end, &b, &n)) return false;
-      const char* q = b;
-      const char* qend = b + n;
-      while (q < qend) {  // rpc::ResourceSet
-        if (!ReadVarint(q, qend, &tag)) return false;
-        if (static_cast<int>(tag >> 3) != rpc::ResourceSet::kAmountsFieldNumber || (tag & 7) != 2) {
-          if (!SkipField(q, qend, static_cast<int>(tag & 7))) return false;
-          continue;
-        }
-        const char* e;
-        size_t en;
-        if (!ReadLength(q, qend, &e, &en)) return false;
-        Head::BundleReply::Amount a;
-        const char* x = e;
-        const char* xend = e + en;
-        while (x < xend) {  // one map entry: key = name, value = amount
-          if (!ReadVarint(x, xend, &tag)) return false;
-          int f = static_cast<int>(tag >> 3), t = static_cast<int>(tag & 7);
-          if (f == wire::kMapKeyField && t == 2) {
-            const char* kb;
-            size_t kn;
-            if (!ReadLength(x, xend, &kb, &kn)) return false;
-            a.name_offset = static_cast<uint32_t>(kb - base);
-            a.name_size = static_cast<uint32_t>(kn);
-          } else if (f == wire::kMapValueField && t == 1) {
-            if (xend - x < 8) return false;
-            memcpy(&a.value, x, 8);
-            x += 8;
-          } else if (!SkipField(x, xend, t)) {
-            return false;
-          }
-        }
-        r->available.push_back(a);
-      }
-    } else if (!SkipField(p, end, wt)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-
-Head::Head(HeadConfig cfg) : cfg_(std::move(cfg)) {}
+Head::Head(HeadConfig cfg) : cfg_(std::move(cfg)), pg_manager_(mu_, *this, cfg_.token) {}
 
 Head::~Head() { Stop(); }
 
@@ -194,13 +61,13 @@ Status Head::Start() {
   job_manager_->SetHeadAddress(address_);
   TORUS_LOG(INFO) << "head listening on " << address_ << ", session " << cfg_.session_dir;
   monitor_thread_ = std::thread([this] { MonitorLoop(); });
-  pg_thread_ = std::thread([this] { PgLoop(); });
+  pg_manager_.Start();
   return Status::Ok();
 }
 
 void Head::Wait() {
-  std::unique_lock<std::mutex> lock(stop_mu_);
-  stopped_cv_.wait(lock, [this] { return stopped_; });
+  MutexLock lock(stop_mu_);
+  while (!stopped_) stopped_cv_.Wait(lock);
 }
 
 void Head::Stop() {
@@ -210,18 +77,17 @@ void Head::Stop() {
   }
   if (job_manager_) job_manager_->Stop();  // first: it still talks to our own service
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    cv_.notify_all();
-    pg_cv_.notify_all();
+    MutexLock lock(mu_);
+    cv_.NotifyAll();
   }
+  pg_manager_.Stop();
   if (monitor_thread_.joinable()) monitor_thread_.join();
-  if (pg_thread_.joinable()) pg_thread_.join();
   UnregisterInProcessServer(address_);
   if (lane_) lane_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-  std::lock_guard<std::mutex> lock(stop_mu_);
+  MutexLock lock(stop_mu_);
   stopped_ = true;
-  stopped_cv_.notify_all();
+  stopped_cv_.NotifyAll();
 }
 
 // ------------------------------------------------------------------------------- nodes
@@ -239,7 +105,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
     SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
     return grpc::Status::OK;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto [it, fresh] = nodes_.try_emplace(n.node_id());
   const std::string* id = &it->first;
   auto& e = it->second;
@@ -274,7 +140,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
 grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::UnregisterNodeRequest* req,
                                   rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(req->node_id());
   if (it == nodes_.end()) return grpc::Status::OK;
   if (it->second.alive) --alive_nodes_;
@@ -282,7 +148,7 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   IndexNodeLocked(it->first, it->second);
   BumpView(&it->first);
   TORUS_LOG(INFO) << "node left: " << req->node_id();
-  OnNodeLostForPgs(req->node_id());
+  pg_manager_.OnNodeLost(req->node_id());
   for (auto& [id, a] : actors_) {
     if (a.rec.node_id() == req->node_id() &&
         (a.rec.state() == "ALIVE" || a.rec.state() == "PENDING")) {
@@ -295,7 +161,7 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
 grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatRequest* req,
                              rpc::HeartbeatReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(req->node_id());
   if (it == nodes_.end() || !it->second.alive) {
     reply->set_unknown_node(true);
@@ -325,7 +191,7 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   }
   if (changed) {
     SchedulePendingActors();
-    pg_cv_.notify_all();
+    pg_manager_.Wake();
   }
   return grpc::Status::OK;
 }
@@ -421,7 +287,7 @@ uint32_t Head::PacedHeartbeatMsLocked() const {
 void Head::MonitorLoop() {
   while (!stopping_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto now = Clock::now();
     // A head that did not run for a while (starved, stopped, swapped out) cannot tell a silent
     // node from its own absence: that gap does not count against any node.
@@ -449,7 +315,7 @@ void Head::MonitorLoop() {
             OnActorWorkerGone(a, "its node " + id + " died", false);
           }
         }
-        OnNodeLostForPgs(id);
+        pg_manager_.OnNodeLost(id);
       }
     }
     SchedulePendingActors();
@@ -471,7 +337,7 @@ grpc::Status Head::CreateActor(grpc::ServerContext* ctx, const rpc::CreateActorR
     SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
     return grpc::Status::OK;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (actors_.count(id)) return grpc::Status::OK;  // retried request
   if (!req->name().empty()) {
     auto key = std::make_pair(req->ray_namespace(), req->name());
@@ -494,17 +360,17 @@ grpc::Status Head::CreateActor(grpc::ServerContext* ctx, const rpc::CreateActorR
     return grpc::Status::OK;
   }
   if (!req->placement_group_id().empty()) {
-    auto pit = pgs_.find(req->placement_group_id());
-    if (pit == pgs_.end() || pit->second.rec.state() == "REMOVED") {
+    const rpc::PlacementGroupRecord* pg = pg_manager_.Find(req->placement_group_id());
+    if (!pg || pg->state() == "REMOVED") {
       SetError(reply->mutable_error(), StatusCode::kNotFound,
                "placement group " + req->placement_group_id() + " does not exist (or was removed)");
       if (!req->name().empty()) named_actors_.erase({req->ray_namespace(), req->name()});
       return grpc::Status::OK;
     }
-    if (req->bundle_index() >= pit->second.rec.bundles_size()) {
+    if (req->bundle_index() >= pg->bundles_size()) {
       SetError(reply->mutable_error(), StatusCode::kInvalidArgument,
                "bundle index " + std::to_string(req->bundle_index()) + " out of range: the group has " +
-                   std::to_string(pit->second.rec.bundles_size()) + " bundles");
+                   std::to_string(pg->bundles_size()) + " bundles");
       if (!req->name().empty()) named_actors_.erase({req->ray_namespace(), req->name()});
       return grpc::Status::OK;
     }
@@ -531,16 +397,16 @@ void Head::SchedulePendingActors() {
     ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
     if (!a.spec.placement_group_id().empty()) {
       // Inside a placement group: the bundle's node; the node checks the bundle's room.
-      auto pit = pgs_.find(a.spec.placement_group_id());
-      if (pit == pgs_.end() || pit->second.rec.state() == "REMOVED") {
+      const rpc::PlacementGroupRecord* pg = pg_manager_.Find(a.spec.placement_group_id());
+      if (!pg || pg->state() == "REMOVED") {
         a.rec.set_state("DEAD");
         a.rec.set_death_cause("its placement group was removed");
-        cv_.notify_all();
+        cv_.NotifyAll();
         continue;
       }
-      if (pit->second.rec.state() != "CREATED") continue;  // wait for the group
+      if (pg->state() != "CREATED") continue;  // wait for the group
       const rpc::Bundle* target = nullptr;
-      for (const auto& b : pit->second.rec.bundles()) {
+      for (const auto& b : pg->bundles()) {
         if (a.spec.bundle_index() >= 0 && b.index() != a.spec.bundle_index()) continue;
         if (Fits(res, FromProto(b.resources()))) {
           target = &b;
@@ -603,7 +469,7 @@ void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
                       const std::string& node_address) {
   rpc::StartActorRequest req;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = actors_.find(actor_id);
     if (it == actors_.end() || stopping_) return;
     const auto& spec = it->second.spec;
@@ -620,7 +486,7 @@ void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
   rpc::StartActorReply reply;
   auto ctx = NewContext(cfg_.token);
   auto st = stub->StartActor(ctx.get(), req, &reply);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = actors_.find(actor_id);
   if (it == actors_.end()) return;
   ActorEntry& a = it->second;
@@ -636,20 +502,20 @@ void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
                                             static_cast<int>(StatusCode::kResourceExhausted))) {
     // Node unreachable or its resources were taken meanwhile: try again later.
     a.rec.set_node_id("");
-    cv_.notify_all();
+    cv_.NotifyAll();
     return;
   }
   if (!reply.ok()) {
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("the actor's constructor failed: " + reply.error().message());
     TORUS_LOG(WARNING) << "actor " << actor_id << " " << a.rec.death_cause();
-    cv_.notify_all();
+    cv_.NotifyAll();
     return;
   }
   a.rec.set_state("ALIVE");
   a.rec.set_worker_id(reply.worker_id());
   a.rec.set_address(reply.worker_address());
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Head::KillActorWorker(const rpc::ActorRecord& rec) {
@@ -685,7 +551,7 @@ void Head::OnActorWorkerGone(ActorEntry& a, const std::string& cause, bool inten
     a.rec.set_state("DEAD");
     a.rec.set_death_cause(cause);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 grpc::Status Head::ActorStarted(grpc::ServerContext* ctx, const rpc::ActorStartedRequest*,
@@ -697,7 +563,7 @@ grpc::Status Head::ActorStarted(grpc::ServerContext* ctx, const rpc::ActorStarte
 grpc::Status Head::ActorWorkerDied(grpc::ServerContext* ctx, const rpc::ActorWorkerDiedRequest* req,
                                    rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = actors_.find(req->actor_id());
   if (it == actors_.end()) return grpc::Status::OK;
   ActorEntry& a = it->second;
@@ -714,7 +580,7 @@ grpc::Status Head::ActorWorkerDied(grpc::ServerContext* ctx, const rpc::ActorWor
 grpc::Status Head::GetActor(grpc::ServerContext* ctx, const rpc::GetActorRequest* req,
                             rpc::GetActorReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::string id = req->actor_id();
   if (id.empty()) {
     auto it = named_actors_.find({req->ray_namespace(), req->name()});
@@ -735,14 +601,14 @@ grpc::Status Head::GetActor(grpc::ServerContext* ctx, const rpc::GetActorRequest
       *reply->mutable_actor() = rec;
       return grpc::Status::OK;
     }
-    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+    cv_.WaitUntil(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
   }
 }
 
 grpc::Status Head::KillActor(grpc::ServerContext* ctx, const rpc::KillActorRequest* req,
                              rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = actors_.find(req->actor_id());
   if (it == actors_.end()) return grpc::Status::OK;
   ActorEntry& a = it->second;
@@ -752,7 +618,7 @@ grpc::Status Head::KillActor(grpc::ServerContext* ctx, const rpc::KillActorReque
   } else if (req->no_restart() && a.rec.state() != "DEAD") {
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("the actor was killed before it started");
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   return grpc::Status::OK;
 }
@@ -761,14 +627,14 @@ grpc::Status Head::KillActor(grpc::ServerContext* ctx, const rpc::KillActorReque
 
 grpc::Status Head::RegisterJob(grpc::ServerContext* ctx, const rpc::JobRequest* req, rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   jobs_[req->job_id()] = *req;
   return grpc::Status::OK;
 }
 
 grpc::Status Head::FinishJob(grpc::ServerContext* ctx, const rpc::JobRequest* req, rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   FinishJobLocked(req->job_id());
   return grpc::Status::OK;
 }
@@ -780,7 +646,7 @@ grpc::Status Head::WatchJob(grpc::ServerContext* ctx, const rpc::JobRequest* req
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (stopping_) return grpc::Status::OK;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (jobs_.count(req->job_id())) {
     TORUS_LOG(WARNING) << "driver of job " << req->job_id() << " went away without Shutdown()";
     FinishJobLocked(req->job_id());
@@ -798,22 +664,17 @@ void Head::FinishJobLocked(const std::string& job_id) {
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("the job that created the actor finished");
   }
-  std::vector<NodeCall> release;
-  for (auto& [id, e] : pgs_) {
-    if (e.rec.job_id() != job_id || e.rec.detached() || e.rec.state() == "REMOVED") continue;
-    for (auto& r : RemovePgLocked(e, "the job that created it finished")) release.push_back(std::move(r));
-  }
-  cv_.notify_all();
-  if (!release.empty()) std::thread([this, release] { ReleaseOnNodes(release); }).detach();
+  pg_manager_.RemoveJobGroups(job_id);
+  cv_.NotifyAll();
 }
 
 grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, n] : nodes_) FillRecord(names_, id, n, /*full=*/true, reply->add_nodes());
   for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
   for (const auto& [id, j] : jobs_) *reply->add_jobs() = j;
-  for (const auto& [id, e] : pgs_) *reply->add_placement_groups() = e.rec;
+  pg_manager_.AppendTo(reply);
   return grpc::Status::OK;
 }
 
@@ -822,250 +683,55 @@ grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListRe
 grpc::Status Head::CreatePlacementGroup(grpc::ServerContext* ctx, const rpc::PlacementGroupRecord* req,
                                         rpc::CreatePlacementGroupReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  auto fail = [&](const std::string& msg) {
-    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, msg);
-    return grpc::Status::OK;
-  };
-  PgStrategy strategy;
-  if (!ParsePgStrategy(req->strategy(), &strategy)) {
-    return fail("unknown placement strategy '" + req->strategy() +
-                "' (expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD)");
-  }
-  if (req->bundles_size() == 0) return fail("a placement group needs at least one bundle");
-  PgEntry e;
-  e.rec = *req;
-  for (int i = 0; i < req->bundles_size(); ++i) {
-    auto* b = e.rec.mutable_bundles(i);
-    b->set_index(i);
-    b->clear_node_id();
-    b->clear_node_address();
-    // In name order, as the first offending resource is named.
-    std::map<std::string_view, double> res;
-    for (const auto& [k, v] : b->resources().amounts()) res.emplace(k, v);
-    if (auto s = ValidateResources(FromProto(b->resources()), "bundle " + std::to_string(i));
-        !s.ok()) {
-      return fail(s.message());
-    }
-    bool any = false;
-    for (const auto& [k, v] : res) any = any || v > 0;
-    if (!any) return fail("bundle " + std::to_string(i) + " is empty: give it at least one resource");
-    // The bundles of a slice reservation all carry the same selector: parse it once.
-    auto same_selector = [&](const rpc::Bundle& prev) {
-      if (prev.label_selector_size() != b->label_selector_size()) return false;
-      for (int k = 0; k < b->label_selector_size(); ++k) {
-        if (prev.label_selector(k).key() != b->label_selector(k).key() ||
-            prev.label_selector(k).expr() != b->label_selector(k).expr()) {
-          return false;
-        }
-      }
-      return true;
-    };
-    if (i > 0 && same_selector(e.rec.bundles(i - 1))) {
-      e.selectors.push_back(e.selectors.back());
-      continue;
-    }
-    std::map<std::string, std::string> sel;
-    for (const auto& t : b->label_selector()) sel[t.key()] = t.expr();
-    auto terms = ParseLabelSelector(sel);
-    if (!terms.ok()) return fail("bundle " + std::to_string(i) + ": " + terms.status().message());
-    e.selectors.push_back(*terms);
-  }
-  if (req->has_slice() && req->slice().num_slices() > 0) {
-    const auto& sl = req->slice();
-    auto shape = tpu::ComputeSliceShape(sl.accelerator_version(), sl.topology(),
-                                        sl.chips_per_vm() > 0 ? std::optional<int>(sl.chips_per_vm())
-                                                              : std::nullopt);
-    if (!shape.ok()) return fail(shape.status().message());
-    if (req->bundles_size() % sl.num_slices() != 0) return fail("slice bundles do not divide evenly");
-    auto* out = e.rec.mutable_slice();
-    out->set_pod_type(shape->pod_type);
-    out->set_hosts_per_slice(shape->hosts);
-    out->set_chips_per_host(shape->chips_per_host);
-    out->set_bundles_per_slice(req->bundles_size() / sl.num_slices());
-    out->set_bundles_per_host(std::max(1, out->bundles_per_slice() / shape->hosts));
-    e.rec.clear_slice_names();
-    for (int i = 0; i < sl.num_slices(); ++i) e.rec.add_slice_names("");
-    if (sl.timeout_ms() >= 0) e.deadline = Clock::now() + std::chrono::milliseconds(sl.timeout_ms());
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!req->name().empty()) {
-    auto it = named_pgs_.find({req->ray_namespace(), req->name()});
-    if (it != named_pgs_.end() && pgs_.count(it->second) &&
-        pgs_[it->second].rec.state() != "REMOVED") {
-      SetError(reply->mutable_error(), StatusCode::kAlreadyExists,
-               "a placement group named '" + req->name() + "' already exists");
-      return grpc::Status::OK;
-    }
-  }
-  std::string id = RandomHex(14);
-  e.rec.set_pg_id(id);
-  e.rec.set_state("PENDING");
-  e.rec.set_created_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count());
-  e.pending_since = Clock::now();
-  TrimRemovedPgsLocked();  // here: never while a caller iterates over pgs_
-  if (!req->name().empty()) named_pgs_[{req->ray_namespace(), req->name()}] = id;
-  pgs_[id] = std::move(e);
-  pg_queue_.push_back(id);
-  reply->set_pg_id(id);
-  if (!pg_scheduling_ && pg_queue_.size() == 1) {
-    // Nothing is waiting ahead of it: place it on this thread now (the scheduler thread would
-    // pick exactly this group), saving the caller a hand-off and a Wait round trip.
-    std::unique_lock<std::mutex> ul(mu_, std::adopt_lock);
-    SchedulePgOnce(ul);
-    ul.release();
-  } else {
-    pg_cv_.notify_all();
-  }
-  auto it = pgs_.find(id);
-  reply->set_state(it == pgs_.end() ? "REMOVED" : it->second.rec.state());
-  return grpc::Status::OK;
+  return pg_manager_.Create(*req, reply);
 }
 
-void Head::TrimRemovedPgsLocked() {
-  while (removed_pgs_.size() > kKeepRemovedPgs) {
-    auto it = pgs_.find(removed_pgs_.front());
-    if (it != pgs_.end()) {
-      if (it->second.scheduling) break;  // its prepare is still being wound down: later
-      if (it->second.rec.state() == "REMOVED") {
-        const auto& rec = it->second.rec;
-        auto n = named_pgs_.find({rec.ray_namespace(), rec.name()});
-        if (n != named_pgs_.end() && n->second == rec.pg_id()) named_pgs_.erase(n);
-        pgs_.erase(it);
-      }
-    }
-    removed_pgs_.pop_front();
-  }
+grpc::Status Head::RemovePlacementGroup(grpc::ServerContext* ctx, const rpc::PlacementGroupRequest* req,
+                                        rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  return pg_manager_.Remove(*req);
 }
 
-std::vector<Head::NodeCall> Head::RemovePgLocked(PgEntry& e, const std::string& why) {
-  std::vector<NodeCall> out;
-  e.rec.set_state("REMOVED");
-  removed_pgs_.push_back(e.rec.pg_id());
-  e.rec.set_pending_reason(why);
-  for (const auto& name : e.rec.slice_names()) {
-    auto h = slice_holder_.find(name);
-    if (h != slice_holder_.end() && h->second == e.rec.pg_id()) slice_holder_.erase(h);
-  }
-  // A group being prepared right now is released by the scheduler thread when it sees REMOVED.
-  if (!e.scheduling) {
-    std::map<std::string_view, std::vector<int>> by_node;  // node address -> bundle indexes
-    for (const auto& b : e.rec.bundles()) {
-      if (!b.node_address().empty()) by_node[b.node_address()].push_back(b.index());
-    }
-    out.reserve(by_node.size());
-    for (const auto& [addr, indexes] : by_node) {
-      out.push_back({std::string(addr), ReleasePayload(e.rec.pg_id(), indexes, "")});
-    }
-  }
+grpc::Status Head::GetPlacementGroup(grpc::ServerContext* ctx, const rpc::PlacementGroupRequest* req,
+                                     rpc::GetPlacementGroupReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  return pg_manager_.Get(ctx, *req, reply);
+}
+
+bool Head::NodeMatches(const LabelSelectorTerms& selector, const std::string& node_id) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return false;
+  return MatchesLabels(selector, NodeLabels{names_, it->first, it->second});
+}
+
+std::string Head::NodeAddress(const std::string& node_id) {
+  auto it = nodes_.find(node_id);
+  return it == nodes_.end() ? std::string() : it->second.address;
+}
+
+void Head::OnPgCreated() {
+  BumpView();
+  SchedulePendingActors();
+  cv_.NotifyAll();
+}
+
+void Head::OnPgRemoved(const std::string& pg_id, const std::string& why) {
   for (auto& [id, a] : actors_) {
-    if (a.spec.placement_group_id() != e.rec.pg_id() || a.rec.state() == "DEAD") continue;
+    if (a.spec.placement_group_id() != pg_id || a.rec.state() == "DEAD") continue;
     a.no_restart = true;
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("its placement group was removed (" + why + ")");
   }
-  cv_.notify_all();
-  return out;
+  cv_.NotifyAll();
 }
 
-void Head::ReleaseOnNodes(const std::vector<NodeCall>& what) {
-  if (what.empty()) return;
-  auto results = CallNodes(BundleOp::kRelease, what);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < what.size(); ++i) {
-    if (!results[i].status.ok()) {
-      TORUS_LOG(WARNING) << "cannot release bundles on " << what[i].address << ": "
-                         << results[i].status.error_message();
-      continue;
-    }
-    ApplyLedgerLocked(what[i].address, results[i]);
+void Head::OnPgSliceLost(const std::string& pg_id) {
+  for (auto& [aid, a] : actors_) {
+    if (a.spec.placement_group_id() == pg_id && a.rec.state() == "ALIVE") KillActorWorker(a.rec);
   }
-  pg_cv_.notify_all();
 }
 
-std::vector<Head::BundleReply> Head::CallNodes(BundleOp op, const std::vector<NodeCall>& calls) {
-  std::vector<BundleReply> out(calls.size());
-  struct InFlight {
-    rpc::BundlesRequest req;
-    rpc::PrepareBundlesReply reply;
-    std::unique_ptr<rpc::Node::Stub> stub;
-    std::unique_ptr<grpc::ClientContext> ctx;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<rpc::PrepareBundlesReply>> reader;
-  };
-  std::vector<InFlight> inflight(calls.size());
-  // Nodes with a lane (every real node): one batch, all requests sent before any reply is read.
-  const char* method = op == BundleOp::kPrepare  ? "/torus.rpc.Node/PrepareBundles"
-                       : op == BundleOp::kCommit ? "/torus.rpc.Node/CommitBundles"
-                                                 : "/torus.rpc.Node/ReleaseBundles";
-  std::vector<LaneRequest> lane_reqs;
-  std::vector<size_t> lane_index;
-  std::vector<bool> done(calls.size(), false);
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const auto& addr = calls[i].address;
-    if (InProcessServiceAt(addr) || !HasLane(addr, cfg_.token)) continue;
-    lane_reqs.push_back({addr, method, calls[i].payload});
-    lane_index.push_back(i);
-  }
-  if (!lane_reqs.empty()) {
-    auto results = LaneCallMany(cfg_.token, lane_reqs, 5000);
-    for (size_t k = 0; k < results.size(); ++k) {
-      if (!results[k].delivered) continue;  // no lane after all: gRPC below
-      auto& r = out[lane_index[k]];
-      r.status = results[k].status;
-      r.raw = std::move(results[k].reply);
-      done[lane_index[k]] = true;
-    }
-  }
-  grpc::CompletionQueue cq;
-  int outstanding = 0;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (done[i]) continue;
-    const auto& addr = calls[i].address;
-    grpc::Status& st = out[i].status;
-    // Off the lane (a node in this process, or one without a lane): the request as a message.
-    auto& f = inflight[i];
-    rpc::BundlesRequest& req = f.req;
-    rpc::PrepareBundlesReply& reply = f.reply;
-    if (!req.ParseFromString(calls[i].payload)) {
-      st = grpc::Status(grpc::StatusCode::INTERNAL, std::string("unparsable bundle request for ") + method);
-      continue;
-    }
-    if (auto* node = dynamic_cast<rpc::Node::Service*>(InProcessServiceAt(addr))) {
-      // A node in this process: call it directly.
-      DirectCallScope scope;
-      grpc::ServerContext sctx;
-      st = op == BundleOp::kPrepare  ? node->PrepareBundles(&sctx, &req, &reply)
-           : op == BundleOp::kCommit ? node->CommitBundles(&sctx, &req, &reply)
-                                     : node->ReleaseBundles(&sctx, &req, &reply);
-      continue;
-    }
-    f.stub = rpc::Node::NewStub(GetChannel(addr));
-    f.ctx = NewContext(cfg_.token, 5000);
-    f.reader = op == BundleOp::kPrepare  ? f.stub->AsyncPrepareBundles(f.ctx.get(), req, &cq)
-               : op == BundleOp::kCommit ? f.stub->AsyncCommitBundles(f.ctx.get(), req, &cq)
-                                         : f.stub->AsyncReleaseBundles(f.ctx.get(), req, &cq);
-    f.reader->Finish(&reply, &st, reinterpret_cast<void*>(i));
-    ++outstanding;
-  }
-  // Every call carries a deadline, so each completes.
-  void* tag;
-  bool ok;
-  while (outstanding > 0 && cq.Next(&tag, &ok)) --outstanding;
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  for (size_t i = 0; i < calls.size(); ++i) {
-    BundleReply& r = out[i];
-    if (!done[i] && r.status.ok()) r.raw = inflight[i].reply.SerializeAsString();
-    if (r.status.ok() && !ParseBundleReply(&r)) {
-      r.status = grpc::Status(grpc::StatusCode::INTERNAL, std::string("garbled reply to ") + method);
-    }
-  }
-  return out;
-}
-
-void Head::ApplyLedgerLocked(const std::string& node_address, const BundleReply& reply) {
+void Head::ApplyLedger(const std::string& node_address, const BundleReply& reply) {
   auto id = node_by_address_.find(node_address);
   if (id == node_by_address_.end()) return;
   auto it = nodes_.find(*id->second);
@@ -1095,122 +761,6 @@ void Head::ApplyLedgerLocked(const std::string& node_address, const BundleReply&
   }
 }
 
-grpc::Status Head::RemovePlacementGroup(grpc::ServerContext* ctx, const rpc::PlacementGroupRequest* req,
-                                        rpc::Empty*) {
-  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::vector<NodeCall> release;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pgs_.find(req->pg_id());
-    if (it == pgs_.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no placement group " + req->pg_id());
-    }
-    if (it->second.rec.state() == "REMOVED") return grpc::Status::OK;
-    release = RemovePgLocked(it->second, "removed by the user");
-  }
-  // Synchronously: when Remove returns, the resources are free (and our view says so).
-  ReleaseOnNodes(release);
-  return grpc::Status::OK;
-}
-
-grpc::Status Head::GetPlacementGroup(grpc::ServerContext* ctx, const rpc::PlacementGroupRequest* req,
-                                     rpc::GetPlacementGroupReply* reply) {
-  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::unique_lock<std::mutex> lock(mu_);
-  std::string id = req->pg_id();
-  if (id.empty()) {
-    auto it = named_pgs_.find({req->ray_namespace(), req->name()});
-    if (it == named_pgs_.end()) return grpc::Status::OK;
-    id = it->second;
-  }
-  auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->wait_created_ms()));
-  while (true) {
-    auto it = pgs_.find(id);
-    if (it == pgs_.end()) return grpc::Status::OK;
-    const auto& st = it->second.rec.state();
-    if (st == "CREATED" || st == "REMOVED" || Clock::now() >= deadline || stopping_ ||
-        ctx->IsCancelled()) {
-      reply->set_found(true);
-      *reply->mutable_pg() = it->second.rec;
-      return grpc::Status::OK;
-    }
-    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
-  }
-}
-
-void Head::OnNodeLostForPgs(const std::string& node_id) {
-  std::vector<NodeCall> release;
-  for (auto& [id, e] : pgs_) {
-    if (e.rec.state() != "CREATED" && e.rec.state() != "RESCHEDULING") continue;
-    if (e.rec.has_slice() && e.rec.slice().num_slices() > 0) {
-      // A slice is granted, lost and re-granted whole (docs/tpu.md section 6 "Failure").
-      int per = e.rec.slice().bundles_per_slice();
-      std::set<int> lost;
-      for (const auto& b : e.rec.bundles()) {
-        if (b.node_id() == node_id) lost.insert(b.index() / per);
-      }
-      if (lost.empty()) continue;
-      e.rec.set_epoch(e.rec.epoch() + 1);
-      std::map<std::string, rpc::BundlesRequest> by_node;
-      for (int si : lost) {
-        std::string slice = e.rec.slice_names(si);
-        std::string reason = "SliceLost: slice '" + slice + "' (slice index " + std::to_string(si) +
-                             ") of reservation " + id + " lost node " + node_id + "; epoch " +
-                             std::to_string(e.rec.epoch());
-        TORUS_LOG(WARNING) << reason;
-        for (auto& b : *e.rec.mutable_bundles()) {
-          if (b.index() / per != si) continue;
-          if (!b.node_address().empty() && b.node_id() != node_id) {
-            auto& r = by_node[b.node_address()];
-            r.set_pg_id(id);
-            r.set_reason(reason);
-            r.add_bundles()->set_index(b.index());
-          }
-          b.clear_node_id();
-          b.clear_node_address();
-        }
-        auto h = slice_holder_.find(slice);
-        if (h != slice_holder_.end() && h->second == id) slice_holder_.erase(h);
-        e.rec.set_slice_names(si, "");
-      }
-      for (auto& [addr, r] : by_node) release.push_back({addr, r.SerializeAsString()});
-      // Every task and actor of a slice reservation fails: the program cannot go on without
-      // the lost slice. Actors in it die (restartable ones come back after the re-grant).
-      for (auto& [aid, a] : actors_) {
-        if (a.spec.placement_group_id() == id && a.rec.state() == "ALIVE") {
-          KillActorWorker(a.rec);
-        }
-      }
-      if (e.rec.state() == "CREATED") {
-        e.rec.set_state("RESCHEDULING");
-        e.pending_since = Clock::now();
-        e.tried_view = 0;
-        pg_queue_.push_front(id);
-      }
-      continue;
-    }
-    bool hit = false;
-    for (auto& b : *e.rec.mutable_bundles()) {
-      if (b.node_id() == node_id) {
-        b.clear_node_id();
-        b.clear_node_address();
-        hit = true;
-      }
-    }
-    if (!hit) continue;
-    TORUS_LOG(WARNING) << "placement group " << id << " lost bundles on node " << node_id
-                       << ": RESCHEDULING";
-    if (e.rec.state() == "CREATED") {
-      e.rec.set_state("RESCHEDULING");
-      e.pending_since = Clock::now();
-      e.tried_view = 0;
-      pg_queue_.push_front(id);  // repairs go first
-    }
-  }
-  if (!release.empty()) std::thread([this, release] { ReleaseOnNodes(release); }).detach();
-  pg_cv_.notify_all();
-}
-
 std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels) {
   std::vector<NodeView> view;
   view.reserve(alive_nodes_);
@@ -1223,131 +773,30 @@ std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of, bo
   return view;
 }
 
-std::optional<std::vector<std::string>> Head::PlaceSlices(PgEntry& e,
-                                                          std::vector<std::string>* slice_names,
-                                                          std::string* reason) {
-  const auto& sl = e.rec.slice();
-  const std::string& pod = sl.pod_type();
-  int per = sl.bundles_per_slice(), b_per_host = std::max(1, sl.bundles_per_host());
-  std::vector<std::string> out(e.rec.bundles_size());
-  *slice_names = std::vector<std::string>(e.rec.slice_names().begin(), e.rec.slice_names().end());
-  std::set<std::string> used(slice_names->begin(), slice_names->end());
-  auto labels_match = [&](int bundle, const std::string& node_id) {
-    if (e.selectors[bundle].empty()) return true;
-    auto it = nodes_.find(node_id);
-    if (it == nodes_.end()) return false;
-    // Read in place: a map of the node's labels per bundle cost ~5% of the head's CPU per
-    // 64-host reservation.
-    return MatchesLabels(e.selectors[bundle], NodeLabels{names_, it->first, it->second});
-  };
-  for (int si = 0; si < sl.num_slices(); ++si) {
-    if (!(*slice_names)[si].empty()) {
-      for (int k = 0; k < per; ++k) out[si * per + k] = e.rec.bundles(si * per + k).node_id();
-      continue;
-    }
-    // The user may pin slice index si to a named slice.
-    std::string wanted;
-    for (int k = 0; k < per; ++k) {
-      for (const auto& t : e.selectors[si * per + k]) {
-        if (t.key == tpu::kLabelSliceName && t.op == LabelCondition::Op::kEq) wanted = t.values[0];
-      }
-    }
-    const auto& idle = slice_index_.Idle(pod);
-    const SliceIndex::Slice* pick = slice_index_.FirstIdle(pod, wanted, [&](const SliceIndex::Slice& s) {
-      if (slice_holder_.count(s.name) || used.count(s.name)) return false;
-      if (static_cast<int>(s.hosts.size()) * b_per_host < per) return false;
-      if (sl.chips_per_vm() > 0) {
-        for (int c : s.chips) {
-          if (c != sl.chips_per_vm()) return false;
-        }
-      }
-      for (int k = 0; k < per; ++k) {
-        if (!labels_match(si * per + k, std::string(s.hosts[k / b_per_host]))) return false;
-      }
-      return true;
-    });
-    bool found = pick != nullptr;
-    if (found) {
-      for (int k = 0; k < per; ++k) out[si * per + k] = std::string(pick->hosts[k / b_per_host]);
-      (*slice_names)[si] = pick->name;
-      used.insert(pick->name);
-    }
-    if (!found) {
-      int ready = 0;
-      for (const auto& name : idle) ready += !slice_holder_.count(name);
-      int intact = slice_index_.NumIntact(pod);
-      *reason = "waiting for " + std::to_string(sl.num_slices()) + " idle " + pod + " slice(s) (" +
-                sl.topology() + "): " + std::to_string(intact) + " intact, " +
-                std::to_string(ready) + " ready";
-      if (intact == 0) *reason += "; no such slice is in the cluster: it waits until one joins";
-      return std::nullopt;
-    }
-  }
-  return out;
-}
-
-void Head::SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_ids) {
-  // docs/tpu.md section 7 "Multislice": every process in a bundle of a multislice reservation
-  // gets MEGASCALE_* naming host 0 of slice 0 of this grant; a single-slice one gets none.
-  static const char* kVars[] = {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT",
-                                "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID"};
-  const auto& sl = e.rec.slice();
-  int per = std::max(1, sl.bundles_per_slice());
-  std::string coordinator;
-  if (sl.num_slices() > 1 && !placed_ids.empty()) {
-    auto it = nodes_.find(placed_ids[0]);
-    std::string addr = it == nodes_.end() ? std::string() : it->second.address;
-    coordinator = addr.substr(0, addr.rfind(':'));
-    if (sl.pod_type().rfind("v7x", 0) == 0) coordinator += ":8081";  // as GKE's webhook does
-  }
-  for (int i = 0; i < e.rec.bundles_size(); ++i) {
-    auto* b = e.rec.mutable_bundles(i);
-    b->clear_env();
-    b->clear_env_unset();
-    if (sl.num_slices() <= 1) {
-      for (const char* v : kVars) b->add_env_unset(v);
-      continue;
-    }
-    auto& env = *b->mutable_env();
-    env["MEGASCALE_COORDINATOR_ADDRESS"] = coordinator;
-    env["MEGASCALE_PORT"] = "8081";
-    env["MEGASCALE_NUM_SLICES"] = std::to_string(sl.num_slices());
-    env["MEGASCALE_SLICE_ID"] = std::to_string(i / per);
-  }
-}
-
 void Head::IndexNodeLocked(const std::string& node_id, const NodeEntry& n) {
   if (!n.alive) {
     slice_index_.Remove(node_id);
     return;
   }
   auto label = [&](std::string_view k) { return LabelOf(names_, node_id, n, k); };
-  SliceHostInfo info;
-  info.pod_type = label(tpu::kLabelPodType);
-  if (info.pod_type.empty()) {
+  std::string pod_type = label(tpu::kLabelPodType);
+  if (pod_type.empty()) {
     slice_index_.Remove(node_id);
     return;
   }
-  info.slice_name = label(tpu::kLabelSliceName);
-  info.topology = label(tpu::kLabelTopology);
-  try {
-    info.worker_id = std::stoi(label(tpu::kLabelWorkerId));
-  } catch (...) {
-    info.worker_id = -1;
-  }
   auto amount = [&](const CompactResources& r, const std::string& k) { return Amount(names_, r, k); };
-  double total = amount(n.total, "TPU");
-  info.chips = static_cast<int>(total + kResourceEps);
-  info.chips_free = amount(n.Available(), "TPU") + kResourceEps >= total;
-  std::string head = "TPU-" + info.pod_type + "-head";
-  info.head_free = amount(n.total, head) <= 0 || amount(n.Available(), head) + kResourceEps >= 1;
+  std::string head = SliceIdleRule::HeadUnit(pod_type);
+  SliceHostUse use{amount(n.total, "TPU"), amount(n.Available(), "TPU"), amount(n.total, head),
+                   amount(n.Available(), head)};
+  SliceHostInfo info = MakeSliceHostInfo(std::move(pod_type), label(tpu::kLabelSliceName),
+                                         label(tpu::kLabelTopology), label(tpu::kLabelWorkerId), use);
   slice_index_.Upsert(node_id, info);
 }
 
 grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRequest* req,
                                rpc::SliceQueryReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::map<std::string, int> index_of;
   auto view = ViewOfNodes(&index_of, /*with_labels=*/true);
   if (!req->topology().empty() || !req->accelerator_version().empty()) {
@@ -1362,7 +811,7 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
                                                       ? std::optional<int>(req->chips_per_vm())
                                                       : std::nullopt)) {
       reply->set_intact(reply->intact() + s.intact);
-      reply->set_ready(reply->ready() + (s.idle && !slice_holder_.count(s.name)));
+      reply->set_ready(reply->ready() + (s.idle && pg_manager_.HolderOf(s.name).empty()));
     }
   }
   for (const auto& s : AllSlices(view)) {
@@ -1377,9 +826,9 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
       out->add_node_ids(h >= 0 ? view[h].id : "");
     }
     out->set_hosts_alive(alive);
-    auto holder = slice_holder_.find(s.name);
-    out->set_holder(holder == slice_holder_.end() ? "" : holder->second);
-    out->set_state(!s.intact ? "broken" : holder != slice_holder_.end() ? "reserved" : "free");
+    std::string holder = pg_manager_.HolderOf(s.name);
+    out->set_holder(holder);
+    out->set_state(!s.intact ? "broken" : !holder.empty() ? "reserved" : "free");
     if (s.name == req->slice_name()) {
       for (int h : s.hosts) {
         if (h >= 0) reply->add_node_ids(view[h].id);
@@ -1403,206 +852,6 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
     for (const auto& [w, id] : by_worker) reply->add_node_ids(id);
   }
   return grpc::Status::OK;
-}
-
-void Head::PgLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    if (pg_scheduling_ || !SchedulePgOnce(lock)) pg_cv_.wait_for(lock, std::chrono::milliseconds(100));
-  }
-}
-
-bool Head::SchedulePgOnce(std::unique_lock<std::mutex>& lock) {
-  constexpr auto kAging = std::chrono::seconds(1);
-  {
-    // Pick the first group, in arrival order, that can be placed on the current view. A group
-    // that could fit an idle cluster but has waited longer than kAging blocks the groups behind
-    // it, so a stream of small groups cannot starve a large one.
-    std::string chosen;
-    std::vector<std::string> placed_ids;  // node id per bundle
-    for (auto it = pg_queue_.begin(); it != pg_queue_.end();) {
-      auto pit = pgs_.find(*it);
-      if (pit == pgs_.end() ||
-          (pit->second.rec.state() != "PENDING" && pit->second.rec.state() != "RESCHEDULING")) {
-        it = pg_queue_.erase(it);
-        continue;
-      }
-      PgEntry& e = pit->second;
-      if (e.rec.state() == "PENDING" && Clock::now() >= e.deadline) {
-        std::string why = "DeadlineExceeded: not granted within the timeout (" + e.rec.pending_reason() + ")";
-        TORUS_LOG(INFO) << "reservation " << e.rec.pg_id() << ": " << why;
-        RemovePgLocked(e, why);  // a pending group holds nothing: no bundles to release
-        it = pg_queue_.erase(it);
-        continue;
-      }
-      bool aged = Clock::now() - e.pending_since > kAging;
-      // Tried on this very view and failed: wait for the view to change, or for the retry time
-      // after a failed call to a node (the view may never change on an idle cluster).
-      if (e.tried_view == view_version_ && Clock::now() < e.retry_at) {
-        if (aged && e.feasible) break;
-        ++it;
-        continue;
-      }
-      auto decide_start = Clock::now();
-      auto decided = [&] {
-        e.rec.set_decision_us(std::chrono::duration<double, std::micro>(Clock::now() - decide_start).count());
-      };
-      if (e.rec.has_slice() && e.rec.slice().num_slices() > 0) {
-        // Whole idle slices from the live slice index: no scan of the node table.
-        std::string reason;
-        std::vector<std::string> names;
-        auto placed = PlaceSlices(e, &names, &reason);
-        if (!placed) {
-          e.tried_view = view_version_;
-          e.retry_at = Clock::time_point::max();
-          e.feasible = false;  // slices never block other requests (spec: no anti-starvation)
-          e.rec.set_pending_reason(reason);
-          ++it;
-          continue;
-        }
-        for (int i = 0; i < static_cast<int>(names.size()); ++i) {
-          if (e.rec.slice_names(i).empty()) slice_holder_[names[i]] = e.rec.pg_id();
-          e.rec.set_slice_names(i, names[i]);
-        }
-        chosen = *it;
-        placed_ids = std::move(*placed);
-        decided();
-        break;
-      }
-      std::map<std::string, int> index_of;
-      // Labels are copied only when some bundle selects on them (10,000 nodes: ~12 each).
-      bool with_labels = std::any_of(e.selectors.begin(), e.selectors.end(),
-                                     [](const LabelSelectorTerms& t) { return !t.empty(); });
-      std::vector<NodeView> view = ViewOfNodes(&index_of, with_labels);
-      std::vector<BundleDemand> demands;
-      for (int i = 0; i < e.rec.bundles_size(); ++i) {
-        const auto& b = e.rec.bundles(i);
-        BundleDemand d{FromProto(b.resources()), e.selectors[i], -1};
-        if (!b.node_id().empty() && index_of.count(b.node_id())) d.fixed_node = index_of[b.node_id()];
-        demands.push_back(d);
-      }
-      PgStrategy strategy;
-      ParsePgStrategy(e.rec.strategy(), &strategy);
-      std::vector<NodeView> totals = view;
-      e.feasible = PlaceBundles(demands, totals, strategy, /*use_total=*/true).has_value();
-      auto placed = PlaceBundles(demands, view, strategy);
-      if (!placed) {
-        e.tried_view = view_version_;
-        e.retry_at = Clock::time_point::max();
-        std::string reason = e.feasible ? "waiting for resources"
-                                        : "infeasible: no set of nodes can hold these bundles";
-        if (reason != e.rec.pending_reason()) {
-          TORUS_LOG(INFO) << "placement group " << e.rec.pg_id() << " " << reason;
-        }
-        e.rec.set_pending_reason(reason);
-        if (aged && e.feasible) break;
-        ++it;
-        continue;
-      }
-      chosen = *it;
-      for (int idx : *placed) placed_ids.push_back(idx >= 0 ? view[idx].id : std::string());
-      decided();
-      break;
-    }
-    if (chosen.empty()) return false;
-    pg_scheduling_ = true;
-    PgEntry& e = pgs_[chosen];
-    e.scheduling = true;
-    // Group the new bundles by node.
-    std::map<std::string, std::vector<int>> by_node;  // node address -> bundle indexes
-    std::map<std::string, std::string> node_of_addr;
-    if (e.rec.has_slice() && e.rec.slice().num_slices() > 0) SetSliceEnvLocked(e, placed_ids);
-    for (int i = 0; i < e.rec.bundles_size(); ++i) {
-      if (!e.rec.bundles(i).node_id().empty()) continue;
-      const auto& node = nodes_[placed_ids[i]];
-      by_node[node.address].push_back(i);
-      node_of_addr[node.address] = placed_ids[i];
-    }
-    // Reserve on every node at once; if any node refused, roll back the ones that reserved.
-    // Each node reserves and commits in one step: no task or actor can use a bundle before the
-    // group is CREATED here (clients and the actor scheduler only learn a bundle's node from a
-    // CREATED group), so a separate commit round would only add a round trip per node. The
-    // head's CREATED is the group's commit point. Each node's request is serialised straight
-    // from the record (under mu_: the record is not to be read while another thread changes it).
-    std::vector<NodeCall> calls;
-    calls.reserve(by_node.size());
-    for (const auto& [addr, which] : by_node) calls.push_back({addr, BundlesPayload(e.rec, which, /*commit=*/true)});
-    lock.unlock();
-
-    std::vector<size_t> answered;  // calls whose node answered (its ledger is in results)
-    std::vector<NodeCall> prepared;
-    std::string failure;
-    auto results = CallNodes(BundleOp::kPrepare, calls);
-    for (size_t i = 0; i < calls.size(); ++i) {
-      const auto& r = results[i];
-      if (r.status.ok()) answered.push_back(i);
-      if (r.status.ok() && r.ok) {
-        prepared.push_back({calls[i].address, ReleasePayload(chosen, by_node[calls[i].address], "")});
-      } else if (failure.empty()) {
-        failure = r.status.ok() ? r.error
-                                : "prepare on " + calls[i].address + " failed: " + r.status.error_message();
-      }
-    }
-    if (!failure.empty()) {
-      // Roll back every prepared bundle: a group never holds part of its bundles.
-      ReleaseOnNodes(prepared);
-    }
-
-    lock.lock();
-    pg_scheduling_ = false;
-    for (size_t i : answered) ApplyLedgerLocked(calls[i].address, results[i]);
-    auto pit = pgs_.find(chosen);
-    if (pit == pgs_.end()) return true;
-    PgEntry& done = pit->second;
-    done.scheduling = false;
-    if (done.rec.state() == "REMOVED") {
-      lock.unlock();
-      if (failure.empty()) {
-        std::vector<NodeCall> undo;
-        for (const auto& [addr, which] : by_node) undo.push_back({addr, ReleasePayload(chosen, which, "")});
-        ReleaseOnNodes(undo);
-      }
-      lock.lock();
-      return true;
-    }
-    if (!failure.empty()) {
-      if (done.rec.has_slice()) {
-        for (int i = 0; i < done.rec.slice_names_size(); ++i) {
-          bool placed_here = false;
-          for (const auto& b : done.rec.bundles()) {
-            placed_here = placed_here || (b.index() / std::max(1, done.rec.slice().bundles_per_slice()) == i &&
-                                          !b.node_id().empty());
-          }
-          if (!placed_here) {
-            auto h = slice_holder_.find(done.rec.slice_names(i));
-            if (h != slice_holder_.end() && h->second == chosen) slice_holder_.erase(h);
-            done.rec.set_slice_names(i, "");
-          }
-        }
-      }
-      TORUS_LOG(INFO) << "placement group " << chosen << " not placed yet: " << failure;
-      done.tried_view = view_version_;
-      done.retry_at = Clock::now() + std::chrono::milliseconds(200);
-      done.rec.set_pending_reason("waiting for resources (" + failure + ")");
-      pg_cv_.notify_all();
-      return true;
-    }
-    for (const auto& [addr, which] : by_node) {
-      const std::string& node_id = node_of_addr[addr];
-      for (int i : which) {
-        auto* rb = done.rec.mutable_bundles(i);
-        rb->set_node_id(node_id);
-        rb->set_node_address(addr);
-      }
-    }
-    done.rec.set_state("CREATED");
-    done.rec.clear_pending_reason();
-    BumpView();
-    SchedulePendingActors();
-    cv_.notify_all();
-    pg_cv_.notify_all();
-    return true;
-  }
 }
 
 grpc::Status Head::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {

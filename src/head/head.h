@@ -3,7 +3,8 @@
 // restarts, deaths) and the job table. Not on the task hot path: tasks are placed by the nodes.
 //
 // THREADS
-//  - gRPC sync-server threads run the handlers; all state is guarded by mu_.
+//  - gRPC sync-server threads run the handlers; all state is guarded by mu_, which the
+//    placement-group manager (head/placement_groups.h, with its scheduler thread) shares.
 //  - monitor thread: declares nodes dead after missed heartbeats, (re)places pending actors.
 //  - one short-lived thread per actor placement attempt, which calls Node.StartActor (blocking,
 //    runs the constructor) without holding mu_.
@@ -25,7 +26,9 @@
 #include "common/lane.h"
 #include "common/resources.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "head/node_table.h"
+#include "head/placement_groups.h"
 #include "head/slice_index.h"
 #include "head/jobs.h"
 #include "proto/torus.grpc.pb.h"
@@ -55,7 +58,7 @@ struct HeadConfig {
   int push_view_max_nodes = 64;
 };
 
-class Head final : public rpc::Head::Service {
+class Head final : public rpc::Head::Service, private PgCluster {
  public:
   explicit Head(HeadConfig cfg);
   ~Head() override;
@@ -96,75 +99,24 @@ class Head final : public rpc::Head::Service {
                            rpc::SliceQueryReply*) override;
 
  private:
-  struct PgEntry {
-    rpc::PlacementGroupRecord rec;
-    std::vector<LabelSelectorTerms> selectors;  // per bundle
-    std::chrono::steady_clock::time_point pending_since;
-    bool scheduling = false;     // the scheduler thread is preparing it on nodes
-    uint64_t tried_view = 0;     // view version of the last failed attempt
-    // After a failed prepare/commit: try again from then on even if the view has not changed.
-    std::chrono::steady_clock::time_point retry_at = std::chrono::steady_clock::time_point::max();
-    bool feasible = true;        // could be placed on the cluster's totals
-    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  };
-  // Placement-group scheduler thread: one group at a time, in arrival order (docs/placement_groups.md).
-  void PgLoop();
-  // Places the first placeable group in the queue (prepare/commit on its nodes, with mu_
-  // released meanwhile); false when none can be placed now. Require mu_ held by `lock` and
-  // !pg_scheduling_: one group is scheduled at a time, by the scheduler thread or inline by
-  // CreatePlacementGroup when the queue was empty.
-  bool SchedulePgOnce(std::unique_lock<std::mutex>& lock);
-  // A node's answer to a bundle call: the call's status and, when that is OK, the
-  // rpc::PrepareBundlesReply read by hand from its bytes (ParseBundleReply in head.cc; no
-  // protobuf map built per reply).
-  struct BundleReply {
-    grpc::Status status;
-    bool ok = false;
-    std::string error;
-    uint64_t ledger_seq = 0;
-    std::string raw;  // the serialised reply
-    struct Amount {
-      uint32_t name_offset = 0, name_size = 0;  // the resource name, in `raw`
-      double value = 0;
-    };
-    std::vector<Amount> available;
-    std::string_view Name(const Amount& a) const {
-      return std::string_view(raw).substr(a.name_offset, a.name_size);
-    }
-  };
-  // Reads r->raw (a serialised rpc::PrepareBundlesReply) into r's fields; false if garbled.
-  static bool ParseBundleReply(BundleReply* r);
-  // Takes a node's ledger from a bundle reply unless we hold a newer one (require mu_).
-  void ApplyLedgerLocked(const std::string& node_address, const BundleReply& reply);
-  // One bundle call to one node: its address and the serialised rpc::BundlesRequest, written
-  // straight from the group's record (BundlesPayload / ReleasePayload in head.cc) instead of
-  // building, copying and destroying request messages per node.
-  struct NodeCall {
-    std::string address;
-    std::string payload;
-  };
-  // Marks a group REMOVED (require mu_); returns the releases of its placed bundles.
-  std::vector<NodeCall> RemovePgLocked(PgEntry& e, const std::string& why);
-  // Releases bundles on nodes, all at once, and takes their ledgers (no lock held).
-  void ReleaseOnNodes(const std::vector<NodeCall>& what);
-  enum class BundleOp { kPrepare, kCommit, kRelease };
-  // One bundle call per NodeCall, issued concurrently; results in order. A node in this
-  // process is called directly. No lock held.
-  std::vector<BundleReply> CallNodes(BundleOp op, const std::vector<NodeCall>& calls);
-  void OnNodeLostForPgs(const std::string& node_id);  // require mu_
-  void FinishJobLocked(const std::string& job_id);     // require mu_
-  // Alive nodes as placement views (require mu_); index_of maps node id -> index.
-  std::vector<struct NodeView> ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels);
-  // Node id per bundle for a slice reservation, choosing whole idle slices (from the slice
-  // index) for the slice indices not granted yet; fills *slice_names. Require mu_.
-  std::optional<std::vector<std::string>> PlaceSlices(PgEntry& e, std::vector<std::string>* slice_names,
-                                                      std::string* reason);
-  // MEGASCALE_* environment of each bundle of a slice reservation being granted (require mu_).
-  void SetSliceEnvLocked(PgEntry& e, const std::vector<std::string>& placed_ids);
-  // the slice index follows the node (require mu_)
-  void IndexNodeLocked(const std::string& node_id, const NodeEntry& n);
-  // The cluster view for a heartbeat from a node at `version` (require mu_).
-  void FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply);
+  // PgCluster: what the placement-group manager asks of the node table and the actors
+  // (called with mu_ held).
+  uint64_t ViewVersion() override REQUIRES(mu_) { return view_version_; }
+  std::vector<NodeView> ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels) override
+      REQUIRES(mu_);
+  bool NodeMatches(const LabelSelectorTerms& selector, const std::string& node_id) override REQUIRES(mu_);
+  std::string NodeAddress(const std::string& node_id) override REQUIRES(mu_);
+  const SliceIndex& Slices() override REQUIRES(mu_) { return slice_index_; }
+  void ApplyLedger(const std::string& node_address, const BundleReply& reply) override REQUIRES(mu_);
+  void OnPgCreated() override REQUIRES(mu_);
+  void OnPgRemoved(const std::string& pg_id, const std::string& why) override REQUIRES(mu_);
+  void OnPgSliceLost(const std::string& pg_id) override REQUIRES(mu_);
+
+  void FinishJobLocked(const std::string& job_id) REQUIRES(mu_);
+  // the slice index follows the node
+  void IndexNodeLocked(const std::string& node_id, const NodeEntry& n) REQUIRES(mu_);
+  // The cluster view for a heartbeat from a node at `version`.
+  void FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) REQUIRES(mu_);
   struct ActorEntry {
     rpc::ActorRecord rec;
     rpc::CreateActorRequest spec;
@@ -174,14 +126,14 @@ class Head final : public rpc::Head::Service {
     LabelSelectorTerms selector;
   };
 
-  // Require mu_. A change to the cluster view; `node` (a key of nodes_) when a node changed.
-  void BumpView(const std::string* node = nullptr);
-  void SchedulePendingActors();
+  // A change to the cluster view; `node` (a key of nodes_) when a node changed.
+  void BumpView(const std::string* node = nullptr) REQUIRES(mu_);
+  void SchedulePendingActors() REQUIRES(mu_);
   void PlaceActor(const std::string& actor_id, const std::string& node_id,
-                  const std::string& node_address);  // runs on its own thread, no lock
-  void OnActorWorkerGone(ActorEntry& a, const std::string& cause, bool intentional);
-  void KillActorWorker(const rpc::ActorRecord& rec);  // fire-and-forget RPC to the node
-  void MonitorLoop();
+                  const std::string& node_address) EXCLUDES(mu_);  // runs on its own thread
+  void OnActorWorkerGone(ActorEntry& a, const std::string& cause, bool intentional) REQUIRES(mu_);
+  void KillActorWorker(const rpc::ActorRecord& rec) REQUIRES(mu_);  // fire-and-forget RPC to the node
+  void MonitorLoop() EXCLUDES(mu_);
 
   HeadConfig cfg_;
   std::string address_;
@@ -189,51 +141,40 @@ class Head final : public rpc::Head::Service {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<JobManager> job_manager_;  // submitted jobs (docs/jobs.md), served on our port
 
-  std::mutex mu_;
-  std::condition_variable cv_;  // actor state changes
-  // guarded by mu_
-  std::map<std::string, NodeEntry> nodes_;  // never erased: keys are stable
-  size_t alive_nodes_ = 0;
+  Mutex mu_;
+  CondVar cv_;  // actor state changes
+  std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);  // never erased: keys are stable
+  size_t alive_nodes_ GUARDED_BY(mu_) = 0;
   static constexpr int kMissedHeartbeats = 5;
-  // The period nodes are asked to beat at now (0: their own), from alive_nodes_ (require mu_).
-  uint32_t PacedHeartbeatMsLocked() const;
-  std::chrono::steady_clock::time_point last_monitor_{};
-  NamePool names_;                          // label keys/values, resource names of nodes_
+  // The period nodes are asked to beat at now (0: their own), from alive_nodes_.
+  uint32_t PacedHeartbeatMsLocked() const REQUIRES(mu_);
+  std::chrono::steady_clock::time_point last_monitor_ GUARDED_BY(mu_){};
+  NamePool names_ GUARDED_BY(mu_);  // label keys/values, resource names of nodes_
   // address -> node id; each key views the address string of the entry it maps to
-  std::unordered_map<std::string_view, const std::string*> node_by_address_;
-  uint64_t view_version_ = 1;
+  std::unordered_map<std::string_view, const std::string*> node_by_address_ GUARDED_BY(mu_);
+  uint64_t view_version_ GUARDED_BY(mu_) = 1;
   // The node (or nullptr) that changed at each recent view version, oldest first: heartbeat
   // views are deltas from it. view_log_floor_: versions at or above it are covered.
-  std::deque<std::pair<uint64_t, const std::string*>> view_log_;
-  uint64_t view_log_floor_ = 1;
-  double view_tokens_ = 0;  // view records that may be shipped now (--view-records-per-s)
-  std::chrono::steady_clock::time_point view_refill_;
+  std::deque<std::pair<uint64_t, const std::string*>> view_log_ GUARDED_BY(mu_);
+  uint64_t view_log_floor_ GUARDED_BY(mu_) = 1;
+  double view_tokens_ GUARDED_BY(mu_) = 0;  // view records that may be shipped now (--view-records-per-s)
+  std::chrono::steady_clock::time_point view_refill_ GUARDED_BY(mu_);
   // The whole view serialized (HeartbeatReply.view_snapshot) as of snapshot_version_.
-  std::string snapshot_;
-  uint64_t snapshot_version_ = 0;
-  size_t snapshot_nodes_ = 0;
-  std::chrono::steady_clock::time_point snapshot_built_;
-  std::unordered_map<std::string, ActorEntry> actors_;
-  std::map<std::pair<std::string, std::string>, std::string> named_actors_;  // (ns, name) -> id
-  std::map<std::string, rpc::JobRequest> jobs_;
-  std::map<std::string, PgEntry> pgs_;
-  std::deque<std::string> pg_queue_;  // PENDING / RESCHEDULING groups, arrival order
-  // REMOVED groups in removal order: the oldest are forgotten beyond kKeepRemovedPgs, so a head
-  // serving reservations for weeks does not grow with every one it ever made.
-  std::deque<std::string> removed_pgs_;
-  static constexpr size_t kKeepRemovedPgs = 1000;
-  void TrimRemovedPgsLocked();
-  std::map<std::pair<std::string, std::string>, std::string> named_pgs_;  // (ns, name) -> id
-  std::map<std::string, std::string> slice_holder_;
-  SliceIndex slice_index_;  // slice name -> reservation (pg) id
-  std::condition_variable pg_cv_;
-  bool pg_scheduling_ = false;  // a group is being prepared/committed (mu_ released meanwhile)
-  std::thread pg_thread_;
+  std::string snapshot_ GUARDED_BY(mu_);
+  uint64_t snapshot_version_ GUARDED_BY(mu_) = 0;
+  size_t snapshot_nodes_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point snapshot_built_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, ActorEntry> actors_ GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, std::string> named_actors_ GUARDED_BY(mu_);  // (ns, name) -> id
+  std::map<std::string, rpc::JobRequest> jobs_ GUARDED_BY(mu_);
+  SliceIndex slice_index_ GUARDED_BY(mu_);
+  // Placement groups and slice reservations; shares mu_.
+  PlacementGroupManager pg_manager_;
 
   std::atomic<bool> stopping_{false};
-  std::mutex stop_mu_;
-  bool stopped_ = false;
-  std::condition_variable stopped_cv_;
+  Mutex stop_mu_;
+  bool stopped_ GUARDED_BY(stop_mu_) = false;
+  CondVar stopped_cv_;
   std::thread monitor_thread_;
 };
 

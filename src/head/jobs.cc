@@ -81,6 +81,19 @@ struct JobManager::Target {
   std::string host;  // output prefix
 };
 
+// One attempt of a job as RunAttempt's steps share it (owned by the supervisor thread).
+struct JobManager::Attempt {
+  std::string id;
+  rpc::JobSubmitRequest req;
+  bool gang = false;
+  std::string pg_id;  // the attempt's reservation ("" for a single driver)
+  int epoch = 0;
+  std::vector<Target> targets;  // one per process, by rank
+  std::vector<std::map<std::string, std::string>> env_set;  // per process
+  std::vector<std::vector<std::string>> env_unset;           // per process
+  std::vector<rpc::JobProcessStartReply> started;            // per process
+};
+
 JobManager::JobManager(JobManagerConfig cfg) : cfg_(std::move(cfg)) {
   log_dir_ = cfg_.session_dir.empty()
                  ? (std::filesystem::temp_directory_path() / ("torus-jobs-" + RandomHex(4))).string()
@@ -442,251 +455,276 @@ JobManager::AttemptResult JobManager::ReserveSlices(const std::string& id, std::
 }
 
 JobManager::AttemptResult JobManager::RunAttempt(const std::string& id) {
-  rpc::JobSubmitRequest req;
-  bool gang;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Job& j = jobs_[id];
-    req = j.req;
-    gang = j.slice_request.has_slice();
-    j.rec.clear_processes();
-    j.rec.clear_placement_group_id();
-    j.rec.set_state("PENDING");
-    cv_.notify_all();
+  Attempt a = BeginAttempt(id);
+  AttemptResult r = a.gang ? ReserveSlices(id, &a.pg_id, &a.targets) : PickDriverNode(id, &a.targets);
+  if (r.outcome != Outcome::kSucceeded) {
+    RemoveReservation(a.pg_id);
+    return r;
   }
-  std::vector<Target> targets;
-  std::string pg_id;
-  int epoch = 0;
-  {
-    AttemptResult r = gang ? ReserveSlices(id, &pg_id, &targets) : PickDriverNode(id, &targets);
-    if (r.outcome != Outcome::kSucceeded) {
-      RemoveReservation(pg_id);
-      return r;
-    }
-    if (gang) epoch = std::atoi(r.message.c_str());
+  if (a.gang) a.epoch = std::atoi(r.message.c_str());
+  if (auto failed = BuildEnvironments(a)) {
+    RemoveReservation(a.pg_id);
+    return *failed;
   }
-  const int n = static_cast<int>(targets.size());
+  if (auto failed = StartProcesses(a)) {
+    RemoveReservation(a.pg_id);
+    return *failed;
+  }
+  MarkRunning(a);
+  AttemptResult result = AwaitProcesses(a);
+  RemoveReservation(a.pg_id);
+  return result;
+}
 
+JobManager::Attempt JobManager::BeginAttempt(const std::string& id) {
+  Attempt a;
+  a.id = id;
+  std::lock_guard<std::mutex> lock(mu_);
+  Job& j = jobs_[id];
+  a.req = j.req;
+  a.gang = j.slice_request.has_slice();
+  j.rec.clear_processes();
+  j.rec.clear_placement_group_id();
+  j.rec.set_state("PENDING");
+  cv_.notify_all();
+  return a;
+}
+
+std::optional<JobManager::AttemptResult> JobManager::BuildEnvironments(Attempt& a) {
+  const int n = static_cast<int>(a.targets.size());
   // Environment of every process: the cluster's address (so ray::Init() joins it) and token.
   std::map<std::string, std::string> common = {{"TORUS_ADDRESS", head_address_},
                                                 {"TORUS_TOKEN", cfg_.token},
-                                                {"TORUS_SUBMISSION_ID", id}};
-  std::vector<std::map<std::string, std::string>> env_set(n, common);
-  std::vector<std::vector<std::string>> env_unset(n, std::vector<std::string>{"RAY_ADDRESS"});
-  if (gang) {
-    auto gen = tpu::NormalizeVersion(req.accelerator_version());
-    rpc::PickPortReply port;
-    auto ctx = NewContext(cfg_.token, 5000);
-    auto st = rpc::JobRunner::NewStub(GetChannel(targets[0].node_address))->PickPort(ctx.get(), rpc::Empty(), &port);
-    if (!st.ok() || (port.has_error() && port.error().code() != 0)) {
-      RemoveReservation(pg_id);
-      return {Outcome::kFailed,
-              "cannot pick a coordinator port on " + targets[0].host + ": " +
-                  (st.ok() ? port.error().message() : st.error_message()),
-              -1};
-    }
-    std::string host = port.host() == "0.0.0.0" ? HostOf(targets[0].node_address) : port.host();
-    for (int i = 0; i < n; ++i) {
-      tpu::GangMember m;
-      m.gen = gen.ok() ? *gen : tpu::Generation::kV6e;
-      m.rank = targets[i].rank;
-      m.num_processes = n;
-      m.slice_index = targets[i].slice_index;
-      m.num_slices = req.num_slices() > 0 ? req.num_slices() : 1;
-      m.epoch = epoch;
-      m.coordinator_address = host + ":" + std::to_string(port.port());
-      m.megascale_host = host;
-      auto c = tpu::GangEnv(m);
-      for (const auto& k : c.unset) env_unset[i].push_back(k);
-      for (const auto& [k, v] : c.set) env_set[i][k] = v;
-      env_set[i]["TORUS_PLACEMENT_GROUP_ID"] = pg_id;
-      env_set[i]["TORUS_BUNDLE_INDEX"] = std::to_string(targets[i].rank);
-    }
+                                                {"TORUS_SUBMISSION_ID", a.id}};
+  a.env_set.assign(n, common);
+  a.env_unset.assign(n, std::vector<std::string>{"RAY_ADDRESS"});
+  if (!a.gang) return std::nullopt;
+  auto gen = tpu::NormalizeVersion(a.req.accelerator_version());
+  rpc::PickPortReply port;
+  auto ctx = NewContext(cfg_.token, 5000);
+  auto st = rpc::JobRunner::NewStub(GetChannel(a.targets[0].node_address))->PickPort(ctx.get(), rpc::Empty(), &port);
+  if (!st.ok() || (port.has_error() && port.error().code() != 0)) {
+    return AttemptResult{Outcome::kFailed,
+                         "cannot pick a coordinator port on " + a.targets[0].host + ": " +
+                             (st.ok() ? port.error().message() : st.error_message()),
+                         -1};
   }
+  std::string host = port.host() == "0.0.0.0" ? HostOf(a.targets[0].node_address) : port.host();
+  for (int i = 0; i < n; ++i) {
+    tpu::GangMember m;
+    m.gen = gen.ok() ? *gen : tpu::Generation::kV6e;
+    m.rank = a.targets[i].rank;
+    m.num_processes = n;
+    m.slice_index = a.targets[i].slice_index;
+    m.num_slices = a.req.num_slices() > 0 ? a.req.num_slices() : 1;
+    m.epoch = a.epoch;
+    m.coordinator_address = host + ":" + std::to_string(port.port());
+    m.megascale_host = host;
+    auto c = tpu::GangEnv(m);
+    for (const auto& k : c.unset) a.env_unset[i].push_back(k);
+    for (const auto& [k, v] : c.set) a.env_set[i][k] = v;
+    a.env_set[i]["TORUS_PLACEMENT_GROUP_ID"] = a.pg_id;
+    a.env_set[i]["TORUS_BUNDLE_INDEX"] = std::to_string(a.targets[i].rank);
+  }
+  return std::nullopt;
+}
 
+std::optional<JobManager::AttemptResult> JobManager::StartProcesses(Attempt& a) {
   // Start every process at once; all start or none runs.
-  std::vector<rpc::JobProcessStartReply> started(n);
+  const int n = static_cast<int>(a.targets.size());
+  a.started.assign(n, rpc::JobProcessStartReply());
   std::vector<std::string> start_error(n);
   {
     std::vector<std::thread> ts;
     for (int i = 0; i < n; ++i) {
       ts.emplace_back([&, i] {
         rpc::JobProcessSpec spec;
-        spec.set_job_id(id);
-        spec.set_rank(targets[i].rank);
-        for (const auto& a : req.entrypoint()) spec.add_argv(a);
-        for (const auto& [k, v] : env_set[i]) (*spec.mutable_env_set())[k] = v;
-        for (const auto& k : env_unset[i]) spec.add_env_unset(k);
-        spec.set_cwd(req.working_dir());
-        spec.set_whole_host_tpu(gang);
+        spec.set_job_id(a.id);
+        spec.set_rank(a.targets[i].rank);
+        for (const auto& arg : a.req.entrypoint()) spec.add_argv(arg);
+        for (const auto& [k, v] : a.env_set[i]) (*spec.mutable_env_set())[k] = v;
+        for (const auto& k : a.env_unset[i]) spec.add_env_unset(k);
+        spec.set_cwd(a.req.working_dir());
+        spec.set_whole_host_tpu(a.gang);
         auto ctx = NewContext(cfg_.token, 10000);
-        auto st = rpc::JobRunner::NewStub(GetChannel(targets[i].node_address))
-                      ->StartProcess(ctx.get(), spec, &started[i]);
+        auto st = rpc::JobRunner::NewStub(GetChannel(a.targets[i].node_address))
+                      ->StartProcess(ctx.get(), spec, &a.started[i]);
         if (!st.ok()) start_error[i] = st.error_message();
-        else if (started[i].has_error() && started[i].error().code() != 0) start_error[i] = started[i].error().message();
+        else if (a.started[i].has_error() && a.started[i].error().code() != 0) start_error[i] = a.started[i].error().message();
       });
     }
     for (auto& t : ts) t.join();
   }
-  auto stop_process = [&](int i) {
-    if (started[i].process_id().empty()) return;
-    rpc::JobProcessRef ref;
-    ref.set_process_id(started[i].process_id());
-    rpc::Empty e;
-    auto ctx = NewContext(cfg_.token, 5000);
-    (void)rpc::JobRunner::NewStub(GetChannel(targets[i].node_address))->StopProcess(ctx.get(), ref, &e);
-  };
   for (int i = 0; i < n; ++i) {
     if (start_error[i].empty()) continue;
     for (int k = 0; k < n; ++k) {
-      if (start_error[k].empty()) stop_process(k);
+      if (start_error[k].empty()) StopProcess(a, k);
     }
-    RemoveReservation(pg_id);
-    return {Outcome::kFailed,
-            "process " + std::to_string(targets[i].rank) + " could not start on " + targets[i].host + ": " +
-                start_error[i],
-            -1};
+    return AttemptResult{Outcome::kFailed,
+                         "process " + std::to_string(a.targets[i].rank) + " could not start on " +
+                             a.targets[i].host + ": " + start_error[i],
+                         -1};
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& r = jobs_[id].rec;
-    for (int i = 0; i < n; ++i) {
-      auto* p = r.add_processes();
-      p->set_rank(targets[i].rank);
-      p->set_node_id(targets[i].node_id);
-      p->set_node_address(targets[i].node_address);
-      p->set_host(targets[i].host);
-      p->set_pid(started[i].pid());
-      p->set_state("RUNNING");
-      p->set_started_ms(started[i].started_ms());
-      p->set_process_id(started[i].process_id());
-    }
-    r.set_state("RUNNING");
-    r.clear_message();
-    cv_.notify_all();
-  }
+  return std::nullopt;
+}
 
-  // Tail every process; each tail ends with one event: how its process ended.
-  struct Event {
-    int index;
-    bool ok;
-    std::string description;
-    int exit_code;
+void JobManager::StopProcess(const Attempt& a, int i) {
+  if (a.started[i].process_id().empty()) return;
+  rpc::JobProcessRef ref;
+  ref.set_process_id(a.started[i].process_id());
+  rpc::Empty e;
+  auto ctx = NewContext(cfg_.token, 5000);
+  (void)rpc::JobRunner::NewStub(GetChannel(a.targets[i].node_address))->StopProcess(ctx.get(), ref, &e);
+}
+
+void JobManager::MarkRunning(const Attempt& a) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& r = jobs_[a.id].rec;
+  for (size_t i = 0; i < a.targets.size(); ++i) {
+    auto* p = r.add_processes();
+    p->set_rank(a.targets[i].rank);
+    p->set_node_id(a.targets[i].node_id);
+    p->set_node_address(a.targets[i].node_address);
+    p->set_host(a.targets[i].host);
+    p->set_pid(a.started[i].pid());
+    p->set_state("RUNNING");
+    p->set_started_ms(a.started[i].started_ms());
+    p->set_process_id(a.started[i].process_id());
+  }
+  r.set_state("RUNNING");
+  r.clear_message();
+  cv_.notify_all();
+}
+
+JobManager::ProcessEnd JobManager::TailProcess(const Attempt& a, int i) {
+  std::string prefix = a.gang ? "[" + a.targets[i].host + "] " : "";
+  std::string partial;
+  uint64_t offset = 0;
+  int failures = 0;
+  ProcessEnd ev{i, false, "", -1};
+  auto emit = [&](const std::string& data, bool flush) {
+    if (!a.gang) {
+      AppendLog(a.id, data);
+      return;
+    }
+    partial += data;
+    std::string out;
+    size_t pos;
+    while ((pos = partial.find('\n')) != std::string::npos) {
+      out += prefix + partial.substr(0, pos + 1);
+      partial.erase(0, pos + 1);
+    }
+    if (flush && !partial.empty()) {
+      out += prefix + partial + "\n";
+      partial.clear();
+    }
+    AppendLog(a.id, out);
   };
+  auto stub = rpc::JobRunner::NewStub(GetChannel(a.targets[i].node_address));
+  while (true) {
+    rpc::JobProcessTailRequest treq;
+    treq.set_process_id(a.started[i].process_id());
+    treq.set_offset(offset);
+    auto ctx = NewContext(cfg_.token);
+    auto reader = stub->TailProcess(ctx.get(), treq);
+    rpc::JobProcessOutput out;
+    bool exited = false;
+    while (reader->Read(&out)) {
+      if (!out.data().empty() && out.offset() == offset) {
+        emit(out.data(), false);
+        offset += out.data().size();
+        failures = 0;
+      }
+      if (out.exited()) {
+        exited = true;
+        ev.ok = out.exit_code() == 0;
+        ev.description = out.description();
+        ev.exit_code = out.exit_code();
+      }
+    }
+    auto st = reader->Finish();
+    if (exited) break;
+    if (++failures > 10 || (stopping_ && failures > 2)) {
+      ev.description = "lost contact with its node " + a.targets[i].node_id + " (" + st.error_message() + ")";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  emit("", true);
+  return ev;
+}
+
+JobManager::AttemptResult JobManager::AwaitProcesses(const Attempt& a) {
+  // Tail every process; each tail ends with one event: how its process ended.
+  const int n = static_cast<int>(a.targets.size());
   std::mutex ev_mu;
   std::condition_variable ev_cv;
-  std::deque<Event> events;
+  std::deque<ProcessEnd> events;
   std::vector<std::thread> tails;
   for (int i = 0; i < n; ++i) {
     tails.emplace_back([&, i] {
-      std::string prefix = gang ? "[" + targets[i].host + "] " : "";
-      std::string partial;
-      uint64_t offset = 0;
-      int failures = 0;
-      Event ev{i, false, "", -1};
-      auto emit = [&](const std::string& data, bool flush) {
-        if (!gang) {
-          AppendLog(id, data);
-          return;
-        }
-        partial += data;
-        std::string out;
-        size_t pos;
-        while ((pos = partial.find('\n')) != std::string::npos) {
-          out += prefix + partial.substr(0, pos + 1);
-          partial.erase(0, pos + 1);
-        }
-        if (flush && !partial.empty()) {
-          out += prefix + partial + "\n";
-          partial.clear();
-        }
-        AppendLog(id, out);
-      };
-      auto stub = rpc::JobRunner::NewStub(GetChannel(targets[i].node_address));
-      while (true) {
-        rpc::JobProcessTailRequest treq;
-        treq.set_process_id(started[i].process_id());
-        treq.set_offset(offset);
-        auto ctx = NewContext(cfg_.token);
-        auto reader = stub->TailProcess(ctx.get(), treq);
-        rpc::JobProcessOutput out;
-        bool exited = false;
-        while (reader->Read(&out)) {
-          if (!out.data().empty() && out.offset() == offset) {
-            emit(out.data(), false);
-            offset += out.data().size();
-            failures = 0;
-          }
-          if (out.exited()) {
-            exited = true;
-            ev.ok = out.exit_code() == 0;
-            ev.description = out.description();
-            ev.exit_code = out.exit_code();
-          }
-        }
-        auto st = reader->Finish();
-        if (exited) break;
-        if (++failures > 10 || (stopping_ && failures > 2)) {
-          ev.description = "lost contact with its node " + targets[i].node_id + " (" + st.error_message() + ")";
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-      emit("", true);
+      ProcessEnd ev = TailProcess(a, i);
       std::lock_guard<std::mutex> lock(ev_mu);
-      events.push_back(ev);
+      events.push_back(std::move(ev));
       ev_cv.notify_all();
     });
   }
-
   int remaining = n;
   bool stopping = false;
   AttemptResult failure;
   bool failed = false;
   std::vector<bool> exited(n, false);
+  auto stop_others = [&] {
+    for (int k = 0; k < n; ++k) {
+      if (!exited[k]) StopProcess(a, k);
+    }
+  };
   while (remaining > 0) {
-    std::deque<Event> got;
+    std::deque<ProcessEnd> got;
     {
       std::unique_lock<std::mutex> lock(ev_mu);
       ev_cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !events.empty(); });
       got.swap(events);
     }
-    if (!stopping && StopWanted(id)) {
+    if (!stopping && StopWanted(a.id)) {
       stopping = true;
-      for (int k = 0; k < n; ++k) {
-        if (!exited[k]) stop_process(k);
-      }
+      stop_others();
     }
     for (const auto& ev : got) {
       --remaining;
       exited[ev.index] = true;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto* p = jobs_[id].rec.mutable_processes(ev.index);
-        p->set_state("EXITED");
-        p->set_exit_description(ev.description);
-        cv_.notify_all();
-      }
+      NoteProcessExited(a.id, ev);
       if (!ev.ok && !failed && !stopping) {
         failed = true;
-        failure.outcome = Outcome::kFailed;
-        failure.exit_code = ev.exit_code;
-        failure.message = gang ? "process " + std::to_string(targets[ev.index].rank) + " on host " +
-                                     targets[ev.index].host + " " + ev.description
-                               : "the driver " + ev.description;
+        failure = FailureOf(a, ev);
         // The first failure ends the attempt: the others are stopped (spec: a gang never runs
         // partially).
-        for (int k = 0; k < n; ++k) {
-          if (!exited[k]) stop_process(k);
-        }
+        stop_others();
       }
     }
   }
   for (auto& t : tails) t.join();
-  RemoveReservation(pg_id);
   if (stopping && !failed) return {Outcome::kStopped, "stopped by request", -1};
   if (failed) return failure;
   return {Outcome::kSucceeded, "", 0};
+}
+
+void JobManager::NoteProcessExited(const std::string& id, const ProcessEnd& ev) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto* p = jobs_[id].rec.mutable_processes(ev.index);
+  p->set_state("EXITED");
+  p->set_exit_description(ev.description);
+  cv_.notify_all();
+}
+
+JobManager::AttemptResult JobManager::FailureOf(const Attempt& a, const ProcessEnd& ev) {
+  AttemptResult failure;
+  failure.outcome = Outcome::kFailed;
+  failure.exit_code = ev.exit_code;
+  failure.message = a.gang ? "process " + std::to_string(a.targets[ev.index].rank) + " on host " +
+                                 a.targets[ev.index].host + " " + ev.description
+                           : "the driver " + ev.description;
+  return failure;
 }
 
 }  // namespace torus

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -73,6 +74,24 @@ class JobManager final : public rpc::Jobs::Service {
   AttemptResult ReserveSlices(const std::string& id, std::string* pg_id, std::vector<Target>* targets);
   AttemptResult PickDriverNode(const std::string& id, std::vector<Target>* targets);
   void RemoveReservation(const std::string& pg_id);
+  // The steps of RunAttempt, in order (supervisor thread, mu_ not held). A step that returns
+  // a result ended the attempt with it.
+  struct Attempt;
+  struct ProcessEnd {  // how one process of an attempt ended (its tail's last event)
+    int index;
+    bool ok;
+    std::string description;
+    int exit_code;
+  };
+  Attempt BeginAttempt(const std::string& id);
+  std::optional<AttemptResult> BuildEnvironments(Attempt& a);  // gang: picks the coordinator port
+  std::optional<AttemptResult> StartProcesses(Attempt& a);     // all start, or those that did stop
+  void MarkRunning(const Attempt& a);
+  AttemptResult AwaitProcesses(const Attempt& a);  // tails every process until all ended
+  ProcessEnd TailProcess(const Attempt& a, int i);  // copies process i's output into the log
+  void StopProcess(const Attempt& a, int i);
+  void NoteProcessExited(const std::string& id, const ProcessEnd& ev);
+  static AttemptResult FailureOf(const Attempt& a, const ProcessEnd& ev);
   void AppendLog(const std::string& id, const std::string& text);
   bool StopWanted(const std::string& id);
   void SetMessage(const std::string& id, const std::string& state, const std::string& message);

@@ -1,5 +1,7 @@
 #include "head/slice_index.h"
 
+#include "common/resources.h"
+#include "head/slice_idle.h"
 #include "tpu/topology.h"
 
 namespace torus {
@@ -8,55 +10,30 @@ namespace {
 const std::set<std::string> kNone;
 }
 
+SliceHostInfo MakeSliceHostInfo(std::string pod_type, std::string slice_name, std::string topology,
+                                const std::string& worker_label, const SliceHostUse& use) {
+  SliceHostInfo info;
+  info.pod_type = std::move(pod_type);
+  info.slice_name = std::move(slice_name);
+  info.topology = std::move(topology);
+  try {
+    info.worker_id = std::stoi(worker_label);
+  } catch (...) {
+    info.worker_id = -1;
+  }
+  info.chips = static_cast<int>(use.tpu_total + kResourceEps);
+  info.chips_free = SliceIdleRule::ChipsFree(use);
+  info.head_free = SliceIdleRule::HeadFree(use);
+  return info;
+}
+
 void SliceIndex::Upsert(std::string_view node_id, const SliceHostInfo& info) {
-  // The common update: a member host whose slice, worker id, pod type and chips are unchanged
-  // and whose chips or head unit were taken or given back (each bundle reply of a reservation).
-  // Only the slice's busy count and idle state can change then; the full path below would
-  // re-parse the pod type and re-check every host of the slice (O(hosts) per host update).
-  if (auto mit = members_.find(node_id); mit != members_.end() && mit->second.worker >= 0 && info.chips > 0) {
-    Member& m = mit->second;
-    bool anonymous = info.slice_name.empty();
-    auto sit = slices_.find(m.slice);
-    if (sit != slices_.end() && m.slice == (anonymous ? node_id : std::string_view(info.slice_name)) &&
-        m.worker == (anonymous ? 0 : info.worker_id) && sit->second.pod_type == info.pod_type &&
-        sit->second.chips[m.worker] == info.chips) {
-      Slice& s = sit->second;
-      bool busy = !info.chips_free || (m.worker == 0 && !info.head_free);
-      if (busy != m.busy) {
-        s.busy += busy ? 1 : -1;
-        m.busy = busy;
-        bool idle = s.intact && s.busy == 0;
-        if (idle != s.idle) {
-          s.idle = idle;
-          if (idle) {
-            idle_[s.pod_type].insert(s.name);
-          } else if (auto it = idle_.find(s.pod_type); it != idle_.end()) {
-            it->second.erase(s.name);
-          }
-        }
-      }
-      return;
-    }
-  }
-  if (info.pod_type.empty() || info.chips <= 0) {
+  if (UpdateBusyInPlace(node_id, info)) return;
+  std::string name;
+  int worker = -1, hosts = 0;
+  if (!SlotOf(node_id, info, &name, &worker, &hosts)) {
     Remove(node_id);
     return;
-  }
-  auto pt = tpu::ParsePodType(info.pod_type);
-  if (!pt.ok()) {
-    Remove(node_id);
-    return;
-  }
-  int hosts = tpu::HostsOfSliceFromNode(info.chips, *pt);
-  std::string name = info.slice_name;
-  int worker = info.worker_id;
-  if (name.empty()) {
-    if (hosts != 1) {
-      Remove(node_id);  // a multi-host slice needs its name
-      return;
-    }
-    name = std::string(node_id);
-    worker = 0;
   }
   auto mit = members_.find(node_id);
   if (mit != members_.end() && (mit->second.slice != name || mit->second.worker != worker)) {
@@ -72,7 +49,7 @@ void SliceIndex::Upsert(std::string_view node_id, const SliceHostInfo& info) {
     s.hosts.assign(hosts, std::string_view());
     s.chips.assign(hosts, 0);
   }
-  bool busy = !info.chips_free || (worker == 0 && !info.head_free);
+  bool busy = SliceIdleRule::HostBusy(worker, info.chips_free, info.head_free);
   if (mit == members_.end()) {
     if (worker < 0 || worker >= s.hosts_expected || !s.hosts[worker].empty() ||
         s.pod_type != info.pod_type) {
@@ -90,6 +67,58 @@ void SliceIndex::Upsert(std::string_view node_id, const SliceHostInfo& info) {
   }
   if (mit == members_.end() || mit->second.worker >= 0) s.chips[worker] = info.chips;
   Evaluate(s);
+}
+
+bool SliceIndex::UpdateBusyInPlace(std::string_view node_id, const SliceHostInfo& info) {
+  // The common update: a member host whose slice, worker id, pod type and chips are unchanged
+  // and whose chips or head unit were taken or given back (each bundle reply of a reservation).
+  // Only the slice's busy count and idle state can change then; the full path in Upsert would
+  // re-parse the pod type and re-check every host of the slice (O(hosts) per host update).
+  auto mit = members_.find(node_id);
+  if (mit == members_.end() || mit->second.worker < 0 || info.chips <= 0) return false;
+  Member& m = mit->second;
+  bool anonymous = info.slice_name.empty();
+  auto sit = slices_.find(m.slice);
+  if (sit == slices_.end() || m.slice != (anonymous ? node_id : std::string_view(info.slice_name)) ||
+      m.worker != (anonymous ? 0 : info.worker_id) || sit->second.pod_type != info.pod_type ||
+      sit->second.chips[m.worker] != info.chips) {
+    return false;
+  }
+  Slice& s = sit->second;
+  bool busy = SliceIdleRule::HostBusy(m.worker, info.chips_free, info.head_free);
+  if (busy == m.busy) return true;
+  s.busy += busy ? 1 : -1;
+  m.busy = busy;
+  bool idle = SliceIdleRule::SliceIdle(s.intact, s.busy);
+  if (idle != s.idle) {
+    s.idle = idle;
+    NoteIdle(s);
+  }
+  return true;
+}
+
+bool SliceIndex::SlotOf(std::string_view node_id, const SliceHostInfo& info, std::string* name,
+                        int* worker, int* hosts) {
+  if (info.pod_type.empty() || info.chips <= 0) return false;
+  auto pt = tpu::ParsePodType(info.pod_type);
+  if (!pt.ok()) return false;
+  *hosts = tpu::HostsOfSliceFromNode(info.chips, *pt);
+  *name = info.slice_name;
+  *worker = info.worker_id;
+  if (name->empty()) {
+    if (*hosts != 1) return false;  // a multi-host slice needs its name
+    *name = std::string(node_id);
+    *worker = 0;
+  }
+  return true;
+}
+
+void SliceIndex::NoteIdle(const Slice& s) {
+  if (s.idle) {
+    idle_[s.pod_type].insert(s.name);
+  } else if (auto it = idle_.find(s.pod_type); it != idle_.end()) {
+    it->second.erase(s.name);
+  }
 }
 
 void SliceIndex::Remove(std::string_view node_id) {
@@ -130,14 +159,9 @@ void SliceIndex::Evaluate(Slice& s) {
     chips += s.chips[w];
   }
   s.intact = all && pt.ok() && chips == pt->chips;
-  s.idle = s.intact && s.busy == 0;
+  s.idle = SliceIdleRule::SliceIdle(s.intact, s.busy);
   if (s.intact != was_intact) intact_[s.pod_type] += s.intact ? 1 : -1;
-  if (s.idle) {
-    idle_[s.pod_type].insert(s.name);
-  } else {
-    auto it = idle_.find(s.pod_type);
-    if (it != idle_.end()) it->second.erase(s.name);
-  }
+  NoteIdle(s);
 }
 
 const std::set<std::string>& SliceIndex::Idle(const std::string& pod_type) const {

@@ -5,8 +5,8 @@
 //
 // A slice is the set of alive nodes with one slice-name label (or, without one, a single-host
 // node by itself). It is intact when every worker id 0..H-1 is present exactly once and the
-// chips add up to the pod type's; idle when intact, every chip is free and the head unit
-// (TPU-<pod>-head on worker 0) is free. Thread-compatible (the head guards it with its mutex).
+// chips add up to the pod type's; idle by SliceIdleRule (head/slice_idle.h), the rule the slice
+// queries use too. Thread-compatible (the head guards it with its mutex).
 #pragma once
 
 #include <functional>
@@ -16,6 +16,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "head/slice_idle.h"
 
 namespace torus {
 
@@ -29,6 +31,11 @@ struct SliceHostInfo {
   bool chips_free = false; // TPU available == total
   bool head_free = true;   // TPU-<pod>-head available (worker 0), or absent
 };
+
+// The index's view of a node from its TPU labels and `use` (SliceIdleRule's reading of its
+// resources); `worker_label` is torus.io/tpu-worker-id (unparsable: -1).
+SliceHostInfo MakeSliceHostInfo(std::string pod_type, std::string slice_name, std::string topology,
+                                const std::string& worker_label, const SliceHostUse& use);
 
 class SliceIndex {
  public:
@@ -69,6 +76,13 @@ class SliceIndex {
     bool busy = false;
   };
   void Evaluate(Slice& s);  // recompute intact/idle and the idle set / counters
+  // The fast path of Upsert: only the host's busy state changed; false when it does not apply.
+  bool UpdateBusyInPlace(std::string_view node_id, const SliceHostInfo& info);
+  // The slice name, worker id and hosts per slice `info` puts the node in; false when it
+  // belongs to no slice (not a TPU host, unknown pod type, multi-host without a slice name).
+  static bool SlotOf(std::string_view node_id, const SliceHostInfo& info, std::string* name,
+                     int* worker, int* hosts);
+  void NoteIdle(const Slice& s);  // the idle set follows s.idle
 
   std::unordered_map<std::string, Slice> slices_;
   std::unordered_map<std::string_view, Member> members_;  // node id -> where it counts

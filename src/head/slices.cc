@@ -32,16 +32,22 @@ void Evaluate(SliceView& s, const std::vector<NodeView>& nodes, int chips_total,
     if (chips_per_vm && Get(nodes[idx].total, "TPU") != *chips_per_vm) s.intact = false;
   }
   if (chips_total > 0 && static_cast<int>(tpu) != chips_total) s.intact = false;
-  s.idle = s.intact;
-  if (!s.idle) return;
-  for (size_t w = 0; w < s.hosts.size(); ++w) {
-    const NodeView& n = nodes[s.hosts[w]];
-    if (Get(n.available, "TPU") + kResourceEps < Get(n.total, "TPU")) s.idle = false;
-    std::string head = "TPU-" + s.pod_type + "-head";
-    if (w == 0 && Get(n.total, head) > 0 && Get(n.available, head) + kResourceEps < 1) s.idle = false;
+  if (!s.intact) {
+    s.idle = false;
+    return;
   }
+  int busy = 0;
+  for (size_t w = 0; w < s.hosts.size(); ++w) {
+    busy += SliceIdleRule::HostBusy(static_cast<int>(w), SliceHostUseOf(nodes[s.hosts[w]], s.pod_type));
+  }
+  s.idle = SliceIdleRule::SliceIdle(s.intact, busy);
 }
 }  // namespace
+
+SliceHostUse SliceHostUseOf(const NodeView& n, const std::string& pod_type) {
+  std::string head = SliceIdleRule::HeadUnit(pod_type);
+  return {Get(n.total, "TPU"), Get(n.available, "TPU"), Get(n.total, head), Get(n.available, head)};
+}
 
 std::vector<SliceView> FindSlices(const std::vector<NodeView>& nodes, const tpu::SliceShape& shape,
                                   std::optional<int> chips_per_vm) {

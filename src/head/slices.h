@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "head/placement.h"
+#include "head/slice_idle.h"
 #include "tpu/topology.h"
 
 namespace torus {
@@ -21,8 +22,11 @@ struct SliceView {
   int hosts_expected = 0;
   std::vector<int> hosts;         // node index per worker id (-1 = missing)
   bool intact = false;
-  bool idle = false;              // intact, every chip free, head unit free
+  bool idle = false;              // SliceIdleRule::SliceIdle
 };
+
+// A node's TPU chips and head unit of `pod_type`, as the idle rule reads them.
+SliceHostUse SliceHostUseOf(const NodeView& n, const std::string& pod_type);
 
 // Every slice of pod type `shape.pod_type` among `nodes` (alive nodes only). With
 // chips_per_vm, a slice counts as intact only when every host has exactly that many chips.

@@ -37,4 +37,11 @@ struct GangMember {
 // MEGASCALE_SLICE_ID, overwriting inherited values; with one slice removes all four.
 EnvChanges GangEnv(const GangMember& m);
 
+// The MEGASCALE_* part of GangEnv alone, for process `slice_index` of a grant of `num_slices`
+// slices whose slice 0 host 0 is `megascale_host` (no port): the four variables set when
+// num_slices > 1, all four in `unset` (sorted) otherwise. The head gives it to every bundle of a
+// slice reservation.
+EnvChanges MegascaleEnv(Generation gen, const std::string& megascale_host, int num_slices,
+                        int slice_index);
+
 }  // namespace torus::tpu

@@ -44,5 +44,19 @@ TEST(GangEnv, MultisliceNamesSliceZeroHostZero) {
   EXPECT_EQ(GangEnv(m).set.at("MEGASCALE_COORDINATOR_ADDRESS"), "h0:8081");
 }
 
+TEST(GangEnv, MegascaleEnvIsTheMegascalePartOfGangEnv) {
+  auto c = MegascaleEnv(Generation::kV5p, "10.0.0.7", 3, 2);
+  EXPECT_EQ(c.set.size(), 4u);
+  EXPECT_EQ(c.set.at("MEGASCALE_COORDINATOR_ADDRESS"), "10.0.0.7");
+  EXPECT_EQ(c.set.at("MEGASCALE_NUM_SLICES"), "3");
+  EXPECT_EQ(c.set.at("MEGASCALE_SLICE_ID"), "2");
+  EXPECT_TRUE(c.unset.empty());
+  EXPECT_EQ(MegascaleEnv(Generation::kV7x, "h", 2, 0).set.at("MEGASCALE_COORDINATOR_ADDRESS"), "h:8081");
+  auto one = MegascaleEnv(Generation::kV7x, "h", 1, 0);
+  EXPECT_TRUE(one.set.empty());
+  EXPECT_EQ(one.unset, (std::vector<std::string>{"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
+                                                 "MEGASCALE_PORT", "MEGASCALE_SLICE_ID"}));
+}
+
 }  // namespace
 }  // namespace torus::tpu
