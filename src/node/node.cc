@@ -40,15 +40,24 @@ constexpr auto kRespillAfter = std::chrono::milliseconds(1000);
 constexpr auto kLeaseAuditPeriod = std::chrono::milliseconds(500);
 
 std::string Key(const rpc::LeaseRequest& r) { return r.runtime_key(); }
+
+std::vector<int> BundleIndices(const rpc::BundlesRequest& req) {
+  std::vector<int> out;
+  for (const auto& b : req.bundles()) out.push_back(b.index());
+  return out;
+}
+
+// The config with its defaults filled in: a random id, CPU = the number of cores.
+NodeConfig WithDefaults(NodeConfig cfg) {
+  if (cfg.node_id.empty()) cfg.node_id = RandomHex(14);
+  if (!cfg.resources.count("CPU")) {
+    cfg.resources["CPU"] = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return cfg;
+}
 }  // namespace
 
-Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)) {
-  if (cfg_.node_id.empty()) cfg_.node_id = RandomHex(14);
-  if (!cfg_.resources.count("CPU")) {
-    cfg_.resources["CPU"] = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
-  }
-  total_ = cfg_.resources;
-  available_ = total_;
+Node::Node(NodeConfig cfg) : cfg_(WithDefaults(std::move(cfg))), ledger_(cfg_.node_id, cfg_.resources) {
   shm_prefix_ = "torus." + cfg_.node_id.substr(0, 12) + ".";
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -71,7 +80,7 @@ Node::~Node() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
-Status Node::DetectTpu() {
+Status Node::DetectTpu(ResourceMap* total) {
   // User labels may not claim a reserved key; the node's own identity sets them.
   if (auto s = ValidateUserLabels(cfg_.labels, "node labels"); !s.ok()) return s;
   cfg_.labels[std::string(kLabelNodeId)] = cfg_.node_id;
@@ -88,13 +97,12 @@ Status Node::DetectTpu() {
   if (!id.ok()) return id.status();
   for (const auto& w : id->warnings) TORUS_LOG(WARNING) << "TPU identity: " << w;
   if (id->chips <= 0) {
-    total_.erase("TPU");
+    total->erase("TPU");
     return Status::Ok();
   }
   for (const auto& [k, v] : id->labels) cfg_.labels[k] = v;
-  for (const auto& [k, v] : id->resources) total_[k] = v;
+  for (const auto& [k, v] : id->resources) (*total)[k] = v;
   tpu_chip_ids_ = id->chip_ids;
-  free_chips_ = std::set<int>(tpu_chip_ids_.begin(), tpu_chip_ids_.end());
   TORUS_LOG(INFO) << "TPU node: " << id->chips << " chip(s)"
                   << (id->slice_name ? ", slice " + *id->slice_name : std::string())
                   << (id->worker_id ? ", worker " + std::to_string(*id->worker_id) : std::string())
@@ -102,7 +110,7 @@ Status Node::DetectTpu() {
   return Status::Ok();
 }
 
-Status Node::SizeArenaAndMemory() {
+Status Node::SizeArenaAndMemory(ResourceMap* total) {
   // Segments of nodes of this session that died without cleaning up (SIGKILL) go first; then
   // this node's lock tells later cleaners and siblings that its segments are alive.
   size_t siblings = 0;
@@ -123,7 +131,7 @@ Status Node::SizeArenaAndMemory() {
   if (!cfg_.resources.count("memory")) {
     // As Ray: a "memory" resource (bytes) that work may reserve; 70% of RAM by default, shared
     // among the nodes of this host.
-    total_["memory"] = std::floor(ram * 0.7 / HostShare(siblings, expected));
+    (*total)["memory"] = std::floor(ram * 0.7 / HostShare(siblings, expected));
   }
   if (cfg_.object_store_bytes == 0) {
     uint64_t shm_free = static_cast<uint64_t>(ram);
@@ -138,9 +146,13 @@ Status Node::SizeArenaAndMemory() {
 Status Node::Start() {
   if (auto s = ValidateToken(cfg_.token, "the node's configuration"); !s.ok()) return s;
   if (auto s = ValidateResources(cfg_.resources, "node resources"); !s.ok()) return s;
-  if (auto s = DetectTpu(); !s.ok()) return s;
-  if (auto s = SizeArenaAndMemory(); !s.ok()) return s;
-  available_ = total_;
+  ResourceMap total = cfg_.resources;
+  if (auto s = DetectTpu(&total); !s.ok()) return s;
+  if (auto s = SizeArenaAndMemory(&total); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ledger_.Reset(std::move(total), tpu_chip_ids_);
+  }
   uint64_t cap = cfg_.object_store_bytes;
   UnlinkSegmentsWithPrefix(shm_prefix_);
   arena_name_ = shm_prefix_ + "arena";
@@ -193,7 +205,7 @@ Status Node::Start() {
   }
   job_runner_->SetSessionDir(cfg_.session_dir);
   TORUS_LOG(INFO) << "node " << cfg_.node_id << " listening on " << address_ << " resources "
-                  << ResourcesToString(total_);
+                  << ResourcesToString(ledger_.total());
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
   lease_audit_thread_ = std::thread([this] { LeaseAuditLoop(); });
@@ -212,8 +224,8 @@ Status Node::RegisterWithHead() {
   n->set_alive(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ToProto(total_, n->mutable_total());
-    ToProto(available_, n->mutable_available());
+    ToProto(ledger_.total(), n->mutable_total());
+    ToProto(ledger_.available(), n->mutable_available());
   }
   for (const auto& [k, v] : cfg_.labels) (*n->mutable_labels())[k] = v;
   rpc::RegisterNodeReply reply;
@@ -251,9 +263,7 @@ void Node::Stop() {
     }
     objects_.clear();
     for (auto& p : pending_) {
-      p->done = true;
-      p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
-      p->reply.mutable_error()->set_message("node " + cfg_.node_id + " is shutting down");
+      if (!p->done) GiveBackLocked(*p, Unavailable("node " + cfg_.node_id + " is shutting down"));
     }
     cv_.notify_all();
   }
@@ -335,31 +345,6 @@ grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterW
   return grpc::Status::OK;
 }
 
-std::vector<int> Node::TakeChips(int n) {
-  std::vector<int> out;
-  for (auto it = free_chips_.begin(); it != free_chips_.end() && static_cast<int>(out.size()) < n;) {
-    out.push_back(*it);
-    it = free_chips_.erase(it);
-  }
-  return out;
-}
-
-const Node::BundleState* Node::FindBundle(const std::string& pg_id, int index) const {
-  auto pit = bundles_.find(pg_id);
-  if (pit == bundles_.end()) return nullptr;
-  auto bit = pit->second.find(index);
-  return bit == pit->second.end() ? nullptr : &bit->second;
-}
-
-std::string Node::BundleEnvKey(const std::string& key, const std::string& pg_id, int index) const {
-  const BundleState* b = FindBundle(pg_id, index);
-  if (!b || (b->env.empty() && b->env_unset.empty())) return key;
-  std::string k = key + "|env=";
-  for (const auto& [n, v] : b->env) k += n + "=" + v + ";";
-  for (const auto& n : b->env_unset) k += "-" + n + ";";
-  return k;
-}
-
 std::string Node::ChipKey(const std::string& key, const std::vector<int>& chips) {
   if (chips.empty()) return key;
   std::string k = key + "|tpu=";
@@ -370,7 +355,7 @@ std::string Node::ChipKey(const std::string& key, const std::vector<int>& chips)
 Status Node::StartWorker(const std::string& key, const std::string& exe,
                          const std::vector<std::string>& code_path, const std::vector<int>& chips,
                          const std::string& reserved_for, std::string* id_out,
-                         const BundleState* bundle,
+                         const Ledger::Bundle* bundle,
                          const google::protobuf::Map<std::string, std::string>* env_vars) {
   auto w = std::make_unique<Worker>();
   w->id = RandomHex(14);
@@ -445,30 +430,8 @@ Node::Worker* Node::FindIdleWorker(const std::string& key) {
   return best;
 }
 
-void Node::ReleaseWorkerResources(Worker& w) {
-  ResourceMap r = w.held;
-  if (w.blocked) r.erase("CPU");  // already returned while blocked
-  if (!w.pg_id.empty()) {
-    // Back to its bundle; if the group was removed meanwhile, the bundle's whole total has
-    // already gone back to the node.
-    auto pit = bundles_.find(w.pg_id);
-    if (pit != bundles_.end()) {
-      auto bit = pit->second.find(w.bundle_index);
-      if (bit != pit->second.end()) Add(bit->second.available, r);
-    }
-  } else {
-    Add(available_, r);
-  }
-  w.held.clear();
-  w.pg_id.clear();
-  w.bundle_index = -1;
-  w.blocked = false;
-  // The chips go back to the pool; the worker keeps their env and is reused for the same chips.
-  for (int c : w.chips) free_chips_.insert(c);
-}
-
 bool Node::AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const {
-  if (Fits(res, total_) && MatchesLabels(selector, cfg_.labels)) return true;
+  if (Fits(res, ledger_.total()) && MatchesLabels(selector, cfg_.labels)) return true;
   for (const auto& n : view_) {
     if (n.alive() && n.node_id() != cfg_.node_id && Fits(res, FromProto(n.total())) &&
         MatchesLabels(selector, n.labels())) {
@@ -479,35 +442,22 @@ bool Node::AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& sel
 }
 
 bool Node::TakeFromBundle(PendingLease& p, std::string* error) {
-  auto pit = bundles_.find(p.req.placement_group_id());
-  if (pit == bundles_.end()) {
-    *error = "placement group " + p.req.placement_group_id() + " has no bundle on node " +
-             cfg_.node_id + " (removed, or not placed here)";
-    return false;
-  }
-  bool any_could = false;
-  for (auto& [idx, b] : pit->second) {
-    if (p.req.bundle_index() >= 0 && idx != p.req.bundle_index()) continue;
-    if (!b.committed) continue;
-    if (Fits(p.res, b.total)) any_could = true;
-    if (Fits(p.res, b.available)) {
-      Subtract(b.available, p.res);
-      p.bundle = idx;
+  switch (ledger_.TakeFromBundle(p.req.placement_group_id(), p.req.bundle_index(), p.res, &p.hold, error)) {
+    case Ledger::BundleTake::kTaken:
       return true;
-    }
-  }
-  if (p.req.bundle_index() >= 0 && !pit->second.count(p.req.bundle_index())) {
-    *error = "bundle " + std::to_string(p.req.bundle_index()) + " of placement group " +
-             p.req.placement_group_id() + " is not on node " + cfg_.node_id;
-    return false;
-  }
-  if (!any_could && !p.infeasible) {
-    TORUS_LOG(WARNING) << "request " << ResourcesToString(p.res) << " for " << p.req.description()
-                       << " asks more than bundle "
-                       << (p.req.bundle_index() >= 0 ? std::to_string(p.req.bundle_index()) : "(any)")
-                       << " of placement group " << p.req.placement_group_id()
-                       << " holds; it stays pending";
-    p.infeasible = true;
+    case Ledger::BundleTake::kTooBig:
+      if (!p.infeasible) {
+        TORUS_LOG(WARNING) << "request " << ResourcesToString(p.res) << " for " << p.req.description()
+                           << " asks more than bundle "
+                           << (p.req.bundle_index() >= 0 ? std::to_string(p.req.bundle_index()) : "(any)")
+                           << " of placement group " << p.req.placement_group_id()
+                           << " holds; it stays pending";
+        p.infeasible = true;
+      }
+      return false;
+    case Ledger::BundleTake::kWait:
+    case Ledger::BundleTake::kMissing:
+      return false;
   }
   return false;
 }
@@ -519,7 +469,7 @@ bool Node::TrySpillback(PendingLease& p) {
   if (respill && Clock::now() - p.queued_at < kRespillAfter) return false;
   // Prefer a node that can run it now; else, when this node could never run it, one that could.
   const rpc::NodeRecord* target = nullptr;
-  bool local_feasible = respill || (Fits(p.res, total_) && MatchesLabels(p.selector, cfg_.labels));
+  bool local_feasible = respill || (Fits(p.res, ledger_.total()) && MatchesLabels(p.selector, cfg_.labels));
   for (const auto& n : view_) {
     if (!n.alive() || n.node_id() == cfg_.node_id) continue;
     if (!MatchesLabels(p.selector, n.labels())) continue;
@@ -549,10 +499,10 @@ void Node::TrySchedule() {
   std::map<std::string, int> need_workers;
   std::map<std::string, const rpc::LeaseRequest*> example;
   std::map<std::string, std::vector<int>> chips_of;
-  std::map<std::string, const BundleState*> bundle_of;
+  std::map<std::string, const Ledger::Bundle*> bundle_of;
   auto lease_key = [this](const PendingLease& p) {
-    std::string k = ChipKey(Key(p.req), p.chips);
-    return p.bundle >= 0 ? BundleEnvKey(k, p.req.placement_group_id(), p.bundle) : k;
+    std::string k = ChipKey(Key(p.req), p.hold.chips);
+    return p.hold.bundle >= 0 ? ledger_.BundleEnvKey(k, p.hold.pg_id, p.hold.bundle) : k;
   };
   for (auto it = pending_.begin(); it != pending_.end();) {
     PendingLease& p = **it;
@@ -560,29 +510,22 @@ void Node::TrySchedule() {
       it = pending_.erase(it);
       continue;
     }
-    if (!p.resources_held && !p.req.placement_group_id().empty()) {
+    if (!p.hold.held && !p.req.placement_group_id().empty()) {
       std::string error;
-      if (TakeFromBundle(p, &error)) {
-        p.resources_held = true;
-        p.chips = TakeChips(static_cast<int>(p.res.count("TPU") ? p.res["TPU"] : 0));
-      } else if (!error.empty()) {
-        p.reply.mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
-        p.reply.mutable_error()->set_message(error);
-        p.done = true;
+      if (!TakeFromBundle(p, &error)) {
+        if (error.empty()) {
+          ++it;
+          continue;
+        }
+        GiveBackLocked(p, NotFound(error));
         any_done = true;
         it = pending_.erase(it);
         continue;
-      } else {
-        ++it;
-        continue;
       }
     }
-    if (!p.resources_held) {
-      if (Fits(p.res, available_) && MatchesLabels(p.selector, cfg_.labels)) {
-        Subtract(available_, p.res);
-        p.resources_held = true;
+    if (!p.hold.held) {
+      if (MatchesLabels(p.selector, cfg_.labels) && ledger_.TakeFromNode(p.res, &p.hold)) {
         p.infeasible = false;
-        p.chips = TakeChips(static_cast<int>(p.res.count("TPU") ? p.res["TPU"] : 0));
       } else {
         if (TrySpillback(p)) {
           any_done = true;
@@ -608,21 +551,17 @@ void Node::TrySchedule() {
     if (!w) {
       need_workers[wkey]++;
       example[wkey] = &p.req;
-      chips_of[wkey] = p.chips;
-      if (p.bundle >= 0) bundle_of[wkey] = FindBundle(p.req.placement_group_id(), p.bundle);
+      chips_of[wkey] = p.hold.chips;
+      if (p.hold.bundle >= 0) bundle_of[wkey] = ledger_.FindBundle(p.hold.pg_id, p.hold.bundle);
       ++it;
       continue;
     }
-    w->chips = p.chips;
     w->state = WorkerState::kLeased;
     w->lease_id = RandomHex(8);
     w->leased_at = Clock::now();
     w->lease_in_use = false;
-    w->held = p.res;
-    if (p.bundle >= 0) {
-      w->pg_id = p.req.placement_group_id();
-      w->bundle_index = p.bundle;
-    }
+    w->hold = std::move(p.hold);  // the worker holds the resources now
+    p.hold = Hold{};
     worker_by_lease_[w->lease_id] = w->id;
     p.reply.set_granted(true);
     p.reply.set_lease_id(w->lease_id);
@@ -644,13 +583,7 @@ void Node::TrySchedule() {
         TORUS_LOG(ERROR) << "cannot start worker: " << s.ToString();
         for (auto& p : pending_) {
           if (lease_key(*p) == key && !p->done) {
-            for (int c : p->chips) free_chips_.insert(c);
-            p->chips.clear();
-            p->done = true;
-            if (p->resources_held && p->bundle < 0) Add(available_, p->res);
-            p->resources_held = false;
-            p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
-            p->reply.mutable_error()->set_message(s.message());
+            GiveBackLocked(*p, Internal(s.message()));
             any_done = true;
           }
         }
@@ -694,19 +627,7 @@ grpc::Status Node::RequestLease(grpc::ServerContext* ctx, const rpc::LeaseReques
     cv_.wait_for(lock, std::chrono::milliseconds(200));
     if (!p->done && ctx->IsCancelled()) {
       // The requester went away: give back what was set aside for it.
-      for (int c : p->chips) free_chips_.insert(c);
-      if (p->resources_held) {
-        if (p->bundle >= 0) {
-          auto pit = bundles_.find(p->req.placement_group_id());
-          if (pit != bundles_.end() && pit->second.count(p->bundle)) {
-            Add(pit->second[p->bundle].available, p->res);
-          }
-        } else {
-          Add(available_, p->res);
-        }
-      }
-      p->resources_held = false;
-      p->done = true;
+      GiveBackLocked(*p, Status::Ok());
       pending_.remove(p);
       TrySchedule();
       return grpc::Status(grpc::StatusCode::CANCELLED, "lease request cancelled");
@@ -736,7 +657,7 @@ bool Node::EndLeaseLocked(const std::string& lease_id, bool worker_dead) {
   worker_by_lease_.erase(it);
   if (wit == workers_.end()) return false;
   Worker& w = *wit->second;
-  ReleaseWorkerResources(w);
+  ledger_.Return(&w.hold);
   w.lease_id.clear();
   w.lease_in_use = false;
   if (worker_dead) {
@@ -752,8 +673,21 @@ bool Node::EndLeaseLocked(const std::string& lease_id, bool worker_dead) {
 void Node::UngrantLocked(PendingLease& p) {
   TORUS_LOG(INFO) << "lease " << p.reply.lease_id() << " of worker " << p.reply.worker_id()
                   << " granted as its requester went away; taken back";
-  EndLeaseLocked(p.reply.lease_id(), false);
+  GiveBackLocked(p, Status::Ok());
   TrySchedule();
+}
+
+void Node::GiveBackLocked(PendingLease& p, const Status& why) {
+  if (p.reply.granted()) {
+    EndLeaseLocked(p.reply.lease_id(), false);  // the worker holds what the grant gave
+  } else {
+    ledger_.Return(&p.hold);
+  }
+  p.done = true;
+  if (!why.ok()) {
+    p.reply.mutable_error()->set_code(static_cast<int>(why.code()));
+    p.reply.mutable_error()->set_message(why.message());
+  }
 }
 
 void Node::LeaseAuditLoop() {
@@ -814,14 +748,11 @@ grpc::Status Node::NotifyBlocked(grpc::ServerContext* ctx, const rpc::BlockedReq
   if (it == workers_.end()) return grpc::Status::OK;
   Worker& w = *it->second;
   if (w.state != WorkerState::kLeased && w.state != WorkerState::kActor) return grpc::Status::OK;
-  double cpu = w.held.count("CPU") ? w.held["CPU"] : 0;
-  if (req->blocked() && !w.blocked) {
-    w.blocked = true;
-    available_["CPU"] += cpu;
+  if (req->blocked() && !w.hold.blocked) {
+    ledger_.Block(&w.hold);
     TrySchedule();
-  } else if (!req->blocked() && w.blocked) {
-    w.blocked = false;
-    available_["CPU"] -= cpu;  // may go below zero briefly: the task resumes regardless
+  } else if (!req->blocked()) {
+    ledger_.Unblock(&w.hold);  // may go below zero briefly: the task resumes regardless
   }
   return grpc::Status::OK;
 }
@@ -840,63 +771,24 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
   for (const auto& p : req->code_search_path()) key += ":" + p;
   key += EnvVarsKey(req->creation().env_vars());
   std::string worker_id, worker_address;
-  int pg_bundle = -1;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    // An actor with no explicit resources needs 1 CPU to be placed but holds none while alive.
-    ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
-    ResourceMap* pool = &available_;
-    if (!req->placement_group_id().empty()) {
-      auto pit = bundles_.find(req->placement_group_id());
-      BundleState* b = nullptr;
-      if (pit != bundles_.end()) {
-        for (auto& [idx, st] : pit->second) {
-          if ((req->bundle_index() < 0 || idx == req->bundle_index()) && Fits(res, st.available)) {
-            b = &st;
-            pg_bundle = idx;
-            break;
-          }
-        }
-      }
-      if (!b) {
-        reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
-        reply->mutable_error()->set_message("no bundle of placement group " +
-                                            req->placement_group_id() + " on node " +
-                                            cfg_.node_id + " has " + ResourcesToString(res));
-        return grpc::Status::OK;
-      }
-      pool = &b->available;
-      placement = res;  // inside a bundle, only what the actor asked for
-    }
-    if (!Fits(placement, *pool)) {
-      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
-      reply->mutable_error()->set_message("node " + cfg_.node_id + " has " +
-                                          ResourcesToString(available_) + " available, needs " +
-                                          ResourcesToString(placement));
+    Hold hold;
+    if (auto s = ledger_.TakeForActor(req->placement_group_id(), req->bundle_index(), res, &hold); !s.ok()) {
+      reply->mutable_error()->set_code(static_cast<int>(s.code()));
+      reply->mutable_error()->set_message(s.message());
       return grpc::Status::OK;
     }
-    Subtract(*pool, res);
-    std::vector<int> chips = TakeChips(static_cast<int>(res.count("TPU") ? res["TPU"] : 0));
-    key = ChipKey(key, chips);
-    if (pg_bundle >= 0) key = BundleEnvKey(key, req->placement_group_id(), pg_bundle);
-    auto give_back = [&] {
-      for (int c : chips) free_chips_.insert(c);
-      if (pg_bundle < 0) {
-        Add(available_, res);
-        return;
-      }
-      auto pit = bundles_.find(req->placement_group_id());
-      if (pit != bundles_.end() && pit->second.count(pg_bundle)) {
-        Add(pit->second[pg_bundle].available, res);
-      }
-    };
+    key = ChipKey(key, hold.chips);
+    if (hold.bundle >= 0) key = ledger_.BundleEnvKey(key, hold.pg_id, hold.bundle);
+    auto give_back = [&] { ledger_.Return(&hold); };
     Worker* w = FindIdleWorker(key);
     if (!w) {
       // A worker started for this actor alone: task leases never take it meanwhile.
       std::vector<std::string> code(req->code_search_path().begin(), req->code_search_path().end());
       std::string started;
-      if (auto s = StartWorker(key, req->executable(), code, chips, req->creation().actor_id(), &started,
-                               pg_bundle >= 0 ? FindBundle(req->placement_group_id(), pg_bundle) : nullptr,
+      if (auto s = StartWorker(key, req->executable(), code, hold.chips, req->creation().actor_id(), &started,
+                               hold.bundle >= 0 ? ledger_.FindBundle(hold.pg_id, hold.bundle) : nullptr,
                                &req->creation().env_vars());
           !s.ok()) {
         give_back();
@@ -927,12 +819,7 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
     }
     w->state = WorkerState::kActor;
     w->actor_id = req->creation().actor_id();
-    w->held = res;
-    w->chips = chips;
-    if (pg_bundle >= 0) {
-      w->pg_id = req->placement_group_id();
-      w->bundle_index = pg_bundle;
-    }
+    w->hold = std::move(hold);
     worker_id = w->id;
     worker_address = w->address;
   }
@@ -1023,7 +910,7 @@ void Node::HandleWorkerExit(pid_t pid, int status) {
     }
     if (!w.lease_id.empty()) worker_by_lease_.erase(w.lease_id);
     if (w.state == WorkerState::kActor) actor_id = w.actor_id;
-    ReleaseWorkerResources(w);
+    ledger_.Return(&w.hold);
     if (!w.end_reason.empty()) {
       desc = w.end_reason;
       if (desc.rfind("SliceLost", 0) == 0) exit_codes_[worker_id] = static_cast<int>(StatusCode::kSliceLost);
@@ -1086,7 +973,7 @@ void Node::ReaperLoop() {
 std::vector<rpc::PendingDemand> Node::PendingDemands() {
   std::map<std::string, rpc::PendingDemand> by_shape;
   for (const auto& p : pending_) {
-    if (p->done || p->resources_held) continue;
+    if (p->done || p->hold.held) continue;
     std::string key = ResourcesToString(p->res) + "|" + p->req.description();
     auto& d = by_shape[key];
     if (d.count() == 0) {
@@ -1117,15 +1004,16 @@ void Node::HeartbeatLoop() {
     std::vector<pid_t> to_kill;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ToProto(available_, req.mutable_available());
-      req.set_ledger_seq(ledger_seq_);
+      ToProto(ledger_.available(), req.mutable_available());
+      req.set_ledger_seq(ledger_.seq());
       for (auto& d : PendingDemands()) *req.add_pending() = d;
       req.set_view_version(view_version_);
       req.set_want_view(!pending_.empty());
       // Stop idle workers beyond the CPU count once they have idled long enough.
       int idle = 0;
       for (auto& [id, w] : workers_) idle += w->state == WorkerState::kIdle;
-      int keep = static_cast<int>(total_.count("CPU") ? total_["CPU"] : 1);
+      auto cpu = ledger_.total().find("CPU");
+      int keep = static_cast<int>(cpu != ledger_.total().end() ? cpu->second : 1);
       auto now = Clock::now();
       for (auto& [id, w] : workers_) {
         if (idle <= keep) break;
@@ -1290,8 +1178,8 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   reply->set_node_id(cfg_.node_id);
-  ToProto(total_, reply->mutable_total());
-  ToProto(available_, reply->mutable_available());
+  ToProto(ledger_.total(), reply->mutable_total());
+  ToProto(ledger_.available(), reply->mutable_available());
   uint64_t bytes = 0;
   for (const auto& [key, o] : objects_) {
     bytes += o.size;
@@ -1316,12 +1204,12 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
     wi->set_pid(w->pid);
     wi->set_address(w->address);
     static const char* kNames[] = {"starting", "idle", "leased", "actor", "driver"};
-    wi->set_state(w->blocked ? "blocked" : kNames[static_cast<int>(w->state)]);
+    wi->set_state(w->hold.blocked ? "blocked" : kNames[static_cast<int>(w->state)]);
     wi->set_actor_id(w->actor_id);
   }
   reply->set_num_workers(n);
   reply->set_num_idle_workers(idle);
-  for (const auto& [pg, bs] : bundles_) {
+  for (const auto& [pg, bs] : ledger_.bundles()) {
     for (const auto& [idx, b] : bs) {
       auto* bi = reply->add_bundles();
       bi->set_pg_id(pg);
@@ -1332,35 +1220,6 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
     }
   }
   return grpc::Status::OK;
-}
-
-void Node::FillLedgerReply(rpc::PrepareBundlesReply* reply) {
-  ToProto(available_, reply->mutable_available());
-  reply->set_ledger_seq(ledger_seq_);
-}
-
-void Node::AppendLedgerReply(bool ok, const std::string& error, std::string* out) {
-  // The bytes FillLedgerReply's message would serialise to (fields in number order; each
-  // map entry as key then value, as protobuf writes them), without building the message.
-  using R = rpc::PrepareBundlesReply;
-  if (ok) {
-    wire::PutTag(out, R::kOkFieldNumber, 0);
-    wire::PutVarint(out, 1);
-  }
-  if (!error.empty()) wire::PutBytes(out, R::kErrorFieldNumber, error);
-  thread_local std::string set, entry;
-  set.clear();
-  for (const auto& [k, v] : available_) {
-    entry.clear();
-    wire::PutBytes(&entry, wire::kMapKeyField, k);
-    wire::PutDouble(&entry, wire::kMapValueField, v);
-    wire::PutBytes(&set, rpc::ResourceSet::kAmountsFieldNumber, entry);
-  }
-  wire::PutBytes(out, R::kAvailableFieldNumber, set);
-  if (ledger_seq_ != 0) {
-    wire::PutTag(out, R::kLedgerSeqFieldNumber, 0);
-    wire::PutVarint(out, ledger_seq_);
-  }
 }
 
 grpc::Status Node::LaneBundles(bool prepare, std::string_view in, std::string* out) {
@@ -1380,14 +1239,14 @@ grpc::Status Node::LaneBundles(bool prepare, std::string_view in, std::string* o
   if (prepare) {
     std::lock_guard<std::mutex> lock(mu_);
     bool ok = PrepareLocked(req, &error);
-    AppendLedgerReply(ok, error, out);
+    ledger_.AppendReply(ok, error, out);
     return grpc::Status::OK;
   }
   std::vector<pid_t> to_kill;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ReleaseLocked(req, &to_kill);
-    AppendLedgerReply(true, error, out);
+    ledger_.AppendReply(true, error, out);
   }
   for (pid_t p : to_kill) kill(p, SIGKILL);
   return grpc::Status::OK;
@@ -1401,54 +1260,13 @@ grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
   bool ok = PrepareLocked(*req, &error);
   reply->set_ok(ok);
   reply->set_error(error);
-  FillLedgerReply(reply);
+  ledger_.FillReply(reply);
   return grpc::Status::OK;
 }
 
-bool Node::PrepareLocked(const rpc::BundlesRequest& request, std::string* error) {
-  const rpc::BundlesRequest* req = &request;
-  auto& mine = bundles_[req->pg_id()];
-  ResourceMap sum;
-  std::vector<ResourceMap> totals(req->bundles_size());  // of the bundles not held yet
-  for (int i = 0; i < req->bundles_size(); ++i) {
-    const auto& b = req->bundles(i);
-    if (mine.count(b.index())) continue;  // a repeated prepare
-    totals[i] = FromProto(b.resources());
-    if (auto s = ValidateResources(totals[i], "bundle " + std::to_string(b.index())); !s.ok()) {
-      if (mine.empty()) bundles_.erase(req->pg_id());
-      *error = s.message();
-      return false;
-    }
-    Add(sum, totals[i]);
-    std::map<std::string, std::string> sel;
-    for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
-    auto terms = ParseLabelSelector(sel);
-    if (!terms.ok() || !MatchesLabels(*terms, cfg_.labels)) {
-      if (mine.empty()) bundles_.erase(req->pg_id());
-      *error = "bundle " + std::to_string(b.index()) + "'s label selector does not match node " + cfg_.node_id;
-      return false;
-    }
-  }
-  if (!Fits(sum, available_)) {
-    if (mine.empty()) bundles_.erase(req->pg_id());
-    *error = "node " + cfg_.node_id + " has " + ResourcesToString(available_) + " available, the bundles need " +
-             ResourcesToString(sum);
-    return false;
-  }
-  Subtract(available_, sum);
-  ++ledger_seq_;
-  for (int i = 0; i < req->bundles_size(); ++i) {
-    const auto& b = req->bundles(i);
-    if (mine.count(b.index())) continue;
-    BundleState st;
-    st.total = std::move(totals[i]);
-    st.available = st.total;
-    st.committed = req->commit();
-    st.env.insert(b.env().begin(), b.env().end());
-    st.env_unset.assign(b.env_unset().begin(), b.env_unset().end());
-    mine[b.index()] = std::move(st);
-  }
-  if (req->commit()) TrySchedule();
+bool Node::PrepareLocked(const rpc::BundlesRequest& req, std::string* error) {
+  if (!ledger_.Prepare(req.pg_id(), Ledger::Specs(req), req.commit(), cfg_.labels, error)) return false;
+  if (req.commit()) TrySchedule();
   return true;
 }
 
@@ -1457,14 +1275,9 @@ grpc::Status Node::CommitBundles(grpc::ServerContext* ctx, const rpc::BundlesReq
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   reply->set_ok(true);
-  FillLedgerReply(reply);
-  auto pit = bundles_.find(req->pg_id());
-  if (pit == bundles_.end()) {
+  ledger_.FillReply(reply);
+  if (!ledger_.Commit(req->pg_id(), BundleIndices(*req))) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "no prepared bundles of " + req->pg_id());
-  }
-  for (const auto& b : req->bundles()) {
-    auto bit = pit->second.find(b.index());
-    if (bit != pit->second.end()) bit->second.committed = true;
   }
   TrySchedule();
   return grpc::Status::OK;
@@ -1478,45 +1291,32 @@ grpc::Status Node::ReleaseBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
   {
     std::lock_guard<std::mutex> lock(mu_);
     ReleaseLocked(*req, &to_kill);
-    FillLedgerReply(reply);
+    ledger_.FillReply(reply);
   }
   for (pid_t p : to_kill) kill(p, SIGKILL);
   return grpc::Status::OK;
 }
 
-void Node::ReleaseLocked(const rpc::BundlesRequest& request, std::vector<pid_t>* to_kill) {
-  const rpc::BundlesRequest* req = &request;
-  auto pit = bundles_.find(req->pg_id());
-  if (pit == bundles_.end()) return;
-  ++ledger_seq_;
-  std::set<int> which;
-  for (const auto& b : req->bundles()) which.insert(b.index());
-  for (auto bit = pit->second.begin(); bit != pit->second.end();) {
-    if (!which.empty() && !which.count(bit->first)) {
-      ++bit;
-      continue;
-    }
-    // Work running in the bundle ends with it; its resources come back with the bundle's.
+void Node::ReleaseLocked(const rpc::BundlesRequest& req, std::vector<pid_t>* to_kill) {
+  std::vector<int> released = ledger_.Release(req.pg_id(), BundleIndices(req));
+  // Work running in a released bundle ends with it; its resources came back with the bundle's.
+  for (int index : released) {
     for (auto& [id, w] : workers_) {
-      if (w->pg_id == req->pg_id() && w->bundle_index == bit->first) {
+      if (w->hold.pg_id == req.pg_id() && w->hold.bundle == index) {
         w->kill_requested = true;
-        w->end_reason = req->reason();
-        w->held.clear();
-        w->pg_id.clear();
+        w->end_reason = req.reason();
+        w->hold.res.clear();
+        w->hold.pg_id.clear();
         if (w->pid > 0) to_kill->push_back(w->pid);
       }
     }
-    Add(available_, bit->second.total);
-    bit = pit->second.erase(bit);
   }
-  if (pit->second.empty()) bundles_.erase(pit);
   // Pending leases for the removed group fail now rather than wait forever.
-  for (auto& p : pending_) {
-    if (p->req.placement_group_id() == req->pg_id() && !p->done && !bundles_.count(req->pg_id())) {
-      p->done = true;
-      p->resources_held = false;
-      p->reply.mutable_error()->set_code(static_cast<int>(StatusCode::kNotFound));
-      p->reply.mutable_error()->set_message("placement group " + req->pg_id() + " was removed");
+  if (!ledger_.HasGroup(req.pg_id())) {
+    for (auto& p : pending_) {
+      if (p->req.placement_group_id() == req.pg_id() && !p->done) {
+        GiveBackLocked(*p, NotFound("placement group " + req.pg_id() + " was removed"));
+      }
     }
   }
   TrySchedule();

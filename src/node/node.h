@@ -47,6 +47,7 @@
 #include "common/shm_owner.h"
 #include "node/arena.h"
 #include "node/job_runner.h"
+#include "node/ledger.h"
 #include "common/status.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -121,9 +122,6 @@ class Node final : public rpc::Node::Service {
                              rpc::PrepareBundlesReply*) override;
   grpc::Status ReleaseBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
                               rpc::PrepareBundlesReply*) override;
-  void FillLedgerReply(rpc::PrepareBundlesReply* reply);  // require mu_
-  // The serialised PrepareBundlesReply {ok, error, the ledger} appended to *out (require mu_).
-  void AppendLedgerReply(bool ok, const std::string& error, std::string* out);
   // Reserves (and with `commit`, commits) the request's bundles, all or none (require mu_);
   // false with *error when they do not fit or a label selector does not match.
   bool PrepareLocked(const rpc::BundlesRequest& req, std::string* error);
@@ -143,13 +141,9 @@ class Node final : public rpc::Node::Service {
     WorkerState state = WorkerState::kStarting;
     std::string lease_id;
     std::string actor_id;
-    ResourceMap held;   // resources held by its lease or actor
-    std::string pg_id;  // when `held` came from a placement-group bundle
-    int bundle_index = -1;
-    bool blocked = false;
+    Hold hold;  // resources and chips held by its lease or actor
     bool kill_requested = false;
     std::string end_reason;  // why the node ended it ("SliceLost: ..."), reported to its users
-    std::vector<int> chips;  // TPU chips granted to it (its TPU_VISIBLE_CHIPS)
     std::chrono::steady_clock::time_point idle_since;
     std::string reserved_for;  // actor id: started for that actor, not for task leases
     std::chrono::steady_clock::time_point leased_at;  // when lease_id was granted
@@ -159,9 +153,7 @@ class Node final : public rpc::Node::Service {
     rpc::LeaseRequest req;
     ResourceMap res;
     LabelSelectorTerms selector;
-    int bundle = -1;  // the bundle the resources were taken from
-    std::vector<int> chips;  // TPU chips set aside with the resources
-    bool resources_held = false;
+    Hold hold;  // what was set aside for it (hold.held: resources taken)
     bool done = false;
     bool infeasible = false;
     std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now();
@@ -175,10 +167,10 @@ class Node final : public rpc::Node::Service {
   };
 
   // Reads the host's TPU identity (docs/tpu.md section 4) into labels and resources. No lock.
-  Status DetectTpu();
+  Status DetectTpu(ResourceMap* total);
   // Cleans dead siblings' segments, takes this node's shm owner lock, and sizes the arena and
   // the "memory" resource against the other nodes of this host (node/arena.h, shm_owner.h).
-  Status SizeArenaAndMemory();
+  Status SizeArenaAndMemory(ResourceMap* total);
   // All private helpers below require mu_ held unless said otherwise.
   void TrySchedule();
   bool TrySpillback(PendingLease& p);
@@ -186,18 +178,18 @@ class Node final : public rpc::Node::Service {
   // Takes a placement-group lease's resources from its bundle. False: must wait (or, with
   // *error set, can never be served here).
   bool TakeFromBundle(PendingLease& p, std::string* error);
+  // The one way a lease request gives back what it was given: its set-aside resources and
+  // chips, or once granted its lease (the worker idles again). Marks it done, with `why` as its
+  // reply's error unless ok. Require mu_.
+  void GiveBackLocked(PendingLease& p, const Status& why);
   Worker* FindIdleWorker(const std::string& key);
-  struct BundleState;
   Status StartWorker(const std::string& key, const std::string& exe,
                      const std::vector<std::string>& code_path,
                      const std::vector<int>& chips = {}, const std::string& reserved_for = "",
-                     std::string* id_out = nullptr, const BundleState* bundle = nullptr,
+                     std::string* id_out = nullptr, const Ledger::Bundle* bundle = nullptr,
                      const google::protobuf::Map<std::string, std::string>* env_vars = nullptr);
-  // Picks `n` free chips (lowest ids first); empty when n <= 0. Require mu_.
-  std::vector<int> TakeChips(int n);
   // Worker key for a lease/actor holding `chips`: workers are started with their chips' env.
   static std::string ChipKey(const std::string& key, const std::vector<int>& chips);
-  void ReleaseWorkerResources(Worker& w);
   // Ends lease `lease_id` if a worker still holds it: its resources go back, the worker idles
   // (or, with worker_dead, is killed). False when no worker holds it. Require mu_.
   bool EndLeaseLocked(const std::string& lease_id, bool worker_dead);
@@ -222,7 +214,6 @@ class Node final : public rpc::Node::Service {
   std::string hostname_;
   std::string arena_name_;
   std::vector<int> tpu_chip_ids_;  // physical ids of this host's chips
-  std::set<int> free_chips_;       // guarded by mu_
   std::unique_ptr<Mapping> arena_;  // the object store; every process of the node maps it
   std::unique_ptr<LaneServer> lane_;  // bundle calls from the head (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
@@ -232,8 +223,7 @@ class Node final : public rpc::Node::Service {
   std::mutex mu_;
   std::condition_variable cv_;
   // guarded by mu_
-  ResourceMap total_;
-  ResourceMap available_;
+  Ledger ledger_;
   std::unordered_map<std::string, std::unique_ptr<Worker>> workers_;  // by worker id
   std::unordered_map<pid_t, std::string> worker_by_pid_;
   ChildExitWaiter reaper_waiter_;  // ReaperLoop sleeps here until a worker exits or starts
@@ -243,19 +233,6 @@ class Node final : public rpc::Node::Service {
   std::map<std::string, int> exit_codes_;      // worker id -> StatusCode when ended for a reason
   std::deque<std::string> exit_order_;
   std::map<std::string, StoredObject> objects_;  // by key
-  struct BundleState {
-    ResourceMap total;
-    ResourceMap available;
-    bool committed = false;
-    std::map<std::string, std::string> env;  // for processes started in it (MEGASCALE_*)
-    std::vector<std::string> env_unset;
-  };
-  // Worker pool key of work in bundle (pg, index): workers started with a bundle's environment
-  // serve only work with that same environment. Require mu_.
-  std::string BundleEnvKey(const std::string& key, const std::string& pg_id, int index) const;
-  const BundleState* FindBundle(const std::string& pg_id, int index) const;
-  std::map<std::string, std::map<int, BundleState>> bundles_;  // pg id -> index -> state
-  uint64_t ledger_seq_ = 0;  // bumped on every change to bundles_ (HeartbeatRequest.ledger_seq)
   std::unique_ptr<ArenaAllocator> arena_alloc_;
   std::vector<rpc::NodeRecord> view_;            // other nodes, from the head
   uint64_t view_version_ = 0;
