@@ -67,16 +67,6 @@ std::string Demangle(const char* name) {
   return out;
 }
 
-// "<hex>@host:port" -> owner address.
-std::string OwnerOf(const std::string& id) {
-  auto at = id.find('@');
-  return at == std::string::npos ? std::string() : id.substr(at + 1);
-}
-std::string HexOf(const std::string& id) {
-  auto at = id.find('@');
-  return at == std::string::npos ? id : id.substr(0, at);
-}
-
 // Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
 // 16-hex counter. The task table is keyed by that counter (no string key per task).
 uint64_t TaskCounterOf(const std::string& task_id) {
@@ -97,38 +87,6 @@ const std::string& NilBytes() {
 }  // namespace
 
 // ------------------------------------------------------------------------------- internals
-
-struct ObjectEntry {
-  bool owned = false;
-  bool ready = false;
-  bool is_error = false;
-  rpc::Error error;
-  std::shared_ptr<const std::string> inline_data;
-  rpc::ObjectLocation shm;  // valid when in_shm
-  bool in_shm = false;
-  rpc::ObjectLocation local_copy;    // a copy this process pulled into its own node's store
-  bool has_local_copy = false;
-  int local_refs = 0;
-  int pins = 0;  // in-flight tasks that take it as an argument
-  bool fetching = false;
-  bool waited = false;  // a Get/Wait/GetObject sleeps on cv_ until this one is ready
-  // Borrowed references (docs/objects.md).
-  bool registering = false;  // borrower: our registration with the owner is on its way
-  int borrow_regs = 0;       // borrower: registrations we hold at the owner
-  // Allocated only for values that hold refs or objects that have borrowers, so the common entry
-  // stays small.
-  struct Links {
-    std::vector<std::string> nested;  // refs inside this value, each held by one local ref
-    std::vector<std::pair<std::string, int>> borrowers;  // owner: registrations by address
-  };
-  std::unique_ptr<Links> links;
-  Links& L() {
-    if (!links) links = std::make_unique<Links>();
-    return *links;
-  }
-  bool HasBorrowers() const { return links && !links->borrowers.empty(); }
-  bool HasNested() const { return links && !links->nested.empty(); }
-};
 
 struct TaskRecordFields {
   int max_retries = 0;
@@ -431,7 +389,11 @@ class Executor {
 
 // ------------------------------------------------------------------------------- lifecycle
 
-CoreWorker::CoreWorker(CoreWorkerOptions opts) : opts_(std::move(opts)) {}
+CoreWorker::CoreWorker(CoreWorkerOptions opts)
+    : opts_(std::move(opts)),
+      refs_(ReferenceCounter::Hooks{
+          [this](ReferenceCounter::FreeRequest r) { FreeInStore(std::move(r)); },
+          [this] { borrow_cv_.notify_all(); }}) {}
 
 StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Create(CoreWorkerOptions opts) {
   if (opts.worker_id.empty()) opts.worker_id = RandomHex(14);
@@ -479,6 +441,7 @@ Status CoreWorker::Connect() {
   auto st = node_->RegisterWorker(ctx.get(), req, &reply);
   if (!st.ok()) return FromGrpc(st, "cannot register with the node at " + opts_.node_address);
   node_id_ = reply.node_id();
+  refs_.SetIdentity(address_, node_id_, opts_.node_address);
   shm_prefix_ = reply.shm_prefix();
   auto arena = OpenSegment(reply.arena_name(), /*writable=*/true);
   if (!arena.ok()) return arena.status();
@@ -548,11 +511,7 @@ void CoreWorker::Shutdown() {
     conns_.clear();
     for (auto& d : dead_conns_) conns.push_back(std::move(d));
     dead_conns_.clear();
-    for (auto& [id, e] : objects_) {
-      if (e.owned && e.in_shm && e.shm.node_id() == node_id_) free_names.push_back(e.shm.key());
-      if (e.has_local_copy) free_names.push_back(e.local_copy.key());
-    }
-    objects_.clear();
+    free_names = refs_.Clear();
     cv_.notify_all();
   }
   for (auto& c : conns) c->Join();
@@ -622,7 +581,7 @@ void CoreWorker::RunWorkerLoop() {
       bool owns;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        owns = actor_id_.empty() && OwnsLiveObjects();
+        owns = actor_id_.empty() && refs_.OwnsLiveObjects();
       }
       if (!owns) {
         ReleaseAllBorrows(1000);
@@ -732,8 +691,6 @@ std::string CoreWorker::NewObjectId() {
   return id;
 }
 
-ObjectEntry& CoreWorker::Entry(const std::string& id) { return objects_[id]; }
-
 std::string CoreWorker::Put(std::string bytes) { return PutBytes(std::move(bytes), {}); }
 
 std::string CoreWorker::PutBytes(std::string bytes, std::vector<std::string> nested) {
@@ -744,21 +701,21 @@ std::string CoreWorker::PutBytes(std::string bytes, std::vector<std::string> nes
                 /*may_hold_refs=*/false);
     if (!nested.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& n : nested) Entry(n).local_refs++;
-      auto it = objects_.find(id);
-      if (it != objects_.end()) it->second.L().nested = std::move(nested);
+      for (const auto& n : nested) refs_.Entry(n).local_refs++;
+      auto it = refs_.objects().find(id);
+      if (it != refs_.objects().end()) it->second.L().nested = std::move(nested);
     }
     return id;
   }
   std::lock_guard<std::mutex> lock(mu_);
   std::string id = NewObjectId();
-  ObjectEntry& e = Entry(id);
+  ObjectEntry& e = refs_.Entry(id);
   e.owned = true;
   e.ready = true;
   e.local_refs = 1;
   e.inline_data = std::make_shared<const std::string>(std::move(bytes));
   // The value keeps the objects it refers to alive (one local reference each).
-  for (const auto& n : nested) Entry(n).local_refs++;
+  for (const auto& n : nested) refs_.Entry(n).local_refs++;
   if (!nested.empty()) e.L().nested = std::move(nested);
   return id;
 }
@@ -790,27 +747,27 @@ std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& f
     fill(arena_->data() + loc->offset());
   }
   std::lock_guard<std::mutex> lock(mu_);
-  ObjectEntry& en = Entry(id);
+  ObjectEntry& en = refs_.Entry(id);
   en.owned = true;
   en.ready = true;
   en.local_refs = 1;
   en.in_shm = true;
   en.shm = *loc;
-  for (const auto& n : refs.ids) Entry(n).local_refs++;
+  for (const auto& n : refs.ids) refs_.Entry(n).local_refs++;
   if (!refs.ids.empty()) en.L().nested = std::move(refs.ids);
   return id;
 }
 
 void CoreWorker::AddLocalReference(const std::string& id) {
   std::unique_lock<std::mutex> lock(mu_);
-  ObjectEntry& e = Entry(id);
+  ObjectEntry& e = refs_.Entry(id);
   e.local_refs++;
   if (e.owned || e.borrow_regs > 0) return;
   if (e.registering) {
     // Another thread is registering this process: the reference is good once it is done.
     cv_.wait(lock, [&] {
-      auto it = objects_.find(id);
-      return it == objects_.end() || !it->second.registering || shutting_down_;
+      auto it = refs_.objects().find(id);
+      return it == refs_.objects().end() || !it->second.registering || shutting_down_;
     });
     return;
   }
@@ -832,88 +789,40 @@ void CoreWorker::AddLocalReference(const std::string& id) {
   }
   // This reference holds the entry and MaybeFree skips registering entries; only Shutdown
   // (clearing every entry) can have removed it.
-  auto it = objects_.find(id);
-  if (it == objects_.end()) {
-    if (registered) QueueBorrowRelease(id, 1);
+  auto it = refs_.objects().find(id);
+  if (it == refs_.objects().end()) {
+    if (registered) refs_.QueueBorrowRelease(id, 1);
     return;
   }
   it->second.registering = false;
   if (registered) it->second.borrow_regs++;
-  if (it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFreeAt(it);
+  if (it->second.local_refs <= 0 && it->second.pins <= 0) refs_.MaybeFreeAt(it);
 }
 
 void CoreWorker::RemoveLocalReference(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = objects_.find(id);
-  if (it == objects_.end()) return;
-  if (--it->second.local_refs <= 0) MaybeFreeAt(it);
+  refs_.RemoveLocal(id);
 }
 
-void CoreWorker::MaybeFree(const std::string& id) {
-  auto it = objects_.find(id);
-  if (it == objects_.end()) return;
-  MaybeFreeAt(it);
-}
-
-void CoreWorker::MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it) {
-  ObjectEntry& e = it->second;
-  if (e.local_refs > 0 || e.pins > 0 || e.HasBorrowers() || e.registering) return;
-  if (!e.owned && e.fetching) return;  // the fetch thread will find no entry and drop the value
-  if (!e.owned && e.borrow_regs > 0) QueueBorrowRelease(it->first, e.borrow_regs);
-  if (e.HasNested()) {
-    // The value held the objects it refers to: let them go once it is gone.
-    std::vector<std::string> nested = std::move(e.links->nested);
-    e.links->nested.clear();
-    e.borrow_regs = 0;  // queued above
-    MaybeFreeAt(it);    // frees this one (its nested list is empty now)
-    for (const auto& n : nested) {
-      auto nit = objects_.find(n);
-      if (nit != objects_.end() && --nit->second.local_refs <= 0) MaybeFreeAt(nit);
-    }
-    return;
-  }
-  std::vector<std::string> names;
-  if (e.owned && e.in_shm && e.shm.node_id() == node_id_) names.push_back(e.shm.key());
-  std::string remote_node;
-  if (e.owned && e.in_shm && e.shm.node_id() != node_id_) remote_node = e.shm.node_address();
-  if (e.has_local_copy) names.push_back(e.local_copy.key());
-  std::string remote_name = e.shm.key();
-  objects_.erase(it);
-  if (names.empty() && remote_node.empty()) return;
-  // Free outside the caller's critical path: fire-and-forget RPCs on a helper thread.
-  std::string token = opts_.token, local = opts_.node_address;
-  std::thread([names, remote_node, remote_name, token, local] {
-    if (!names.empty()) {
-      rpc::FreeObjectsRequest req;
-      for (auto& n : names) req.add_keys(n);
-      rpc::Empty e;
-      auto ctx = NewContext(token, 5000);
-      (void)rpc::Node::NewStub(GetChannel(local))->FreeObjects(ctx.get(), req, &e);
-    }
-    if (!remote_node.empty()) {
-      rpc::FreeObjectsRequest req;
-      req.add_keys(remote_name);
-      rpc::Empty e;
-      auto ctx = NewContext(token, 5000);
-      (void)rpc::Node::NewStub(GetChannel(remote_node))->FreeObjects(ctx.get(), req, &e);
-    }
+void CoreWorker::FreeInStore(ReferenceCounter::FreeRequest r) {
+  // Free outside the caller's critical path: a fire-and-forget RPC on a helper thread.
+  std::string token = opts_.token;
+  std::thread([r = std::move(r), token] {
+    rpc::FreeObjectsRequest req;
+    for (auto& n : r.keys) req.add_keys(n);
+    rpc::Empty e;
+    auto ctx = NewContext(token, 5000);
+    (void)rpc::Node::NewStub(GetChannel(r.node_address))->FreeObjects(ctx.get(), req, &e);
   }).detach();
 }
 
 void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
-  auto it = objects_.find(id);
-  if (it == objects_.end()) {
-    AdoptNested(nullptr, r);  // give the registrations made for us back
+  auto it = refs_.objects().find(id);
+  if (it == refs_.objects().end()) {
+    refs_.AdoptNested(nullptr, {r.nested_ids().begin(), r.nested_ids().end()});  // give the registrations made for us back
     // Nobody holds a reference any more: drop the value (and its segment).
     if (!r.is_error() && r.value().in_shm()) {
-      std::string token = opts_.token, addr = r.value().node_address(), name = r.value().key();
-      std::thread([token, addr, name] {
-        rpc::FreeObjectsRequest req;
-        req.add_keys(name);
-        rpc::Empty e;
-        auto ctx = NewContext(token, 5000);
-        (void)rpc::Node::NewStub(GetChannel(addr))->FreeObjects(ctx.get(), req, &e);
-      }).detach();
+      FreeInStore({r.value().node_address(), {r.value().key()}});
     }
     return;
   }
@@ -933,61 +842,11 @@ void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
     e.inline_data =
         std::make_shared<const std::string>(std::move(*r.mutable_value()->mutable_inline_data()));
   }
-  if (r.nested_ids_size() > 0) AdoptNested(e.ready && !e.is_error ? &e : nullptr, r);
+  if (r.nested_ids_size() > 0) {
+    refs_.AdoptNested(e.ready && !e.is_error ? &e : nullptr,
+                      {r.nested_ids().begin(), r.nested_ids().end()});
+  }
   OnObjectReady(id);
-}
-
-void CoreWorker::AdoptNested(ObjectEntry* outer, const rpc::TaskResult& r) {
-  for (const std::string& n : r.nested_ids()) {
-    if (OwnerOf(n) == address_) {
-      // Ours: the executor registered us with ourselves; that becomes the outer value's local
-      // reference (or is dropped).
-      auto nit = objects_.find(n);
-      if (nit == objects_.end() || !nit->second.owned) continue;
-      bool last = AdjustBorrower(nit->second, address_, -1);
-      if (outer) {
-        nit->second.local_refs++;
-        outer->L().nested.push_back(n);
-      } else if (last) {
-        MaybeFreeAt(nit);
-      }
-    } else if (outer) {
-      ObjectEntry& ne = Entry(n);
-      ne.local_refs++;
-      ne.borrow_regs++;
-      outer->L().nested.push_back(n);
-    } else {
-      QueueBorrowRelease(n, 1);
-    }
-  }
-}
-
-bool CoreWorker::AdjustBorrower(ObjectEntry& e, const std::string& addr, int delta) {
-  auto& borrowers = e.L().borrowers;
-  auto b = std::find_if(borrowers.begin(), borrowers.end(),
-                        [&](const auto& p) { return p.first == addr; });
-  int before = b == borrowers.end() ? 0 : b->second;
-  int after = std::max(0, before + delta);
-  if (b == borrowers.end()) {
-    if (after > 0) borrowers.emplace_back(addr, after);
-  } else if (after > 0) {
-    b->second = after;
-  } else {
-    borrowers.erase(b);
-  }
-  if (addr != address_ && after != before) {
-    auto& st = borrowers_[addr];
-    st.regs += after - before;
-    if (st.regs <= 0) borrowers_.erase(addr);
-  }
-  return before > 0 && borrowers.empty();
-}
-
-void CoreWorker::QueueBorrowRelease(const std::string& id, int n) {
-  std::string owner = OwnerOf(id);
-  if (owner.empty() || owner == address_ || n <= 0) return;
-  pending_releases_[owner].emplace_back(id, n);
-  borrow_cv_.notify_all();
 }
 
 void CoreWorker::FailObject(const std::string& id, StatusCode code, const std::string& msg) {
@@ -1000,8 +859,8 @@ void CoreWorker::FailObject(const std::string& id, StatusCode code, const std::s
 
 bool CoreWorker::LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
                             rpc::Error* err) {
-  auto it = objects_.find(id);
-  if (it == objects_.end() || !it->second.ready) return false;
+  auto it = refs_.objects().find(id);
+  if (it == refs_.objects().end() || !it->second.ready) return false;
   const ObjectEntry& e = it->second;
   *is_error = e.is_error;
   if (e.is_error) {
@@ -1015,7 +874,7 @@ bool CoreWorker::LocationOf(const std::string& id, rpc::ObjectLocation* loc, boo
 }
 
 void CoreWorker::EnsureFetching(const std::string& id) {
-  ObjectEntry& e = Entry(id);
+  ObjectEntry& e = refs_.Entry(id);
   if (e.ready || e.fetching || e.owned) return;
   e.fetching = true;
   SpawnTracked([this, id] { FetchFromOwner(id); });
@@ -1037,8 +896,8 @@ void CoreWorker::FetchFromOwner(const std::string& id) {
     ReleaseContext(ctx.get());
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = objects_.find(id);
-  if (it == objects_.end()) return;
+  auto it = refs_.objects().find(id);
+  if (it == refs_.objects().end()) return;
   it->second.fetching = false;
   rpc::TaskResult r;
   if (!st.ok()) {
@@ -1053,8 +912,7 @@ void CoreWorker::FetchFromOwner(const std::string& id) {
     *r.mutable_value() = reply.value();
   }
   StoreResult(id, r);  // may insert entries: `it` is stale after this
-  it = objects_.find(id);
-  if (it != objects_.end() && it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFreeAt(it);
+  refs_.ReleaseIfUnused(id);
 }
 
 StatusOr<rpc::ObjectLocation> CoreWorker::CreateInStore(const std::string& object_id,
@@ -1073,13 +931,9 @@ StatusOr<rpc::ObjectLocation> CoreWorker::CreateInStore(const std::string& objec
     return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
   }
   if (reply.offset() + size > arena_->size()) return Internal("node returned an offset out of range");
-  rpc::ObjectLocation loc;
-  loc.set_in_shm(true);
-  loc.set_key(key);
+  rpc::ObjectLocation loc = StoreLocation(key, node_id_, opts_.node_address);
   loc.set_offset(reply.offset());
   loc.set_size(size);
-  loc.set_node_id(node_id_);
-  loc.set_node_address(opts_.node_address);
   return loc;
 }
 
@@ -1099,8 +953,8 @@ StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::Materialize(const rpc::O
   {
     // Already pulled to this node by this process?
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = objects_.find(object_id);
-    if (it != objects_.end() && it->second.has_local_copy) {
+    auto it = refs_.objects().find(object_id);
+    if (it != refs_.objects().end() && it->second.has_local_copy) {
       const auto& c = it->second.local_copy;
       return std::shared_ptr<internal::Buffer>(
           std::make_shared<ArenaBuffer>(arena_, c.offset(), c.size()));
@@ -1140,8 +994,8 @@ StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::Materialize(const rpc::O
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = objects_.find(object_id);
-    if (it != objects_.end() && !it->second.has_local_copy) {
+    auto it = refs_.objects().find(object_id);
+    if (it != refs_.objects().end() && !it->second.has_local_copy) {
       it->second.has_local_copy = true;
       it->second.local_copy = *local;
       return std::shared_ptr<internal::Buffer>(
@@ -1198,9 +1052,9 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
     auto all_ready = [&] {
       for (bool verified = false;; verified = true) {
         for (; cursor < ids.size(); ++cursor) {
-          auto it = objects_.find(ids[cursor]);
-          if (it == objects_.end() || !it->second.ready) {
-            if (it != objects_.end()) it->second.waited = true;
+          auto it = refs_.objects().find(ids[cursor]);
+          if (it == refs_.objects().end() || !it->second.ready) {
+            if (it != refs_.objects().end()) it->second.waited = true;
             return false;
           }
           entries[cursor] = &it->second;
@@ -1210,13 +1064,13 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
       }
     };
     for (const auto& id : ids) {
-      auto it = objects_.find(id);
-      if (it == objects_.end()) {
+      auto it = refs_.objects().find(id);
+      if (it == refs_.objects().end()) {
         if (OwnerOf(id) == address_) {
           throw internal::UnreconstructableException(
               "object " + id + " was freed: no ObjectRef to it was held");
         }
-        Entry(id);  // a temporary borrowed entry; erased below if nobody refers to it
+        refs_.Entry(id);  // a temporary borrowed entry; erased below if nobody refers to it
         EnsureFetching(id);
       } else if (!it->second.ready && !it->second.fetching && !it->second.owned) {
         EnsureFetching(id);
@@ -1257,8 +1111,7 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
       }
     } catch (...) {
       for (const auto& id : ids) {
-        auto it = objects_.find(id);
-        if (it != objects_.end() && it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFree(id);
+        refs_.ReleaseIfUnused(id);
       }
       if (blocked) {
         lock.unlock();
@@ -1267,10 +1120,10 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
       throw;
     }
     for (size_t i = 0; any_borrowed && i < ids.size(); ++i) {
-      auto it = objects_.find(ids[i]);
-      if (it != objects_.end() && !it->second.in_shm && it->second.local_refs <= 0 &&
+      auto it = refs_.objects().find(ids[i]);
+      if (it != refs_.objects().end() && !it->second.in_shm && it->second.local_refs <= 0 &&
           it->second.pins <= 0 && !it->second.owned) {
-        MaybeFreeAt(it);
+        refs_.MaybeFreeAt(it);
       }
     }
   }
@@ -1298,28 +1151,28 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
   std::vector<bool> ready(ids.size(), false);
   std::unique_lock<std::mutex> lock(mu_);
   for (const auto& id : ids) {
-    if (!objects_.count(id) && OwnerOf(id) != address_) Entry(id);
-    if (objects_.count(id)) EnsureFetching(id);
+    if (!refs_.objects().count(id) && OwnerOf(id) != address_) refs_.Entry(id);
+    if (refs_.objects().count(id)) EnsureFetching(id);
   }
   while (true) {
     int n = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
-      auto it = objects_.find(ids[i]);
-      ready[i] = it == objects_.end() ? OwnerOf(ids[i]) == address_ : it->second.ready;
+      auto it = refs_.objects().find(ids[i]);
+      ready[i] = it == refs_.objects().end() ? OwnerOf(ids[i]) == address_ : it->second.ready;
       n += ready[i];
     }
     if (n >= num_objects || shutting_down_) break;
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ready[i]) continue;
-      auto it = objects_.find(ids[i]);
-      if (it != objects_.end()) it->second.waited = true;
+      auto it = refs_.objects().find(ids[i]);
+      if (it != refs_.objects().end()) it->second.waited = true;
     }
     if (deadline == Clock::time_point::max()) {
       cv_.wait(lock);
     } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
       for (size_t i = 0; i < ids.size(); ++i) {
-        auto it = objects_.find(ids[i]);
-        ready[i] = it != objects_.end() && it->second.ready;
+        auto it = refs_.objects().find(ids[i]);
+        ready[i] = it != refs_.objects().end() && it->second.ready;
       }
       break;
     }
@@ -1338,8 +1191,8 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
                                         : Clock::now() + std::chrono::milliseconds(req->timeout_ms());
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    auto it = objects_.find(req->object_id());
-    if (it == objects_.end() || !it->second.owned) {
+    auto it = refs_.objects().find(req->object_id());
+    if (it == refs_.objects().end() || !it->second.owned) {
       reply->set_ready(true);
       reply->set_is_error(true);
       reply->mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
@@ -1384,17 +1237,12 @@ grpc::Status CoreWorker::BorrowObjects(grpc::ServerContext* ctx, const rpc::Borr
   if (req->borrower().empty() || req->delta() == 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "BorrowObjects needs a borrower and a delta");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> unborrowed;
-  for (const std::string& id : req->object_ids()) {
-    auto it = objects_.find(id);
-    if (it == objects_.end() || !it->second.owned) {
-      reply->add_unknown(id);
-      continue;
-    }
-    if (AdjustBorrower(it->second, req->borrower(), req->delta())) unborrowed.push_back(id);
+  std::vector<std::string> ids(req->object_ids().begin(), req->object_ids().end()), unknown;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    refs_.BorrowObjects(req->borrower(), req->delta(), ids, &unknown);
   }
-  for (const auto& id : unborrowed) MaybeFree(id);
+  for (auto& id : unknown) reply->add_unknown(std::move(id));
   return grpc::Status::OK;
 }
 
@@ -1413,9 +1261,9 @@ void CoreWorker::RegisterResultBorrows(const std::string& submitter, std::vector
         continue;
       }
       // Ours: register the submitter here.
-      auto it = objects_.find(id);
-      if (it == objects_.end() || !it->second.owned) continue;
-      AdjustBorrower(it->second, submitter, 1);
+      auto it = refs_.objects().find(id);
+      if (it == refs_.objects().end() || !it->second.owned) continue;
+      refs_.AdjustBorrower(it->second, submitter, 1);
       result->add_nested_ids(id);
     }
   }
@@ -1443,7 +1291,7 @@ std::vector<std::string> CoreWorker::PinArgBorrows(const rpc::TaskSpec& spec) {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& a : spec.args()) {
       for (const std::string& id : a.nested_ids()) {
-        ObjectEntry& e = Entry(id);
+        ObjectEntry& e = refs_.Entry(id);
         e.pins++;
         pinned.push_back(id);
         if (e.owned || e.borrow_regs > 0 || e.registering) continue;
@@ -1463,9 +1311,9 @@ std::vector<std::string> CoreWorker::PinArgBorrows(const rpc::TaskSpec& spec) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& id : ids) {
-      auto it = objects_.find(id);
-      if (it == objects_.end()) {  // only Shutdown clears pinned entries
-        if (st.ok() && !unknown.count(id)) QueueBorrowRelease(id, 1);
+      auto it = refs_.objects().find(id);
+      if (it == refs_.objects().end()) {  // only Shutdown clears pinned entries
+        if (st.ok() && !unknown.count(id)) refs_.QueueBorrowRelease(id, 1);
         continue;
       }
       it->second.registering = false;
@@ -1479,17 +1327,8 @@ std::vector<std::string> CoreWorker::PinArgBorrows(const rpc::TaskSpec& spec) {
 void CoreWorker::UnpinArgBorrows(const std::vector<std::string>& pinned) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& id : pinned) {
-    auto it = objects_.find(id);
-    if (it == objects_.end()) continue;
-    if (--it->second.pins <= 0 && it->second.local_refs <= 0) MaybeFreeAt(it);
+    refs_.Unpin(id);
   }
-}
-
-bool CoreWorker::OwnsLiveObjects() {
-  for (const auto& [id, e] : objects_) {
-    if (e.owned) return true;
-  }
-  return false;
 }
 
 void CoreWorker::BorrowLoop() {
@@ -1498,7 +1337,7 @@ void CoreWorker::BorrowLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       borrow_cv_.wait_until(lock, next_probe, [this] {
-        return shutting_down_ || !pending_releases_.empty();
+        return shutting_down_ || refs_.HasPendingReleases();
       });
       if (shutting_down_) return;
     }
@@ -1511,10 +1350,10 @@ void CoreWorker::BorrowLoop() {
 }
 
 void CoreWorker::FlushBorrowReleases(int deadline_ms, bool cancellable) {
-  std::unordered_map<std::string, std::vector<std::pair<std::string, int>>> pending;
+  ReferenceCounter::Releases pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pending.swap(pending_releases_);
+    pending = refs_.TakePendingReleases();
   }
   for (auto& [owner, releases] : pending) {
     // One call per owner and count (almost always 1).
@@ -1531,7 +1370,7 @@ void CoreWorker::ProbeBorrowers() {
   std::vector<std::string> addrs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [addr, st] : borrowers_) addrs.push_back(addr);
+    addrs = refs_.BorrowerAddresses();
   }
   if (addrs.empty()) return;
   // All probes at once (asynchronous calls on one completion queue): a round takes one deadline
@@ -1568,46 +1407,25 @@ void CoreWorker::ProbeBorrowers() {
     const std::string& addr = addrs[i];
     const grpc::Status& st = probes[i].st;
     if (shutting_down_) return;
+    auto outcome = ReferenceCounter::ProbeOutcome::kAnswered;
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      outcome = ReferenceCounter::ProbeOutcome::kRefused;
+    } else if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      outcome = ReferenceCounter::ProbeOutcome::kTimedOut;
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = borrowers_.find(addr);
-    if (it == borrowers_.end()) continue;
-    BorrowerState& b = it->second;
-    if (st.ok() || (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
-                    st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)) {
-      b.refused = b.timeouts = 0;  // it answered (even an error means a live process)
-      continue;
+    int regs = 0;
+    if (refs_.OnProbe(addr, outcome, &regs)) {
+      TORUS_LOG(WARNING) << "borrower " << addr << " is gone (" << st.error_message()
+                         << "); dropping its " << regs << " reference(s)";
     }
-    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) b.refused++;
-    else b.timeouts++;
-    // Refused twice in a row (the process is gone: nothing listens on its port), or silent for
-    // ten probes (a vanished host): its registrations are dropped.
-    if (b.refused < 2 && b.timeouts < 10) continue;
-    TORUS_LOG(WARNING) << "borrower " << addr << " is gone (" << st.error_message()
-                       << "); dropping its " << b.regs << " reference(s)";
-    borrowers_.erase(it);
-    std::vector<std::string> unborrowed;
-    for (auto& [id, e] : objects_) {
-      if (!e.HasBorrowers()) continue;
-      auto& borrowers = e.links->borrowers;
-      auto p = std::find_if(borrowers.begin(), borrowers.end(),
-                            [&](const auto& x) { return x.first == addr; });
-      if (p == borrowers.end()) continue;
-      borrowers.erase(p);
-      if (borrowers.empty()) unborrowed.push_back(id);
-    }
-    for (const auto& id : unborrowed) MaybeFree(id);
   }
 }
 
 void CoreWorker::ReleaseAllBorrows(int deadline_ms) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, e] : objects_) {
-      if (!e.owned && e.borrow_regs > 0) {
-        QueueBorrowRelease(id, e.borrow_regs);
-        e.borrow_regs = 0;
-      }
-    }
+    refs_.QueueAllBorrowReleases();
   }
   // Sent from this thread, now, not cancelled by shutdown: the process is about to end.
   FlushBorrowReleases(deadline_ms, /*cancellable=*/false);
@@ -1638,7 +1456,7 @@ void CoreWorker::PrepareArgs(std::vector<internal::TaskArg>& args, rpc::TaskSpec
       mu_.lock();
       a.is_ref = true;
       a.ref_id = id;
-      objects_[id].local_refs--;  // the task's pin below keeps it alive instead
+      refs_.Entry(id).local_refs--;  // the task's pin below keeps it alive instead
     }
     if (!a.is_ref) {
       out->set_value(std::move(a.value));
@@ -1704,7 +1522,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   std::string rid = NewObjectId();
   spec.set_task_id(HexOf(rid));
   spec.set_return_id(rid);
-  ObjectEntry& re = Entry(rid);
+  ObjectEntry& re = refs_.Entry(rid);
   re.owned = true;
   re.local_refs = 1;
   std::vector<std::string> refs;
@@ -1732,7 +1550,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
     if (!options.placement_group_id.empty()) lt.set_spilled(true);  // the bundle decides: no spillback
   }
   for (size_t i = 0; i < refs.size(); ++i) {
-    ObjectEntry& e = Entry(refs[i]);
+    ObjectEntry& e = refs_.Entry(refs[i]);
     e.pins++;
     t->pinned.push_back(refs[i]);
   }
@@ -1740,8 +1558,8 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   for (int i = 0; i < spec.args_size(); ++i) {
     if (!spec.args(i).is_ref()) continue;
     const std::string& id = spec.args(i).ref_id();
-    auto it = objects_.find(id);
-    if (it != objects_.end() && it->second.owned && !it->second.ready) {
+    auto it = refs_.objects().find(id);
+    if (it != refs_.objects().end() && it->second.owned && !it->second.ready) {
       t->missing++;
       waiting_on_.emplace(id, t);
     }
@@ -1782,8 +1600,8 @@ void CoreWorker::OnObjectReady(const std::string& id) {
     // If a dependency failed, the task fails with that error without running.
     for (const auto& a : t->spec.args()) {
       if (!a.is_ref()) continue;
-      auto it = objects_.find(a.ref_id());
-      if (it != objects_.end() && it->second.is_error) {
+      auto it = refs_.objects().find(a.ref_id());
+      if (it != refs_.objects().end() && it->second.is_error) {
         rpc::TaskResult r;
         r.set_is_error(true);
         *r.mutable_error() = it->second.error;
@@ -1992,9 +1810,7 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
 
 void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
   for (const auto& id : t.pinned) {
-    auto it = objects_.find(id);
-    if (it == objects_.end()) continue;
-    if (--it->second.pins <= 0 && it->second.local_refs <= 0) MaybeFree(id);
+    refs_.Unpin(id);
   }
   t.pinned.clear();
 }
@@ -2171,7 +1987,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   }
   {
     std::unique_lock<std::mutex> lock(mu_);
-    for (const auto& n : ctor_nested) Entry(n).local_refs++;
+    for (const auto& n : ctor_nested) refs_.Entry(n).local_refs++;
     std::vector<std::string> refs;
     PrepareArgs(args, spec, &refs);
     // Constructor arguments must be values the node can hand over: resolve refs now.
@@ -2185,8 +2001,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
     }
     lock.lock();
     for (auto& id : refs) {
-      auto it = objects_.find(id);
-      if (it != objects_.end() && it->second.local_refs <= 0 && it->second.pins <= 0) MaybeFree(id);
+      refs_.ReleaseIfUnused(id);
     }
   }
   req.set_name(options.name);
@@ -2231,20 +2046,20 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   std::string rid = NewObjectId();
   spec.set_task_id(HexOf(rid));
   spec.set_return_id(rid);
-  ObjectEntry& re = Entry(rid);
+  ObjectEntry& re = refs_.Entry(rid);
   re.owned = true;
   re.local_refs = 1;
   std::vector<std::string> refs;
   PrepareArgs(args, &spec, &refs);
   for (auto& id : refs) {
-    Entry(id).pins++;
+    refs_.Entry(id).pins++;
     t->pinned.push_back(id);
   }
   for (int i = 0; i < spec.args_size(); ++i) {
     if (!spec.args(i).is_ref()) continue;
     const std::string& id = spec.args(i).ref_id();
-    auto it = objects_.find(id);
-    if (it != objects_.end() && it->second.owned && !it->second.ready) {
+    auto it = refs_.objects().find(id);
+    if (it != refs_.objects().end() && it->second.owned && !it->second.ready) {
       t->missing++;
       waiting_on_.emplace(id, t);
     }

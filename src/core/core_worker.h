@@ -34,6 +34,7 @@
 #include "common/shm.h"
 #include "common/status.h"
 #include "core/lease_use.h"
+#include "core/reference_counter.h"
 #include "proto/torus.grpc.pb.h"
 #include "torus/internal/runtime.h"
 
@@ -60,12 +61,8 @@ struct CoreWorkerOptions {
   std::function<void(CoreWorker*)> on_ready;
 };
 
-// Values at least this large live in shared memory; smaller ones travel inline.
-inline constexpr size_t kInlineLimit = 100 * 1024;
-
 class Conn;
 struct TaskRecord;
-struct ObjectEntry;
 struct ActorQueue;
 struct SchedulingQueue;
 class Executor;
@@ -152,18 +149,10 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::string NewObjectId();
   std::string PutBytes(std::string bytes, std::vector<std::string> nested);
   // Object store. Require mu_.
-  ObjectEntry& Entry(const std::string& id);
-  void MaybeFree(const std::string& id);
-  void MaybeFreeAt(std::unordered_map<std::string, ObjectEntry>::iterator it);
   void StoreResult(const std::string& id, rpc::TaskResult& r);  // takes the value out of r
-  // Borrowed references (docs/objects.md). Require mu_ unless noted.
-  // The result entry `outer` (null: nobody holds the result) takes over the registrations the
-  // executor made for us of the refs inside the value.
-  void AdoptNested(ObjectEntry* outer, const rpc::TaskResult& r);
-  // Owner side: borrower `addr` holds `delta` more (or fewer) registrations of the entry.
-  // Returns true when the entry lost its last borrower.
-  bool AdjustBorrower(ObjectEntry& e, const std::string& addr, int delta);
-  void QueueBorrowRelease(const std::string& id, int n);
+  // Frees store segments in the background (fire and forget). Any lock.
+  void FreeInStore(ReferenceCounter::FreeRequest r);
+  // Borrowed references (docs/objects.md); the counting is refs_'s.
   // One BorrowObjects call to `owner`; adds the ids it does not own to *unknown. No lock.
   grpc::Status CallBorrow(const std::string& owner, const std::string& borrower, int delta,
                           const std::vector<std::string>& ids, std::set<std::string>* unknown,
@@ -182,8 +171,6 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   // per owner) and pins them for the task's duration; UnpinArgBorrows ends that. No lock.
   std::vector<std::string> PinArgBorrows(const rpc::TaskSpec& spec);
   void UnpinArgBorrows(const std::vector<std::string>& pinned);
-  // Whether this process owns an object something still refers to. Requires mu_.
-  bool OwnsLiveObjects();
   void FailObject(const std::string& id, StatusCode code, const std::string& msg);
   // Location of a value we hold, for an Arg or a GetObject reply. Require mu_.
   bool LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
@@ -246,7 +233,7 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::mutex mu_;
   std::condition_variable cv_;  // object readiness, lease/conn changes
   // guarded by mu_
-  std::unordered_map<std::string, ObjectEntry> objects_;
+  ReferenceCounter refs_;  // the objects this process knows, and their counts
   std::unordered_set<std::string> created_pgs_;  // placement groups placed during our Create call
   std::unordered_multimap<std::string, std::shared_ptr<TaskRecord>> waiting_on_;  // dep -> task
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
@@ -255,15 +242,6 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::vector<std::unique_ptr<Conn>> dead_conns_;
   uint64_t next_object_ = 0;
   std::unordered_map<std::string, double> exec_avg_us_;  // EWMA of user-code time per function
-  // Owner side: processes registered as borrowers of our objects, for the liveness probe.
-  struct BorrowerState {
-    int regs = 0;      // registrations held, over all objects
-    int refused = 0;   // consecutive probes refused (UNAVAILABLE)
-    int timeouts = 0;  // consecutive probes timed out
-  };
-  std::unordered_map<std::string, BorrowerState> borrowers_;
-  // Borrower side: registrations to give back, per owner address: (object id, count).
-  std::unordered_map<std::string, std::vector<std::pair<std::string, int>>> pending_releases_;
   // What this process submitted, for `torus list tasks`; finished entries are kept up to a bound.
   void SetTaskState(const rpc::TaskSpec& spec, const char* state, const std::string& worker = "",
                     const std::string& error = "");
