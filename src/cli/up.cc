@@ -60,42 +60,10 @@ constexpr const char* kMarkerVar = "TORUS_UP_SESSION";
 
 // ------------------------------------------------------------------------------- small helpers
 
-struct Flags {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
-  bool Has(const std::string& k) const { return flags.count(k) > 0; }
-  std::string Get(const std::string& k, const std::string& def = "") const {
-    auto it = flags.find(k);
-    return it == flags.end() ? def : it->second;
-  }
-};
+using Flags = Args;
 
-Flags ParseFlags(int argc, char** argv) {
-  static const std::set<std::string> kBool = {"wait", "netns", "no-atomic-restart", "help"};
-  Flags f;
-  for (int i = 2; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) == 0) {
-      std::string k = s.substr(2), v = "1";
-      auto eq = k.find('=');
-      if (eq != std::string::npos) {
-        v = k.substr(eq + 1);
-        k = k.substr(0, eq);
-      } else if (!kBool.count(k) && i + 1 < argc) {
-        v = argv[++i];
-      }
-      f.flags[k] = v;
-    } else {
-      f.positional.push_back(s);
-    }
-  }
-  return f;
-}
-
-[[noreturn]] void Die(const std::string& msg) {
-  std::cerr << "torus: " << msg << std::endl;
-  exit(1);
-}
+// The flags of up/down/supervise that take no value.
+const std::set<std::string> kBoolFlags = {"wait", "netns", "no-atomic-restart", "help"};
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -915,7 +883,7 @@ int RunUp(const Flags& f) {
 }  // namespace
 
 int RunLauncherCommand(const std::string& cmd, int argc, char** argv) {
-  Flags f = ParseFlags(argc, argv);
+  Flags f = ParseArgs(argc, argv, 2, kBoolFlags);
   if (cmd == "up") {
     RequireKnownFlags(cmd, f.flags, {"wait", "timeout", "port", "netns", "no-atomic-restart", "restart",
                                      "kill-host", "signal", "session-dir", "help"});
