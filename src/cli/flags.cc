@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/labels.h"
+#include "common/session.h"
 
 namespace torus {
 
@@ -56,6 +61,117 @@ void RequireKnownFlags(const std::string& command, const std::map<std::string, s
   if (msg.empty()) return;
   std::cerr << "torus " << command << ": " << msg << "\n(see torus " << command << " --help)" << std::endl;
   exit(2);
+}
+
+Args ParseArgs(int argc, char** argv, int from, const std::set<std::string>& bool_flags) {
+  Args a;
+  for (int i = from; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      std::string k = s.substr(2), v = "1";
+      auto eq = k.find('=');
+      if (eq != std::string::npos) {
+        v = k.substr(eq + 1);
+        k = k.substr(0, eq);
+      } else if (!bool_flags.count(k) && i + 1 < argc) {
+        v = argv[++i];
+      }
+      a.flags[k] = v;
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+[[noreturn]] void Die(const std::string& msg) {
+  std::cerr << "torus: " << msg << std::endl;
+  exit(1);
+}
+
+int PortFlag(const Args& a, const std::string& flag, int def) {
+  std::string v = a.Get(flag, std::to_string(def));
+  try {
+    size_t used = 0;
+    int p = std::stoi(v, &used);
+    if (used == v.size() && p >= 0 && p <= 65535) return p;
+  } catch (...) {
+  }
+  Die("--" + flag + " must be a port number between 0 and 65535, got '" + v + "'");
+}
+
+int PositiveIntFlag(const Args& a, const std::string& flag, int def) {
+  std::string v = a.Get(flag, std::to_string(def));
+  try {
+    size_t used = 0;
+    int n = std::stoi(v, &used);
+    if (used == v.size() && n > 0) return n;
+  } catch (...) {
+  }
+  Die("--" + flag + " must be a positive integer, got '" + v + "'");
+}
+
+StatusOr<ResourceMap> ParseResources(const Args& a) {
+  ResourceMap r;
+  if (a.Has("resources")) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(a.Get("resources"));
+    } catch (const std::exception& e) {
+      return InvalidArgument("--resources is not valid JSON (" + std::string(e.what()) +
+                             "); expected e.g. '{\"GPU\": 1, \"custom\": 2}'");
+    }
+    if (!j.is_object()) return InvalidArgument("--resources must be a JSON object of name: amount");
+    for (auto& [k, v] : j.items()) {
+      if (!v.is_number()) {
+        return InvalidArgument("--resources: amount of '" + k + "' is " + v.dump() +
+                               "; expected a number >= 0");
+      }
+      r[k] = v.get<double>();
+    }
+    if (auto s = ValidateResources(r, "--resources"); !s.ok()) return s;
+  }
+  static const std::pair<const char*, const char*> kAmountFlags[] = {
+      {"num-cpus", "CPU"}, {"num-gpus", "GPU"}, {"memory", "memory"}};
+  for (const auto& [flag, name] : kAmountFlags) {
+    if (!a.Has(flag)) continue;
+    auto v = ParseResourceAmount(name, a.Get(flag), std::string("--") + flag);
+    if (!v.ok()) return v.status();
+    r[name] = *v;
+  }
+  return r;
+}
+
+StatusOr<std::map<std::string, std::string>> ParseLabels(const std::string& s) {
+  std::map<std::string, std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("--labels entry '" + item + "' is not key=value");
+    }
+    out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  if (auto st = ValidateUserLabels(out, "--labels"); !st.ok()) return st;
+  return out;
+}
+
+std::string ResolveAddress(const Args& a, bool* from_session) {
+  std::string addr = a.Get("address");
+  if (addr.empty()) addr = AddressFromEnv();
+  if (addr.empty()) {
+    auto latest = FindLatestSession();
+    if (!latest.ok()) Die(latest.status().message());
+    if (!latest->empty()) {
+      auto r = ReadFile(*latest + "/head_address");
+      if (r.ok()) addr = *r;
+      if (from_session) *from_session = r.ok();
+    }
+  }
+  while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
+  return addr;
 }
 
 }  // namespace torus

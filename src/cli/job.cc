@@ -45,11 +45,6 @@ struct JobArgs {
   std::vector<std::string> command;  // after --
 };
 
-[[noreturn]] void Fail(const std::string& msg) {
-  std::cerr << "torus: " << msg << std::endl;
-  exit(1);
-}
-
 JobArgs ParseJobArgs(int argc, char** argv) {
   static const std::set<std::string> kBool = {"no-wait", "follow", "help"};
   JobArgs a;
@@ -66,7 +61,7 @@ JobArgs ParseJobArgs(int argc, char** argv) {
         v = k.substr(eq + 1);
         k = k.substr(0, eq);
       } else if (!kBool.count(k)) {
-        if (i + 1 >= argc) Fail("--" + k + " needs a value");
+        if (i + 1 >= argc) Die("--" + k + " needs a value");
         v = argv[++i];
       }
       a.flags[k] = v;
@@ -86,7 +81,7 @@ int IntFlag(const JobArgs& a, const std::string& k, int def) {
     if (used == it->second.size()) return v;
   } catch (...) {
   }
-  Fail("--" + k + " must be an integer, got '" + it->second + "'");
+  Die("--" + k + " must be an integer, got '" + it->second + "'");
 }
 
 struct Conn {
@@ -107,9 +102,9 @@ Conn Connect(const JobArgs& a) {
     }
   }
   while (!c.address.empty() && (c.address.back() == '\n' || c.address.back() == ' ')) c.address.pop_back();
-  if (c.address.empty()) Fail("no cluster: pass --address, set TORUS_ADDRESS, or run torus start --head");
+  if (c.address.empty()) Die("no cluster: pass --address, set TORUS_ADDRESS, or run torus start --head");
   auto tok = FindToken();
-  if (!tok.ok()) Fail(tok.status().message());
+  if (!tok.ok()) Die(tok.status().message());
   c.token = *tok;
   c.jobs = rpc::Jobs::NewStub(GetChannel(c.address));
   return c;
@@ -121,8 +116,8 @@ rpc::JobRecord Get(Conn& c, const std::string& id) {
   rpc::JobReply reply;
   auto ctx = NewContext(c.token, 10000);
   auto st = c.jobs->GetJob(ctx.get(), req, &reply);
-  if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
-  if (reply.has_error() && reply.error().code() != 0) Fail(reply.error().message());
+  if (!st.ok()) Die("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) Die(reply.error().message());
   return reply.job();
 }
 
@@ -174,8 +169,8 @@ rpc::JobRecord StreamLogs(Conn& c, const std::string& id, bool follow) {
       if (chunk.done()) return chunk.job();
     }
     auto st = reader->Finish();
-    if (st.error_code() == grpc::StatusCode::NOT_FOUND) Fail(st.error_message());
-    if (++failures > 20) Fail("lost the head at " + c.address + ": " + st.error_message());
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) Die(st.error_message());
+    if (++failures > 20) Die("lost the head at " + c.address + ": " + st.error_message());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }
@@ -214,7 +209,7 @@ void WarnIfNoSuchSlice(Conn& c, const rpc::JobSubmitRequest& job) {
 }
 
 int Submit(const JobArgs& a) {
-  if (a.command.empty()) Fail("job submit needs a command after --\n" + std::string(kJobUsage));
+  if (a.command.empty()) Die("job submit needs a command after --\n" + std::string(kJobUsage));
   Conn c = Connect(a);
   rpc::JobSubmitRequest req;
   for (const auto& s : a.command) req.add_entrypoint(s);
@@ -228,18 +223,18 @@ int Submit(const JobArgs& a) {
   if (a.flags.count("num-slices")) req.set_num_slices(IntFlag(a, "num-slices", 1));
   if (a.flags.count("timeout")) {
     int t = IntFlag(a, "timeout", 0);
-    if (t <= 0) Fail("--timeout must be a positive number of seconds, got '" + a.flags.at("timeout") + "'");
-    if (!a.flags.count("slice")) Fail("--timeout bounds the wait for --slice; give --slice and --accelerator");
+    if (t <= 0) Die("--timeout must be a positive number of seconds, got '" + a.flags.at("timeout") + "'");
+    if (!a.flags.count("slice")) Die("--timeout bounds the wait for --slice; give --slice and --accelerator");
     req.set_slice_wait_timeout_ms(int64_t{t} * 1000);
   }
   if (req.slice_topology().empty() != req.accelerator_version().empty()) {
-    Fail("--slice and --accelerator go together (e.g. --slice 4x4 --accelerator v6e)");
+    Die("--slice and --accelerator go together (e.g. --slice 4x4 --accelerator v6e)");
   }
   rpc::JobReply reply;
   auto ctx = NewContext(c.token, 10000);
   auto st = c.jobs->SubmitJob(ctx.get(), req, &reply);
-  if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
-  if (reply.has_error() && reply.error().code() != 0) Fail(reply.error().message());
+  if (!st.ok()) Die("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) Die(reply.error().message());
   std::string id = reply.job().job_id();
   if (a.flags.count("no-wait")) {
     std::cout << id << std::endl;
@@ -255,7 +250,7 @@ int Submit(const JobArgs& a) {
 }
 
 int Status_(const JobArgs& a) {
-  if (a.positional.size() < 2) Fail("usage: torus job status ID [--format json]");
+  if (a.positional.size() < 2) Die("usage: torus job status ID [--format json]");
   Conn c = Connect(a);
   rpc::JobRecord r = Get(c, a.positional[1]);
   if (a.flags.count("format") && a.flags.at("format") == "json") {
@@ -274,15 +269,15 @@ int Status_(const JobArgs& a) {
 }
 
 int Stop(const JobArgs& a) {
-  if (a.positional.size() < 2) Fail("usage: torus job stop ID");
+  if (a.positional.size() < 2) Die("usage: torus job stop ID");
   Conn c = Connect(a);
   rpc::JobIdRequest req;
   req.set_job_id(a.positional[1]);
   rpc::JobReply reply;
   auto ctx = NewContext(c.token, 10000);
   auto st = c.jobs->StopJob(ctx.get(), req, &reply);
-  if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
-  if (reply.has_error() && reply.error().code() != 0) Fail(reply.error().message());
+  if (!st.ok()) Die("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) Die(reply.error().message());
   // Processes get SIGTERM, then SIGKILL after 3 s; wait a little longer than that.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   rpc::JobRecord r = reply.job();
@@ -299,7 +294,7 @@ int List(const JobArgs& a) {
   rpc::JobListReply reply;
   auto ctx = NewContext(c.token, 10000);
   auto st = c.jobs->ListJobs(ctx.get(), rpc::Empty(), &reply);
-  if (!st.ok()) Fail("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (!st.ok()) Die("cannot reach the head at " + c.address + ": " + st.error_message());
   if (a.flags.count("format") && a.flags.at("format") == "json") {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : reply.jobs()) out.push_back(ToJson(r));
@@ -342,7 +337,7 @@ int RunJobCommand(int argc, char** argv) {
   if (sub == "submit") return Submit(a);
   if (sub == "status") return Status_(a);
   if (sub == "logs") {
-    if (a.positional.size() < 2) Fail("usage: torus job logs ID [--follow]");
+    if (a.positional.size() < 2) Die("usage: torus job logs ID [--follow]");
     Conn c = Connect(a);
     StreamLogs(c, a.positional[1], a.flags.count("follow") > 0);
     return 0;

@@ -7,17 +7,16 @@
 //   torus list nodes|actors|tasks|objects|workers [--format table|json] [--address A]
 //   torus head ... / torus node ... / torus worker      (daemons; started by `start`)
 //
-// THREADS (daemons): main blocks SIGINT/SIGTERM before any thread starts and waits for them with
-// sigwait(); the head/node objects own their threads (see head.h, node.h).
+// THREADS (daemons): main blocks SIGINT/SIGTERM before any thread starts; a SignalThread
+// (cli/daemon_threads.h) waits for them with sigwait() and stops the head/node, whose objects own
+// their threads (see head.h, node.h); the head also runs a MallocTrimmer. Both are joined when
+// main returns. `start --head --block` waits in sigwait() on the main thread itself.
 #include <malloc.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -29,7 +28,9 @@
 #include <thread>
 #include <vector>
 
+#include "cli/daemon_threads.h"
 #include "cli/flags.h"
+#include "cli/table.h"
 #include "cli/up.h"
 #include "common/labels.h"
 #include "common/logging.h"
@@ -37,6 +38,7 @@
 #include "common/resources.h"
 #include "common/rpc.h"
 #include "common/session.h"
+#include "common/session_daemons.h"
 #include "common/shm_owner.h"
 #include "cli/job.h"
 #include "core/worker_main.h"
@@ -48,140 +50,13 @@ namespace {
 
 constexpr int kDefaultPort = 7379;
 
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;  // --k v / --k=v ; booleans map to "1"
-  bool Has(const std::string& k) const { return flags.count(k) > 0; }
-  std::string Get(const std::string& k, const std::string& def = "") const {
-    auto it = flags.find(k);
-    return it == flags.end() ? def : it->second;
-  }
-};
-
 const std::set<std::string> kBoolFlags = {"head", "block", "help", "force"};
-
-Args Parse(int argc, char** argv, int from) {
-  Args a;
-  for (int i = from; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) == 0) {
-      std::string k = s.substr(2), v = "1";
-      auto eq = k.find('=');
-      if (eq != std::string::npos) {
-        v = k.substr(eq + 1);
-        k = k.substr(0, eq);
-      } else if (!kBoolFlags.count(k) && i + 1 < argc) {
-        v = argv[++i];
-      }
-      a.flags[k] = v;
-    } else {
-      a.positional.push_back(s);
-    }
-  }
-  return a;
-}
-
-[[noreturn]] void Die(const std::string& msg) {
-  std::cerr << "torus: " << msg << std::endl;
-  exit(1);
-}
-
-// The node's resources from --resources JSON, --num-cpus, --num-gpus and --memory, each checked
-// by the one rule (ValidateResources); errors name the flag and the value.
-StatusOr<ResourceMap> ParseResources(const Args& a) {
-  ResourceMap r;
-  if (a.Has("resources")) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(a.Get("resources"));
-    } catch (const std::exception& e) {
-      return InvalidArgument("--resources is not valid JSON (" + std::string(e.what()) +
-                             "); expected e.g. '{\"GPU\": 1, \"custom\": 2}'");
-    }
-    if (!j.is_object()) return InvalidArgument("--resources must be a JSON object of name: amount");
-    for (auto& [k, v] : j.items()) {
-      if (!v.is_number()) {
-        return InvalidArgument("--resources: amount of '" + k + "' is " + v.dump() +
-                               "; expected a number >= 0");
-      }
-      r[k] = v.get<double>();
-    }
-    if (auto s = ValidateResources(r, "--resources"); !s.ok()) return s;
-  }
-  static const std::pair<const char*, const char*> kAmountFlags[] = {
-      {"num-cpus", "CPU"}, {"num-gpus", "GPU"}, {"memory", "memory"}};
-  for (const auto& [flag, name] : kAmountFlags) {
-    if (!a.Has(flag)) continue;
-    auto v = ParseResourceAmount(name, a.Get(flag), std::string("--") + flag);
-    if (!v.ok()) return v.status();
-    r[name] = *v;
-  }
-  return r;
-}
-
-StatusOr<std::map<std::string, std::string>> ParseLabels(const std::string& s) {
-  std::map<std::string, std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    auto eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return InvalidArgument("--labels entry '" + item + "' is not key=value");
-    }
-    out[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  if (auto st = ValidateUserLabels(out, "--labels"); !st.ok()) return st;
-  return out;
-}
 
 void BlockSignals(sigset_t* set) {
   sigemptyset(set);
   sigaddset(set, SIGINT);
   sigaddset(set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, set, nullptr);
-}
-
-// The cluster to talk to: --address, else $TORUS_ADDRESS/$RAY_ADDRESS, else the latest session's
-// head. *from_session tells the last case (a stopped session's head means "no cluster").
-std::string ResolveAddress(const Args& a, bool* from_session = nullptr) {
-  std::string addr = a.Get("address");
-  if (addr.empty()) addr = AddressFromEnv();
-  if (addr.empty()) {
-    auto latest = FindLatestSession();
-    if (!latest.ok()) Die(latest.status().message());
-    if (!latest->empty()) {
-      auto r = ReadFile(*latest + "/head_address");
-      if (r.ok()) addr = *r;
-      if (from_session) *from_session = r.ok();
-    }
-  }
-  while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
-  return addr;
-}
-
-// A TCP port from a flag, or death naming the flag.
-int PortFlag(const Args& a, const std::string& flag, int def) {
-  std::string v = a.Get(flag, std::to_string(def));
-  try {
-    size_t used = 0;
-    int p = std::stoi(v, &used);
-    if (used == v.size() && p >= 0 && p <= 65535) return p;
-  } catch (...) {
-  }
-  Die("--" + flag + " must be a port number between 0 and 65535, got '" + v + "'");
-}
-
-// A positive integer (a period in ms, a rate, a count) from a flag, or death naming the flag.
-int PositiveIntFlag(const Args& a, const std::string& flag, int def) {
-  std::string v = a.Get(flag, std::to_string(def));
-  try {
-    size_t used = 0;
-    int n = std::stoi(v, &used);
-    if (used == v.size() && n > 0) return n;
-  } catch (...) {
-  }
-  Die("--" + flag + " must be a positive integer, got '" + v + "'");
 }
 
 // ------------------------------------------------------------------------------- daemons
@@ -208,12 +83,7 @@ int RunHead(const Args& a) {
   // a periodic trim keep its resident memory close to what its tables hold
   // (docs/benchmarks_scale.md: bytes per idle node at 10,000 nodes).
   mallopt(M_ARENA_MAX, 2);
-  std::thread([] {
-    for (;;) {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
-      malloc_trim(0);
-    }
-  }).detach();
+  MallocTrimmer trimmer(std::chrono::seconds(10));
   sigset_t set;
   BlockSignals(&set);
   SetLogComponent("head");
@@ -228,11 +98,7 @@ int RunHead(const Args& a) {
   Head head(cfg);
   if (auto s = head.Start(); !s.ok()) Die(s.ToString());
   if (!cfg.session_dir.empty()) (void)WriteFile(cfg.session_dir + "/head_address", head.address());
-  std::thread([&] {
-    int sig;
-    sigwait(&set, &sig);
-    head.Stop();
-  }).detach();
+  SignalThread signals(set, [&] { head.Stop(); });
   head.Wait();
   return 0;
 }
@@ -273,11 +139,7 @@ int RunNode(const Args& a) {
   if (!cfg.ok()) Die(cfg.status().message());
   Node node(*cfg);
   if (auto s = node.Start(); !s.ok()) Die(s.ToString());
-  std::thread([&] {
-    int sig;
-    sigwait(&set, &sig);
-    node.Stop();
-  }).detach();
+  SignalThread signals(set, [&] { node.Stop(); });
   node.Wait();
   return node.gave_up() ? 1 : 0;
 }
@@ -286,71 +148,17 @@ int RunNode(const Args& a) {
 
 pid_t SpawnDaemon(const std::string& session, const std::string& name,
                   const std::vector<std::string>& argv) {
-  SpawnOptions o;
-  o.argv = argv;
-  o.stdout_path = session + "/logs/" + name + ".out";
-  o.stderr_path = session + "/logs/" + name + ".err";
-  o.new_session = true;
-  auto pid = Spawn(o);
+  auto pid = SpawnSessionDaemon(session, name, argv);
   if (!pid.ok()) Die(pid.status().message());
-  std::filesystem::create_directories(session + "/pids");
-  (void)WriteFile(session + "/pids/" + name + ".pid", PidFileContent(*pid));
   return *pid;
 }
 
-// A daemon named by a pid file of a session, checked to be that session's.
-struct SessionDaemon {
-  std::string file;
-  PidRecord rec;
-};
-
-// The live daemons of `session` (pid files checked with CheckSessionProcess). Stale pid files
-// (process gone, pid reused) are removed; files that hold nonsense or name another process are
-// reported on stderr and removed, and their process is left alone.
+// The live daemons of `session`; pid files naming another process are reported on stderr.
 std::vector<SessionDaemon> LiveDaemons(const std::string& session) {
-  namespace fs = std::filesystem;
-  std::vector<SessionDaemon> out;
-  std::error_code ec;
-  for (const auto& f : fs::directory_iterator(session + "/pids", ec)) {
-    if (f.path().extension() != ".pid") continue;
-    const std::string file = f.path().string();
-    auto content = ReadFile(file);
-    if (!content.ok()) continue;
-    auto rec = ParsePidFile(*content);
-    std::string why;
-    PidState state = rec.ok() ? CheckSessionProcess(*rec, session, &why) : PidState::kOther;
-    if (state == PidState::kSessionDaemon) {
-      out.push_back({file, *rec});
-      continue;
-    }
-    if (state == PidState::kOther) {
-      std::cerr << "torus: not signalling anything for " << file << ": "
-                << (rec.ok() ? why : rec.status().message()) << "; removed it" << std::endl;
-    }
-    fs::remove(f.path(), ec);
-  }
-  return out;
-}
-
-// SIGTERM to each daemon, SIGKILL to those still there after `grace` (checked again to be the
-// same process first); removes their pid files. Returns how many were signalled.
-int TerminateDaemons(const std::vector<SessionDaemon>& daemons, std::chrono::milliseconds grace) {
-  int n = 0;
-  for (const auto& d : daemons) n += kill(d.rec.pid, SIGTERM) == 0;
-  auto deadline = std::chrono::steady_clock::now() + grace;
-  auto same = [](const SessionDaemon& d) {
-    uint64_t t = ProcessStartTime(d.rec.pid);
-    return t != 0 && (d.rec.start_time == 0 || t == d.rec.start_time);
-  };
-  for (const auto& d : daemons) {
-    while (same(d) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (same(d)) kill(d.rec.pid, SIGKILL);
-    std::error_code ec;
-    std::filesystem::remove(d.file, ec);
-  }
-  return n;
+  std::vector<std::string> refused;
+  auto live = LiveSessionDaemons(session, &refused);
+  for (const auto& r : refused) std::cerr << "torus: " << r << std::endl;
+  return live;
 }
 
 // Dies if the latest session still has live daemons: a new head would mint a new token and
@@ -398,98 +206,130 @@ bool WaitForNodes(const std::string& address, const std::string& token, size_t n
   return false;
 }
 
-int Start(const Args& a) {
-  std::string self = SelfExecutable();
-  if (auto r = ParseResources(a); !r.ok()) Die(r.status().message());
-  if (auto l = ParseLabels(a.Get("labels")); !l.ok()) Die(l.status().message());
-  if (a.Has("head")) {
-    if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
-    RefuseIfClusterRunning();
-    std::string port = std::to_string(PortFlag(a, "port", kDefaultPort));
-    if (port != "0") {
-      // Before anything is created: a port in use is refused, never shared.
-      std::string why = WhyCannotListen(a.Get("bind", "127.0.0.1"), std::stoi(port));
-      if (!why.empty()) Die("cannot start the head on port " + port + ": " + why + "; nothing was started");
-    }
-    // session_latest moves to the new session only once its head is up.
-    auto session = CreateSession(/*make_latest=*/false);
-    if (!session.ok()) Die(session.status().message());
-    if (a.Has("block")) {
-      // Foreground: head and node in this process until a signal.
-      sigset_t set;
-      BlockSignals(&set);
-      SetLogComponent("head");
-      HeadConfig hc;
-      hc.bind_host = a.Get("bind", "127.0.0.1");
-      hc.port = std::stoi(port);
-      hc.session_dir = *session;
-      auto tok = FindToken(*session);
-      if (!tok.ok()) Die(tok.status().message());
-      hc.token = *tok;
-      SetHeadTuning(a, &hc);
-      Head head(hc);
-      if (auto s = head.Start(); !s.ok()) Die(s.ToString());
-      (void)WriteFile(*session + "/head_address", head.address());
-      Args na = a;
-      na.flags["address"] = head.address();
-      na.flags["session-dir"] = *session;
-      auto nc = NodeConfigFromArgs(na);
-      if (!nc.ok()) Die(nc.status().message());
-      Node node(*nc);
-      if (auto s = node.Start(); !s.ok()) Die(s.ToString());
-      if (auto s = MakeLatestSession(*session); !s.ok()) Die(s.message());
-      std::cout << "Torus head running at " << head.address() << " (session " << *session
-                << "); Ctrl-C stops it." << std::endl;
-      int sig;
-      sigwait(&set, &sig);
-      node.Stop();
-      head.Stop();
-      return 0;
-    }
-    std::vector<std::string> hargs = {self, "head", "--port", port, "--session-dir", *session};
-    if (a.Has("bind")) {
-      hargs.push_back("--bind");
-      hargs.push_back(a.Get("bind"));
-    }
-    for (const auto& f : kHeadTuningFlags) {
-      if (!a.Has(f.name)) continue;
-      (void)PositiveIntFlag(a, f.name, 1);  // a bad value dies here, not in the head's log
-      hargs.push_back(std::string("--") + f.name);
-      hargs.push_back(a.Get(f.name));
-    }
-    pid_t hp = SpawnDaemon(*session, "head", hargs);
-    std::string address;
-    for (int i = 0; i < 500 && address.empty(); ++i) {
-      auto r = ReadFile(*session + "/head_address");
-      if (r.ok()) address = *r;
-      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      int status = 0;
-      if (waitpid(hp, &status, WNOHANG) == hp) {
-        std::error_code ec;
-        std::filesystem::remove(*session + "/pids/head.pid", ec);
-        auto log = ReadFile(*session + "/logs/head.err");
-        Die("the head failed to start on port " + port + ":\n" + (log.ok() ? *log : std::string()));
-      }
-    }
-    // A failed start leaves nothing running: what it spawned is stopped again.
-    auto fail = [&](const std::string& msg) {
-      TerminateDaemons(LiveDaemons(*session), std::chrono::seconds(3));
-      Die(msg + "; stopped what was started; see " + *session + "/logs");
-    };
-    if (address.empty()) fail("the head did not come up within 5 s");
-    std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", *session};
-    for (auto& s : NodeArgs(a)) nargs.push_back(s);
-    SpawnDaemon(*session, "node-head", nargs);
-    auto token = FindToken(*session);
-    if (!token.ok()) fail(token.status().message());
-    if (!WaitForNodes(address, *token, 1, 10000)) fail("the head's node did not register within 10 s");
-    if (auto s = MakeLatestSession(*session); !s.ok()) fail(s.message());
-    std::cout << "Torus head started at " << address << "\n  session: " << *session
-              << "\n  join another node: torus start --address " << address
-              << "\n  drivers connect with TORUS_ADDRESS=" << address << " (or RAY_ADDRESS)"
-              << "\n  stop: torus stop" << std::endl;
-    return 0;
+// `torus start --head --block`: head and node in this process until SIGINT/SIGTERM.
+int RunHeadInForeground(const Args& a, const std::string& session, int port) {
+  sigset_t set;
+  BlockSignals(&set);
+  SetLogComponent("head");
+  HeadConfig hc;
+  hc.bind_host = a.Get("bind", "127.0.0.1");
+  hc.port = port;
+  hc.session_dir = session;
+  auto tok = FindToken(session);
+  if (!tok.ok()) Die(tok.status().message());
+  hc.token = *tok;
+  SetHeadTuning(a, &hc);
+  Head head(hc);
+  if (auto s = head.Start(); !s.ok()) Die(s.ToString());
+  (void)WriteFile(session + "/head_address", head.address());
+  Args na = a;
+  na.flags["address"] = head.address();
+  na.flags["session-dir"] = session;
+  auto nc = NodeConfigFromArgs(na);
+  if (!nc.ok()) Die(nc.status().message());
+  Node node(*nc);
+  if (auto s = node.Start(); !s.ok()) Die(s.ToString());
+  if (auto s = MakeLatestSession(session); !s.ok()) Die(s.message());
+  std::cout << "Torus head running at " << head.address() << " (session " << session
+            << "); Ctrl-C stops it." << std::endl;
+  int sig;
+  sigwait(&set, &sig);
+  node.Stop();
+  head.Stop();
+  return 0;
+}
+
+// The command line of the head daemon `torus start --head` spawns.
+std::vector<std::string> HeadDaemonArgs(const Args& a, const std::string& self, const std::string& port,
+                                        const std::string& session) {
+  std::vector<std::string> hargs = {self, "head", "--port", port, "--session-dir", session};
+  if (a.Has("bind")) {
+    hargs.push_back("--bind");
+    hargs.push_back(a.Get("bind"));
   }
+  for (const auto& f : kHeadTuningFlags) {
+    if (!a.Has(f.name)) continue;
+    (void)PositiveIntFlag(a, f.name, 1);  // a bad value dies here, not in the head's log
+    hargs.push_back(std::string("--") + f.name);
+    hargs.push_back(a.Get(f.name));
+  }
+  return hargs;
+}
+
+// The address the spawned head `hp` writes once it listens (up to 5 s; "" if it did not); death
+// with its log if it exits first.
+std::string WaitForHeadAddress(const std::string& session, pid_t hp, const std::string& port) {
+  std::string address;
+  for (int i = 0; i < 500 && address.empty(); ++i) {
+    auto r = ReadFile(session + "/head_address");
+    if (r.ok()) address = *r;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    int status = 0;
+    if (waitpid(hp, &status, WNOHANG) == hp) {
+      std::error_code ec;
+      std::filesystem::remove(session + "/pids/head.pid", ec);
+      auto log = ReadFile(session + "/logs/head.err");
+      Die("the head failed to start on port " + port + ":\n" + (log.ok() ? *log : std::string()));
+    }
+  }
+  return address;
+}
+
+// `torus start --head` without --block: head and node daemons of a new session.
+int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& session,
+                     const std::string& port) {
+  pid_t hp = SpawnDaemon(session, "head", HeadDaemonArgs(a, self, port, session));
+  std::string address = WaitForHeadAddress(session, hp, port);
+  // A failed start leaves nothing running: what it spawned is stopped again.
+  auto fail = [&](const std::string& msg) {
+    TerminateSessionDaemons(LiveDaemons(session), std::chrono::seconds(3));
+    Die(msg + "; stopped what was started; see " + session + "/logs");
+  };
+  if (address.empty()) fail("the head did not come up within 5 s");
+  std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session};
+  for (auto& s : NodeArgs(a)) nargs.push_back(s);
+  SpawnDaemon(session, "node-head", nargs);
+  auto token = FindToken(session);
+  if (!token.ok()) fail(token.status().message());
+  if (!WaitForNodes(address, *token, 1, 10000)) fail("the head's node did not register within 10 s");
+  if (auto s = MakeLatestSession(session); !s.ok()) fail(s.message());
+  std::cout << "Torus head started at " << address << "\n  session: " << session
+            << "\n  join another node: torus start --address " << address
+            << "\n  drivers connect with TORUS_ADDRESS=" << address << " (or RAY_ADDRESS)"
+            << "\n  stop: torus stop" << std::endl;
+  return 0;
+}
+
+int StartHead(const Args& a, const std::string& self) {
+  if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
+  RefuseIfClusterRunning();
+  std::string port = std::to_string(PortFlag(a, "port", kDefaultPort));
+  if (port != "0") {
+    // Before anything is created: a port in use is refused, never shared.
+    std::string why = WhyCannotListen(a.Get("bind", "127.0.0.1"), std::stoi(port));
+    if (!why.empty()) Die("cannot start the head on port " + port + ": " + why + "; nothing was started");
+  }
+  // session_latest moves to the new session only once its head is up.
+  auto session = CreateSession(/*make_latest=*/false);
+  if (!session.ok()) Die(session.status().message());
+  if (a.Has("block")) return RunHeadInForeground(a, *session, std::stoi(port));
+  return SpawnHeadAndNode(a, self, *session, port);
+}
+
+// How many nodes of the cluster at `address` are alive, or death when its head does not answer.
+size_t AliveNodes(const std::string& address, const std::string& token) {
+  size_t alive = 0;
+  auto stub = rpc::Head::NewStub(GetChannel(address));
+  rpc::ListReply reply;
+  auto ctx = NewContext(token, 5000);
+  auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
+  if (!st.ok()) Die("cannot reach the head at " + address + ": " + st.error_message());
+  for (const auto& n : reply.nodes()) alive += n.alive();
+  return alive;
+}
+
+// `torus start --address A`: one more node for the cluster at A.
+int JoinCluster(const Args& a, const std::string& self) {
   std::string address = a.Get("address");
   if (address.empty()) Die("torus start needs --head or --address HOST:PORT");
   auto token = FindToken();
@@ -501,21 +341,13 @@ int Start(const Args& a) {
     session = *s;
   }
   // Count nodes first so we can tell when ours has joined.
-  size_t before = 0;
-  {
-    auto stub = rpc::Head::NewStub(GetChannel(address));
-    rpc::ListReply reply;
-    auto ctx = NewContext(*token, 5000);
-    auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
-    if (!st.ok()) Die("cannot reach the head at " + address + ": " + st.error_message());
-    for (const auto& n : reply.nodes()) before += n.alive();
-  }
+  size_t before = AliveNodes(address, *token);
   std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session};
   for (auto& s : NodeArgs(a)) nargs.push_back(s);
   if (a.Has("block")) {
     std::vector<char*> cargv;
     for (auto& s : nargs) cargv.push_back(s.data());
-    return RunNode(Parse(static_cast<int>(cargv.size()), cargv.data(), 2));
+    return RunNode(ParseArgs(static_cast<int>(cargv.size()), cargv.data(), 2, kBoolFlags));
   }
   static int counter = 0;
   std::string name = "node-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
@@ -526,6 +358,13 @@ int Start(const Args& a) {
   }
   std::cout << "Torus node joined the cluster at " << address << std::endl;
   return 0;
+}
+
+int Start(const Args& a) {
+  std::string self = SelfExecutable();
+  if (auto r = ParseResources(a); !r.ok()) Die(r.status().message());
+  if (auto l = ParseLabels(a.Get("labels")); !l.ok()) Die(l.status().message());
+  return a.Has("head") ? StartHead(a, self) : JoinCluster(a, self);
 }
 
 int Stop(const Args&) {
@@ -540,7 +379,7 @@ int Stop(const Args&) {
     }
     for (auto& d : LiveDaemons(s.path().string())) daemons.push_back(std::move(d));
   }
-  int stopped = TerminateDaemons(daemons, std::chrono::seconds(5));
+  int stopped = TerminateSessionDaemons(daemons, std::chrono::seconds(5));
   // Shared memory of nodes that died without cleaning up (SIGKILL) or were killed just now.
   for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
     if (!s.is_symlink() && s.is_directory()) CleanDeadNodeSegments(s.path().string());
@@ -585,27 +424,6 @@ nlohmann::ordered_json ResJson(const rpc::ResourceSet& r) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const auto& [k, v] : FromProto(r)) j[k] = v;
   return j;
-}
-
-// An amount as a person writes it: 4, 0.5, 1e+09 only when it is that large.
-std::string FormatAmount(double v) {
-  std::ostringstream os;
-  os << std::setprecision(10) << v;
-  return os.str();
-}
-
-// A table cell: strings as they are, objects as "k: v, ...", lists of objects as their count,
-// byte amounts human-readably.
-std::string Cell(const std::string& key, const nlohmann::ordered_json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number() && (key == "size_bytes" || key == "memory")) return HumanBytes(v.get<double>());
-  if (v.is_object()) {
-    std::string out;
-    for (const auto& [k, x] : v.items()) out += (out.empty() ? "" : ", ") + k + ": " + Cell(k, x);
-    return out;
-  }
-  if (v.is_array() && !v.empty() && v[0].is_object()) return std::to_string(v.size());
-  return v.dump();
 }
 
 // "500 task(s)": the tasks behind a pending demand, counted at their submitters (a submitter
@@ -681,17 +499,171 @@ int Status_(const Args& a) {
   return 0;
 }
 
-void PrintTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> w(header.size());
-  for (size_t i = 0; i < header.size(); ++i) w[i] = header[i].size();
-  for (const auto& r : rows)
-    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
-  auto line = [&](const std::vector<std::string>& r) {
-    for (size_t i = 0; i < r.size(); ++i) std::cout << std::setw(w[i] + 2) << std::left << r[i];
-    std::cout << "\n";
-  };
-  line(header);
-  for (const auto& r : rows) line(r);
+nlohmann::ordered_json ListNodes(const Cluster& c) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& n : c.list.nodes()) {
+    nlohmann::ordered_json j;
+    j["node_id"] = n.node_id();
+    j["address"] = n.address();
+    j["hostname"] = n.hostname();
+    j["state"] = n.alive() ? "ALIVE" : "DEAD";
+    j["heartbeat_ms"] = n.heartbeat_ms();
+    j["resources_total"] = ResJson(n.total());
+    j["resources_available"] = ResJson(n.available());
+    if (n.alive()) {
+      // The node's own ledger is the truth; the head's copy lags by up to a heartbeat.
+      auto stub = rpc::Node::NewStub(GetChannel(n.address()));
+      rpc::NodeInfoReply info;
+      auto ctx = NewContext(c.token, 2000);
+      if (stub->Info(ctx.get(), rpc::Empty(), &info).ok()) {
+        j["resources_available"] = ResJson(info.available());
+      }
+    }
+    nlohmann::ordered_json labels = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : n.labels()) labels[k] = v;
+    j["labels"] = labels;
+    out.push_back(j);
+  }
+  return out;
+}
+
+nlohmann::ordered_json ListActors(const Cluster& c) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& ac : c.list.actors()) {
+    nlohmann::ordered_json j;
+    j["actor_id"] = ac.actor_id();
+    j["class_name"] = ac.class_name();
+    j["name"] = ac.name();
+    j["namespace"] = ac.ray_namespace();
+    j["state"] = ac.state();
+    j["node_id"] = ac.node_id();
+    j["num_restarts"] = ac.num_restarts();
+    j["death_cause"] = ac.death_cause();
+    j["job_id"] = ac.job_id();
+    out.push_back(j);
+  }
+  return out;
+}
+
+nlohmann::ordered_json ListPlacementGroups(const Cluster& c) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& pg : c.list.placement_groups()) {
+    nlohmann::ordered_json j;
+    j["placement_group_id"] = pg.pg_id();
+    j["name"] = pg.name();
+    j["state"] = pg.state();
+    j["strategy"] = pg.strategy();
+    j["job_id"] = pg.job_id();
+    j["detached"] = pg.detached();
+    j["pending_reason"] = pg.pending_reason();
+    nlohmann::ordered_json bundles = nlohmann::ordered_json::array();
+    for (const auto& b : pg.bundles()) {
+      nlohmann::ordered_json bj;
+      bj["index"] = b.index();
+      bj["resources"] = ResJson(b.resources());
+      bj["node_id"] = b.node_id();
+      nlohmann::ordered_json sel = nlohmann::ordered_json::object();
+      for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
+      bj["label_selector"] = sel;
+      bundles.push_back(bj);
+    }
+    j["bundles"] = bundles;
+    out.push_back(j);
+  }
+  return out;
+}
+
+nlohmann::ordered_json ListSlices(const Cluster& c) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  auto stub = rpc::Head::NewStub(GetChannel(c.address));
+  rpc::SliceQueryReply reply;
+  auto ctx = NewContext(c.token, 5000);
+  auto st = stub->QuerySlices(ctx.get(), rpc::SliceQueryRequest(), &reply);
+  if (!st.ok()) Die("slice query failed: " + st.error_message());
+  for (const auto& sl : reply.slices()) {
+    nlohmann::ordered_json j;
+    j["slice_name"] = sl.name();
+    j["pod_type"] = sl.pod_type();
+    j["topology"] = sl.topology();
+    j["hosts_alive"] = sl.hosts_alive();
+    j["hosts_expected"] = sl.hosts_expected();
+    j["state"] = sl.state();
+    j["holder"] = sl.holder();
+    j["node_ids"] = std::vector<std::string>(sl.node_ids().begin(), sl.node_ids().end());
+    out.push_back(j);
+  }
+  return out;
+}
+
+// The tasks of every job's driver that answers.
+nlohmann::ordered_json ListTasks(const Cluster& c) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& job : c.list.jobs()) {
+    auto stub = rpc::CoreWorker::NewStub(GetChannel(job.driver_address()));
+    rpc::TaskList tasks;
+    auto ctx = NewContext(c.token, 5000);
+    if (!stub->ListTasks(ctx.get(), rpc::Empty(), &tasks).ok()) continue;
+    for (const auto& t : tasks.tasks()) {
+      nlohmann::ordered_json j;
+      j["task_id"] = t.task_id();
+      j["name"] = t.name();
+      j["state"] = t.state();
+      j["job_id"] = t.job_id();
+      j["actor_id"] = t.actor_id();
+      j["worker_id"] = t.worker_id();
+      j["attempt"] = t.attempt();
+      j["error"] = t.error();
+      j["submitted_ms"] = t.submitted_ms();
+      out.push_back(j);
+    }
+  }
+  return out;
+}
+
+// `what` ("objects" or "workers") of every live node that answers.
+nlohmann::ordered_json ListFromNodes(const Cluster& c, const std::string& what) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& n : c.list.nodes()) {
+    if (!n.alive()) continue;
+    auto stub = rpc::Node::NewStub(GetChannel(n.address()));
+    rpc::NodeInfoReply info;
+    auto ctx = NewContext(c.token, 5000);
+    if (!stub->Info(ctx.get(), rpc::Empty(), &info).ok()) continue;
+    if (what == "objects") {
+      for (const auto& o : info.objects()) {
+        nlohmann::ordered_json j;
+        j["object_id"] = o.object_id();
+        j["node_id"] = o.node_id();
+        j["size_bytes"] = o.size();
+        j["owner_address"] = o.owner_address();
+        j["store_key"] = o.key();
+        j["offset"] = o.offset();
+        out.push_back(j);
+      }
+    } else {
+      for (const auto& w : info.workers()) {
+        nlohmann::ordered_json j;
+        j["worker_id"] = w.worker_id();
+        j["node_id"] = n.node_id();
+        j["pid"] = w.pid();
+        j["state"] = w.state();
+        j["actor_id"] = w.actor_id();
+        out.push_back(j);
+      }
+    }
+  }
+  return out;
+}
+
+// The rows of `torus list <what>`, or death naming the kinds there are.
+nlohmann::ordered_json ListRows(const Cluster& c, const std::string& what) {
+  if (what == "nodes") return ListNodes(c);
+  if (what == "actors") return ListActors(c);
+  if (what == "placement-groups" || what == "placement_groups" || what == "pgs") return ListPlacementGroups(c);
+  if (what == "slices") return ListSlices(c);
+  if (what == "tasks") return ListTasks(c);
+  if (what == "objects" || what == "workers") return ListFromNodes(c, what);
+  Die("unknown list kind '" + what + "': expected nodes, actors, tasks, objects, workers, placement-groups or slices");
 }
 
 int List(const Args& a) {
@@ -700,140 +672,7 @@ int List(const Args& a) {
   std::string format = a.Get("format", "table");
   if (format != "table" && format != "json") Die("--format must be table or json, got '" + format + "'");
   Cluster c = Connect(a);
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  if (what == "nodes") {
-    for (const auto& n : c.list.nodes()) {
-      nlohmann::ordered_json j;
-      j["node_id"] = n.node_id();
-      j["address"] = n.address();
-      j["hostname"] = n.hostname();
-      j["state"] = n.alive() ? "ALIVE" : "DEAD";
-      j["heartbeat_ms"] = n.heartbeat_ms();
-      j["resources_total"] = ResJson(n.total());
-      j["resources_available"] = ResJson(n.available());
-      if (n.alive()) {
-        // The node's own ledger is the truth; the head's copy lags by up to a heartbeat.
-        auto stub = rpc::Node::NewStub(GetChannel(n.address()));
-        rpc::NodeInfoReply info;
-        auto ctx = NewContext(c.token, 2000);
-        if (stub->Info(ctx.get(), rpc::Empty(), &info).ok()) {
-          j["resources_available"] = ResJson(info.available());
-        }
-      }
-      nlohmann::ordered_json labels = nlohmann::ordered_json::object();
-      for (const auto& [k, v] : n.labels()) labels[k] = v;
-      j["labels"] = labels;
-      out.push_back(j);
-    }
-  } else if (what == "actors") {
-    for (const auto& ac : c.list.actors()) {
-      nlohmann::ordered_json j;
-      j["actor_id"] = ac.actor_id();
-      j["class_name"] = ac.class_name();
-      j["name"] = ac.name();
-      j["namespace"] = ac.ray_namespace();
-      j["state"] = ac.state();
-      j["node_id"] = ac.node_id();
-      j["num_restarts"] = ac.num_restarts();
-      j["death_cause"] = ac.death_cause();
-      j["job_id"] = ac.job_id();
-      out.push_back(j);
-    }
-  } else if (what == "placement-groups" || what == "placement_groups" || what == "pgs") {
-    for (const auto& pg : c.list.placement_groups()) {
-      nlohmann::ordered_json j;
-      j["placement_group_id"] = pg.pg_id();
-      j["name"] = pg.name();
-      j["state"] = pg.state();
-      j["strategy"] = pg.strategy();
-      j["job_id"] = pg.job_id();
-      j["detached"] = pg.detached();
-      j["pending_reason"] = pg.pending_reason();
-      nlohmann::ordered_json bundles = nlohmann::ordered_json::array();
-      for (const auto& b : pg.bundles()) {
-        nlohmann::ordered_json bj;
-        bj["index"] = b.index();
-        bj["resources"] = ResJson(b.resources());
-        bj["node_id"] = b.node_id();
-        nlohmann::ordered_json sel = nlohmann::ordered_json::object();
-        for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
-        bj["label_selector"] = sel;
-        bundles.push_back(bj);
-      }
-      j["bundles"] = bundles;
-      out.push_back(j);
-    }
-  } else if (what == "slices") {
-    auto stub = rpc::Head::NewStub(GetChannel(c.address));
-    rpc::SliceQueryReply reply;
-    auto ctx = NewContext(c.token, 5000);
-    auto st = stub->QuerySlices(ctx.get(), rpc::SliceQueryRequest(), &reply);
-    if (!st.ok()) Die("slice query failed: " + st.error_message());
-    for (const auto& sl : reply.slices()) {
-      nlohmann::ordered_json j;
-      j["slice_name"] = sl.name();
-      j["pod_type"] = sl.pod_type();
-      j["topology"] = sl.topology();
-      j["hosts_alive"] = sl.hosts_alive();
-      j["hosts_expected"] = sl.hosts_expected();
-      j["state"] = sl.state();
-      j["holder"] = sl.holder();
-      j["node_ids"] = std::vector<std::string>(sl.node_ids().begin(), sl.node_ids().end());
-      out.push_back(j);
-    }
-  } else if (what == "tasks") {
-    for (const auto& job : c.list.jobs()) {
-      auto stub = rpc::CoreWorker::NewStub(GetChannel(job.driver_address()));
-      rpc::TaskList tasks;
-      auto ctx = NewContext(c.token, 5000);
-      if (!stub->ListTasks(ctx.get(), rpc::Empty(), &tasks).ok()) continue;
-      for (const auto& t : tasks.tasks()) {
-        nlohmann::ordered_json j;
-        j["task_id"] = t.task_id();
-        j["name"] = t.name();
-        j["state"] = t.state();
-        j["job_id"] = t.job_id();
-        j["actor_id"] = t.actor_id();
-        j["worker_id"] = t.worker_id();
-        j["attempt"] = t.attempt();
-        j["error"] = t.error();
-        j["submitted_ms"] = t.submitted_ms();
-        out.push_back(j);
-      }
-    }
-  } else if (what == "objects" || what == "workers") {
-    for (const auto& n : c.list.nodes()) {
-      if (!n.alive()) continue;
-      auto stub = rpc::Node::NewStub(GetChannel(n.address()));
-      rpc::NodeInfoReply info;
-      auto ctx = NewContext(c.token, 5000);
-      if (!stub->Info(ctx.get(), rpc::Empty(), &info).ok()) continue;
-      if (what == "objects") {
-        for (const auto& o : info.objects()) {
-          nlohmann::ordered_json j;
-          j["object_id"] = o.object_id();
-          j["node_id"] = o.node_id();
-          j["size_bytes"] = o.size();
-          j["owner_address"] = o.owner_address();
-          j["store_key"] = o.key();
-          j["offset"] = o.offset();
-          out.push_back(j);
-        }
-      } else {
-        for (const auto& w : info.workers()) {
-          nlohmann::ordered_json j;
-          j["worker_id"] = w.worker_id();
-          j["node_id"] = n.node_id();
-          j["pid"] = w.pid();
-          j["state"] = w.state();
-          j["actor_id"] = w.actor_id();
-          out.push_back(j);
-        }
-      }
-    }
-  } else {
-    Die("unknown list kind '" + what + "': expected nodes, actors, tasks, objects, workers, placement-groups or slices");
-  }
+  nlohmann::ordered_json out = ListRows(c, what);
   if (format == "json") {
     std::cout << out.dump(2) << std::endl;
     return 0;
@@ -842,18 +681,7 @@ int List(const Args& a) {
     std::cout << "(no " << what << ")\n";
     return 0;
   }
-  std::vector<std::string> header;
-  for (auto& [k, v] : out[0].items()) header.push_back(k);
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& j : out) {
-    std::vector<std::string> r;
-    for (const auto& h : header) {
-      const auto& v = j[h];
-      r.push_back(Cell(h, v));
-    }
-    rows.push_back(r);
-  }
-  PrintTable(header, rows);
+  PrintRows(out);
   return 0;
 }
 
@@ -902,7 +730,7 @@ int main(int argc, char** argv) {
     std::cout << "torus " << TORUS_VERSION << std::endl;
     return 0;
   }
-  Args a = Parse(argc, argv, 2);
+  Args a = ParseArgs(argc, argv, 2, kBoolFlags);
   if (auto known = KnownFlags().find(cmd); known != KnownFlags().end()) {
     RequireKnownFlags(cmd, a.flags, known->second);
     if (a.Has("help")) {

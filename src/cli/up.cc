@@ -44,7 +44,9 @@
 #include "common/session.h"
 #include "common/shm.h"
 #include "common/shm_owner.h"
+#include "launcher/cluster_processes.h"
 #include "launcher/manifest.h"
+#include "launcher/netns.h"
 #include "proto/torus.grpc.pb.h"
 
 extern char** environ;
@@ -55,158 +57,26 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-constexpr const char* kMarkerVar = "TORUS_UP_SESSION";
+using launcher::Alive;
+using launcher::HasEnvEntry;
+using launcher::HostsTable;
+using launcher::IpBinary;
+using launcher::kMarkerVar;
+using launcher::Marker;
+using launcher::PickSubnet;
+using launcher::ReadPid;
+using launcher::SessionProcesses;
+using launcher::SetUpNetns;
+using launcher::TearDownNetns;
+using launcher::TerminateAll;
+using launcher::Trim;
 
 // ------------------------------------------------------------------------------- small helpers
 
-struct Flags {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
-  bool Has(const std::string& k) const { return flags.count(k) > 0; }
-  std::string Get(const std::string& k, const std::string& def = "") const {
-    auto it = flags.find(k);
-    return it == flags.end() ? def : it->second;
-  }
-};
+using Flags = Args;
 
-Flags ParseFlags(int argc, char** argv) {
-  static const std::set<std::string> kBool = {"wait", "netns", "no-atomic-restart", "help"};
-  Flags f;
-  for (int i = 2; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) == 0) {
-      std::string k = s.substr(2), v = "1";
-      auto eq = k.find('=');
-      if (eq != std::string::npos) {
-        v = k.substr(eq + 1);
-        k = k.substr(0, eq);
-      } else if (!kBool.count(k) && i + 1 < argc) {
-        v = argv[++i];
-      }
-      f.flags[k] = v;
-    } else {
-      f.positional.push_back(s);
-    }
-  }
-  return f;
-}
-
-[[noreturn]] void Die(const std::string& msg) {
-  std::cerr << "torus: " << msg << std::endl;
-  exit(1);
-}
-
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-bool Alive(pid_t pid) {
-  if (pid <= 0 || kill(pid, 0) != 0) return false;
-  auto st = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  if (!st.ok()) return false;
-  auto close = st->rfind(')');
-  return close == std::string::npos || close + 2 >= st->size() || (*st)[close + 2] != 'Z';
-}
-
-// The NUL-separated initial environment of a process contains `entry` ("K=V").
-bool HasEnvEntry(pid_t pid, const std::string& entry) {
-  auto env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-  if (!env.ok()) return false;
-  size_t start = 0;
-  while (start < env->size()) {
-    size_t end = env->find('\0', start);
-    if (end == std::string::npos) end = env->size();
-    if (env->compare(start, end - start, entry) == 0) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
-std::string Marker(const std::string& session) { return std::string(kMarkerVar) + "=" + session; }
-
-// Live processes (not this one) started for the cluster of `session`.
-std::vector<pid_t> SessionProcesses(const std::string& session) {
-  std::vector<pid_t> out;
-  const std::string entry = Marker(session);
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end != 0 || pid <= 0 || pid == getpid()) continue;
-    if (HasEnvEntry(static_cast<pid_t>(pid), entry) && Alive(static_cast<pid_t>(pid))) {
-      out.push_back(static_cast<pid_t>(pid));
-    }
-  }
-  closedir(d);
-  return out;
-}
-
-pid_t ReadPid(const std::string& path) {
-  auto r = ReadFile(path);
-  if (!r.ok()) return 0;
-  try {
-    return static_cast<pid_t>(std::stol(*r));
-  } catch (...) {
-    return 0;
-  }
-}
-
-std::string IpBinary() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(p, X_OK) == 0) return p;
-  }
-  return "";
-}
-
-// Runs a command to completion; its output goes to `log` (appended). Error names the command
-// and quotes the output.
-Status RunCommand(const std::vector<std::string>& argv, const std::string& log) {
-  std::string out = log + ".last";
-  SpawnOptions o;
-  o.argv = argv;
-  o.stdout_path = out;
-  o.stderr_path = out;
-  fs::remove(out);
-  auto pid = Spawn(o);
-  if (!pid.ok()) return pid.status();
-  int status = 0;
-  while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  std::string text = ReadFile(out).ok() ? *ReadFile(out) : "";
-  std::string cmd;
-  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
-  {
-    std::ofstream l(log, std::ios::app);
-    l << "$ " << cmd << "\n" << text;
-  }
-  fs::remove(out);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
-  return Internal("`" + cmd + "` " + DescribeWaitStatus(status) + ": " + Trim(text));
-}
-
-// SIGTERM, then SIGKILL after `grace`. Returns how many were alive at the start.
-int TerminateAll(const std::vector<pid_t>& pids, std::chrono::milliseconds grace) {
-  int n = 0;
-  for (pid_t p : pids) n += kill(p, SIGTERM) == 0;
-  auto deadline = Clock::now() + grace;
-  for (pid_t p : pids) {
-    while (Alive(p) && Clock::now() < deadline) {
-      waitpid(p, nullptr, WNOHANG);  // reaps our own children
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (Alive(p)) kill(p, SIGKILL);
-  }
-  for (pid_t p : pids) {
-    for (int i = 0; i < 100 && Alive(p); ++i) {
-      waitpid(p, nullptr, WNOHANG);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  return n;
-}
+// The flags of up/down/supervise that take no value.
+const std::set<std::string> kBoolFlags = {"wait", "netns", "no-atomic-restart", "help"};
 
 // ------------------------------------------------------------------------------- state
 
@@ -228,116 +98,6 @@ std::string LabelsFlag(const json& labels) {
   std::string s;
   for (auto& [k, v] : labels.items()) s += (s.empty() ? "" : ",") + k + "=" + v.get<std::string>();
   return s;
-}
-
-std::string HostsTable(const json& state) {
-  std::string t = "127.0.0.1 localhost\n::1 localhost\n";
-  for (const auto& h : state["hosts"]) {
-    t += h["ip"].get<std::string>() + " " + h["fqdn"].get<std::string>() + " " + h["name"].get<std::string>() + "\n";
-  }
-  return t;
-}
-
-// ------------------------------------------------------------------------------- network namespaces
-
-// Creates the bridge, one namespace per non-head host with a veth pair into the bridge, and the
-// per-namespace hosts files. Everything it creates is named in `state` (written before creation),
-// so `down` can remove a half-built setup.
-Status SetUpNetns(const std::string& session, json& state) {
-  const std::string ip = IpBinary();
-  if (ip.empty()) return FailedPrecondition("--netns needs the `ip` command (iproute2)");
-  const std::string log = session + "/logs/netns.log";
-  const std::string id = state["netns_id"];
-  const std::string bridge = state["bridge"];
-  std::vector<std::string> nss;
-  for (const auto& h : state["hosts"]) {
-    if (!h["netns"].get<std::string>().empty()) nss.push_back(h["netns"]);
-  }
-  if (auto s = RunCommand({ip, "link", "add", bridge, "type", "bridge"}, log); !s.ok()) return s;
-  std::string subnet = state["subnet"];
-  if (auto s = RunCommand({ip, "addr", "add", subnet + ".1/24", "dev", bridge}, log); !s.ok()) return s;
-  if (auto s = RunCommand({ip, "link", "set", bridge, "up"}, log); !s.ok()) return s;
-  for (const auto& ns : nss) {
-    if (auto s = RunCommand({ip, "netns", "add", ns}, log); !s.ok()) return s;
-  }
-  // Veth pairs: "v<id>.<k>" stays in the bridge, "p<id>.<k>" moves into the namespace as eth0.
-  std::string batch;
-  for (size_t k = 0; k < nss.size(); ++k) {
-    std::string v = "v" + id + "." + std::to_string(k), p = "p" + id + "." + std::to_string(k);
-    batch += "link add " + v + " type veth peer name " + p + "\n";
-    batch += "link set " + p + " netns " + nss[k] + "\n";
-    batch += "link set " + v + " master " + bridge + " up\n";
-  }
-  std::string batch_file = session + "/launcher/netns.batch";
-  if (auto s = WriteFile(batch_file, batch); !s.ok()) return s;
-  if (auto s = RunCommand({ip, "-batch", batch_file}, log); !s.ok()) return s;
-  const std::string table = HostsTable(state);
-  size_t k = 0;
-  for (const auto& h : state["hosts"]) {
-    std::string ns = h["netns"];
-    if (ns.empty()) continue;
-    std::string p = "p" + id + "." + std::to_string(k++);
-    std::string inner = "link set lo up\nlink set " + p + " name eth0\naddr add " + h["ip"].get<std::string>() +
-                        "/24 dev eth0\nlink set eth0 up\nroute add default via " + subnet + ".1\n";
-    std::string f = session + "/launcher/netns-" + h["name"].get<std::string>() + ".batch";
-    if (auto s = WriteFile(f, inner); !s.ok()) return s;
-    if (auto s = RunCommand({ip, "-n", ns, "-batch", f}, log); !s.ok()) return s;
-    std::error_code ec;
-    fs::create_directories("/etc/netns/" + ns, ec);
-    if (ec) return Internal("cannot create /etc/netns/" + ns + ": " + ec.message());
-    if (auto s = WriteFile("/etc/netns/" + ns + "/hosts", table); !s.ok()) return s;
-  }
-  return Status::Ok();
-}
-
-// Removes what SetUpNetns created; missing pieces are fine. Returns the namespaces removed.
-int TearDownNetns(const std::string& session, const json& state) {
-  if (!state.value("netns", false)) return 0;
-  const std::string ip = IpBinary();
-  if (ip.empty()) return 0;
-  const std::string log = session + "/logs/netns.log";
-  int removed = 0;
-  std::set<std::string> existing;
-  {
-    DIR* d = opendir("/run/netns");
-    while (d && true) {
-      dirent* e = readdir(d);
-      if (!e) break;
-      existing.insert(e->d_name);
-    }
-    if (d) closedir(d);
-  }
-  for (const auto& h : state["hosts"]) {
-    std::string ns = h.value("netns", "");
-    if (ns.empty()) continue;
-    if (existing.count(ns) && RunCommand({ip, "netns", "del", ns}, log).ok()) ++removed;
-    std::error_code ec;
-    fs::remove_all("/etc/netns/" + ns, ec);
-  }
-  std::string bridge = state.value("bridge", "");
-  if (!bridge.empty() && fs::exists("/sys/class/net/" + bridge)) {
-    (void)RunCommand({ip, "link", "del", bridge}, log);
-  }
-  return removed;
-}
-
-// A 10.x.y.0/24 that no local interface uses.
-std::string PickSubnet() {
-  std::string addrs;
-  {
-    std::ifstream f("/proc/net/fib_trie");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    addrs = ss.str();
-  }
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    std::string hex = RandomHex(2);
-    int a = 100 + static_cast<int>(std::stoul(hex.substr(0, 2), nullptr, 16)) % 100;
-    int b = static_cast<int>(std::stoul(hex.substr(2, 2), nullptr, 16));
-    std::string subnet = "10." + std::to_string(a) + "." + std::to_string(b);
-    if (addrs.find(" " + subnet + ".") == std::string::npos) return subnet;
-  }
-  return "10.199.254";
 }
 
 // ------------------------------------------------------------------------------- supervisor
@@ -720,73 +480,54 @@ size_t WatchRegistration(const std::string& session, const json& state, const st
   }
 }
 
-int RunUp(const Flags& f) {
-  if (f.Has("help")) {
-    Usage();
-    return 0;
+// The options of `torus up FILE.yaml`, checked.
+struct UpOptions {
+  std::string file;
+  bool netns = false;
+  bool wait = false;
+  std::string restart;  // atomic, single or none
+  int port = 0;
+  double timeout_s = 120;
+};
+
+UpOptions ParseUpOptions(const Flags& f) {
+  UpOptions o;
+  o.file = f.positional[0];
+  o.wait = f.Has("wait");
+  o.netns = f.Has("netns");
+  if (o.netns) {
+    if (geteuid() != 0) Die("--netns needs root (CAP_NET_ADMIN) to create network namespaces");
+    if (IpBinary().empty()) Die("--netns needs the `ip` command (iproute2: apt-get install iproute2)");
   }
-  if (f.Has("kill-host")) return KillHost(f);
-  if (f.positional.size() != 1) {
-    Usage();
-    return 2;
+  o.restart = f.Has("no-atomic-restart") ? "single" : f.Get("restart", "atomic");
+  if (o.restart != "atomic" && o.restart != "single" && o.restart != "none") {
+    Die("--restart must be atomic, single or none, got '" + o.restart + "'");
   }
-  const auto t0 = Clock::now();
-  const std::string file = f.positional[0];
+  try {
+    o.port = std::stoi(f.Get("port", "0"));
+  } catch (...) {
+    Die("--port must be a number");
+  }
+  try {
+    o.timeout_s = std::stod(f.Get("timeout", "120"));
+  } catch (...) {
+    Die("--timeout must be a number of seconds");
+  }
+  return o;
+}
+
+// The manifest `file`, parsed; death naming the file when it cannot be read or is invalid.
+launcher::ClusterSpec ReadManifest(const std::string& file) {
   auto text = ReadFile(file);
   if (!text.ok()) Die(text.status().message());
   auto spec = launcher::ParseRayCluster(*text);
   if (!spec.ok()) Die(file + ": " + spec.status().message());
-  const bool netns = f.Has("netns");
-  if (netns) {
-    if (geteuid() != 0) Die("--netns needs root (CAP_NET_ADMIN) to create network namespaces");
-    if (IpBinary().empty()) Die("--netns needs the `ip` command (iproute2: apt-get install iproute2)");
-  }
-  std::string restart = f.Has("no-atomic-restart") ? "single" : f.Get("restart", "atomic");
-  if (restart != "atomic" && restart != "single" && restart != "none") {
-    Die("--restart must be atomic, single or none, got '" + restart + "'");
-  }
-  int port = 0;
-  try {
-    port = std::stoi(f.Get("port", "0"));
-  } catch (...) {
-    Die("--port must be a number");
-  }
-  double timeout_s = 120;
-  try {
-    timeout_s = std::stod(f.Get("timeout", "120"));
-  } catch (...) {
-    Die("--timeout must be a number of seconds");
-  }
-  if (!spec->ignored_fields.empty()) {
-    std::string list;
-    for (const auto& p : spec->ignored_fields) list += (list.empty() ? "" : ", ") + p;
-    std::cout << "Ignoring fields Torus does not use: " << list << std::endl;
-  }
-  auto plan = launcher::PlanHosts(*spec);
+  return *std::move(spec);
+}
 
-  auto session_or = CreateSession(true);
-  if (!session_or.ok()) Die(session_or.status().message());
-  const std::string session = *session_or;
-  fs::create_directories(session + "/launcher");
-  fs::create_directories(session + "/pids");
-
-  // ---- the plan, written before anything starts
-  json state;
-  state["cluster"] = spec->name;
-  state["manifest"] = fs::absolute(file).string();
-  state["session"] = session;
-  state["netns"] = netns;
-  state["restart"] = restart;
-  std::string head_ip = "127.0.0.1";
-  if (netns) {
-    std::string id = RandomHex(3);
-    state["netns_id"] = id;
-    state["bridge"] = "tb" + id;
-    state["subnet"] = PickSubnet();
-    head_ip = state["subnet"].get<std::string>() + ".1";
-    if (plan.size() > 250) Die("--netns supports at most 250 hosts in one /24, the plan has " + std::to_string(plan.size()));
-  }
-  state["head_ip"] = head_ip;
+// The hosts of the plan as the state file records them, each with its address: the head on
+// `head_ip`, the others in their network namespaces or on their own loopback address.
+json HostsState(const std::vector<launcher::HostPlan>& plan, const json& state, bool netns) {
   json hosts = json::array();
   size_t k = 0;
   for (const auto& h : plan) {
@@ -804,7 +545,7 @@ int RunUp(const Flags& f) {
     for (const auto& [rk, rv] : h.resources) j["resources"][rk] = rv;
     j["labels"] = h.labels;
     if (h.is_head) {
-      j["ip"] = head_ip;
+      j["ip"] = state["head_ip"];
       j["netns"] = "";
     } else if (netns) {
       j["ip"] = state["subnet"].get<std::string>() + "." + std::to_string(k + 2);
@@ -818,43 +559,60 @@ int RunUp(const Flags& f) {
     }
     hosts.push_back(j);
   }
-  state["hosts"] = hosts;
-  if (auto s = WriteState(session, state); !s.ok()) Die(s.message());
-  (void)WriteFile(session + "/launcher/hosts", HostsTable(state));
+  return hosts;
+}
 
-  auto fail = [&](const std::string& msg) {
-    std::cerr << "torus: " << msg << "\n  cleaning up what was started..." << std::endl;
-    DownSession(session);
-    exit(1);
-  };
-  std::cout << "Launching cluster " << spec->name << ": " << plan.size() << " node processes (session "
-            << session << ")" << std::endl;
-  if (netns) {
-    auto t = Clock::now();
-    if (auto s = SetUpNetns(session, state); !s.ok()) fail("network namespaces: " + s.message());
-    std::cout << "  " << (plan.size() - 1) << " network namespaces on bridge " << state["bridge"].get<std::string>()
-              << " (" << state["subnet"].get<std::string>() << ".0/24) in "
-              << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count() << " ms"
-              << std::endl;
+// The plan of the cluster as launcher/state.json records it, before anything starts.
+json PlanState(const launcher::ClusterSpec& spec, const std::vector<launcher::HostPlan>& plan,
+               const UpOptions& o, const std::string& session) {
+  json state;
+  state["cluster"] = spec.name;
+  state["manifest"] = fs::absolute(o.file).string();
+  state["session"] = session;
+  state["netns"] = o.netns;
+  state["restart"] = o.restart;
+  std::string head_ip = "127.0.0.1";
+  if (o.netns) {
+    std::string id = RandomHex(3);
+    state["netns_id"] = id;
+    state["bridge"] = "tb" + id;
+    state["subnet"] = PickSubnet();
+    head_ip = state["subnet"].get<std::string>() + ".1";
+    if (plan.size() > 250) Die("--netns supports at most 250 hosts in one /24, the plan has " + std::to_string(plan.size()));
   }
+  state["head_ip"] = head_ip;
+  state["hosts"] = HostsState(plan, state, o.netns);
+  return state;
+}
 
-  // ---- head
-  const std::string self = SelfExecutable();
-  auto spawn_daemon = [&](const std::string& name, const std::vector<std::string>& argv) {
-    SpawnOptions o;
-    o.argv = argv;
-    o.stdout_path = session + "/logs/" + name + ".out";
-    o.stderr_path = session + "/logs/" + name + ".err";
-    o.new_session = true;
-    o.env_set[kMarkerVar] = session;
-    o.env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
-    auto pid = Spawn(o);
-    if (!pid.ok()) fail(pid.status().message());
-    (void)WriteFile(session + "/pids/" + name + ".pid", std::to_string(*pid));
-    return *pid;
-  };
-  pid_t head = spawn_daemon("head", {self, "head", "--port", std::to_string(port), "--session-dir", session,
-                                     "--bind", head_ip});
+// Reports `msg`, removes whatever was started for `session` and exits with status 1.
+[[noreturn]] void FailUp(const std::string& session, const std::string& msg) {
+  std::cerr << "torus: " << msg << "\n  cleaning up what was started..." << std::endl;
+  DownSession(session);
+  exit(1);
+}
+
+// Spawns a daemon of the cluster (marked with the session, without the caller's cluster
+// address) and writes its pid file; a failure fails the launch.
+pid_t SpawnClusterDaemon(const std::string& session, const std::string& name,
+                         const std::vector<std::string>& argv) {
+  SpawnOptions o;
+  o.argv = argv;
+  o.stdout_path = session + "/logs/" + name + ".out";
+  o.stderr_path = session + "/logs/" + name + ".err";
+  o.new_session = true;
+  o.env_set[kMarkerVar] = session;
+  o.env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
+  auto pid = Spawn(o);
+  if (!pid.ok()) FailUp(session, pid.status().message());
+  (void)WriteFile(session + "/pids/" + name + ".pid", std::to_string(*pid));
+  return *pid;
+}
+
+// Starts the head and returns its address once it listens (up to 10 s).
+std::string StartClusterHead(const std::string& session, int port, const std::string& head_ip) {
+  pid_t head = SpawnClusterDaemon(session, "head", {SelfExecutable(), "head", "--port", std::to_string(port),
+                                                    "--session-dir", session, "--bind", head_ip});
   std::string address;
   for (int i = 0; i < 1000 && address.empty(); ++i) {
     auto r = ReadFile(session + "/head_address");
@@ -862,52 +620,109 @@ int RunUp(const Flags& f) {
     if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (!Alive(head)) {
       auto log = ReadFile(session + "/logs/head.err");
-      fail("the head failed to start:\n" + (log.ok() ? *log : std::string()));
+      FailUp(session, "the head failed to start:\n" + (log.ok() ? *log : std::string()));
     }
   }
-  if (address.empty()) fail("the head did not come up within 10 s; see " + session + "/logs/head.err");
-  state["head_address"] = address;
-  if (auto s = WriteState(session, state); !s.ok()) fail(s.message());
-  auto token = FindToken(session);
-  if (!token.ok()) fail(token.status().message());
+  if (address.empty()) FailUp(session, "the head did not come up within 10 s; see " + session + "/logs/head.err");
+  return address;
+}
 
-  // ---- supervisor, which starts and watches every node process
-  spawn_daemon("supervisor", {self, "supervise", "--session-dir", session});
-  const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  if (f.Has("wait")) {
-    size_t n = WatchRegistration(session, state, address, *token, deadline, true);
-    if (n < plan.size()) {
-      std::string missing;
-      for (const auto& h : state["hosts"]) {
-        pid_t pid = ReadPid(session + "/pids/node-" + h["name"].get<std::string>() + ".pid");
-        if (pid <= 0 || !Alive(pid)) missing += " " + h["name"].get<std::string>();
-      }
-      Die(std::to_string(n) + " of " + std::to_string(plan.size()) + " hosts registered within " +
-          f.Get("timeout", "120") + " s" + (missing.empty() ? "" : "; not running:" + missing) + "; see " +
-          session + "/logs (the cluster is left up; `torus down` stops it)");
-    }
-  } else {
-    // Wait only until the supervisor has started every node process.
-    bool all = false;
-    while (!all && Clock::now() < deadline) {
-      all = true;
-      for (const auto& h : state["hosts"]) {
-        if (ReadPid(session + "/pids/node-" + h["name"].get<std::string>() + ".pid") <= 0) all = false;
-      }
-      if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (!Alive(ReadPid(session + "/pids/supervisor.pid")) && !all) {
-        fail("the supervisor exited; see " + session + "/logs/supervisor.err");
-      }
-    }
-    size_t n = WatchRegistration(session, state, address, *token, Clock::now(), true);
-    std::cout << "  " << plan.size() << " node processes started, " << n
-              << " registered so far (`torus up --wait` waits for all)" << std::endl;
+// --wait: until every host has registered, or death naming those whose process is not running.
+void WaitForAllHosts(const std::string& session, const json& state, const std::string& address,
+                     const std::string& token, Clock::time_point deadline, const Flags& f) {
+  const size_t want = state["hosts"].size();
+  size_t n = WatchRegistration(session, state, address, token, deadline, true);
+  if (n >= want) return;
+  std::string missing;
+  for (const auto& h : state["hosts"]) {
+    pid_t pid = ReadPid(session + "/pids/node-" + h["name"].get<std::string>() + ".pid");
+    if (pid <= 0 || !Alive(pid)) missing += " " + h["name"].get<std::string>();
   }
+  Die(std::to_string(n) + " of " + std::to_string(want) + " hosts registered within " +
+      f.Get("timeout", "120") + " s" + (missing.empty() ? "" : "; not running:" + missing) + "; see " +
+      session + "/logs (the cluster is left up; `torus down` stops it)");
+}
+
+// Without --wait: only until the supervisor has started every node process.
+void WaitForNodeProcesses(const std::string& session, const json& state, const std::string& address,
+                          const std::string& token, Clock::time_point deadline) {
+  bool all = false;
+  while (!all && Clock::now() < deadline) {
+    all = true;
+    for (const auto& h : state["hosts"]) {
+      if (ReadPid(session + "/pids/node-" + h["name"].get<std::string>() + ".pid") <= 0) all = false;
+    }
+    if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!Alive(ReadPid(session + "/pids/supervisor.pid")) && !all) {
+      FailUp(session, "the supervisor exited; see " + session + "/logs/supervisor.err");
+    }
+  }
+  size_t n = WatchRegistration(session, state, address, token, Clock::now(), true);
+  std::cout << "  " << state["hosts"].size() << " node processes started, " << n
+            << " registered so far (`torus up --wait` waits for all)" << std::endl;
+}
+
+// The session of a new cluster with its plan written, its network set up when asked.
+std::string PrepareSession(const launcher::ClusterSpec& spec, const std::vector<launcher::HostPlan>& plan,
+                           const UpOptions& o, json* state) {
+  auto session_or = CreateSession(true);
+  if (!session_or.ok()) Die(session_or.status().message());
+  const std::string session = *session_or;
+  fs::create_directories(session + "/launcher");
+  fs::create_directories(session + "/pids");
+  *state = PlanState(spec, plan, o, session);
+  if (auto s = WriteState(session, *state); !s.ok()) Die(s.message());
+  (void)WriteFile(session + "/launcher/hosts", HostsTable(*state));
+  std::cout << "Launching cluster " << spec.name << ": " << plan.size() << " node processes (session "
+            << session << ")" << std::endl;
+  if (o.netns) {
+    auto t = Clock::now();
+    if (auto s = SetUpNetns(session, *state); !s.ok()) FailUp(session, "network namespaces: " + s.message());
+    std::cout << "  " << (plan.size() - 1) << " network namespaces on bridge " << (*state)["bridge"].get<std::string>()
+              << " (" << (*state)["subnet"].get<std::string>() << ".0/24) in "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count() << " ms"
+              << std::endl;
+  }
+  return session;
+}
+
+int RunUp(const Flags& f) {
+  if (f.Has("help")) {
+    Usage();
+    return 0;
+  }
+  if (f.Has("kill-host")) return KillHost(f);
+  if (f.positional.size() != 1) {
+    Usage();
+    return 2;
+  }
+  const auto t0 = Clock::now();
+  auto spec = ReadManifest(f.positional[0]);
+  const UpOptions o = ParseUpOptions(f);
+  if (!spec.ignored_fields.empty()) {
+    std::string list;
+    for (const auto& p : spec.ignored_fields) list += (list.empty() ? "" : ", ") + p;
+    std::cout << "Ignoring fields Torus does not use: " << list << std::endl;
+  }
+  auto plan = launcher::PlanHosts(spec);
+  json state;
+  const std::string session = PrepareSession(spec, plan, o, &state);
+  const std::string head_ip = state["head_ip"];
+  const std::string address = StartClusterHead(session, o.port, head_ip);
+  state["head_address"] = address;
+  if (auto s = WriteState(session, state); !s.ok()) FailUp(session, s.message());
+  auto token = FindToken(session);
+  if (!token.ok()) FailUp(session, token.status().message());
+  // The supervisor starts and watches every node process.
+  SpawnClusterDaemon(session, "supervisor", {SelfExecutable(), "supervise", "--session-dir", session});
+  const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  if (o.wait) WaitForAllHosts(session, state, address, *token, deadline, f);
+  else WaitForNodeProcesses(session, state, address, *token, deadline);
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::cout << "Cluster " << spec->name << " is up" << (f.Has("wait") ? "" : " (starting)") << " after " << secs
+  std::cout << "Cluster " << spec.name << " is up" << (o.wait ? "" : " (starting)") << " after " << secs
             << " s\n  address: " << address << "\n  session: " << session << "\n  hosts:   " << session
             << "/launcher/hosts\n  drivers: TORUS_ADDRESS=" << address;
-  if (netns) std::cout << " TORUS_BIND_HOST=" << head_ip;
+  if (o.netns) std::cout << " TORUS_BIND_HOST=" << head_ip;
   std::cout << "\n  stop:    torus down" << std::endl;
   return 0;
 }
@@ -915,7 +730,7 @@ int RunUp(const Flags& f) {
 }  // namespace
 
 int RunLauncherCommand(const std::string& cmd, int argc, char** argv) {
-  Flags f = ParseFlags(argc, argv);
+  Flags f = ParseArgs(argc, argv, 2, kBoolFlags);
   if (cmd == "up") {
     RequireKnownFlags(cmd, f.flags, {"wait", "timeout", "port", "netns", "no-atomic-restart", "restart",
                                      "kill-host", "signal", "session-dir", "help"});

@@ -14,10 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <sstream>
+
+#include "common/session.h"
 
 extern char** environ;
 
@@ -92,8 +92,8 @@ std::string DescribeWaitStatus(int status) {
 
 uint64_t ProcessStartTime(pid_t pid) {
   if (pid <= 0) return 0;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto read = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat = read.ok() ? *read : "";
   auto close = stat.rfind(')');  // the name (field 2) may hold spaces and parentheses
   if (close == std::string::npos) return 0;
   std::istringstream rest(stat.substr(close + 1));
@@ -131,8 +131,8 @@ namespace {
 // The NUL-separated argv of `pid` contains `--session-dir` followed by `session_dir` (or the
 // same directory under another spelling).
 bool ArgvNamesSession(pid_t pid, const std::string& session_dir) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto read = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+  const std::string cmd = read.ok() ? *read : "";
   std::vector<std::string> argv;
   for (size_t start = 0; start < cmd.size();) {
     size_t end = cmd.find('\0', start);

@@ -119,6 +119,77 @@ struct PodResources {
   std::vector<std::pair<std::string, std::string>> env;  // of the TPU container, else the first
 };
 
+// A container's `resources`: per resource, limits else requests, added to the pod's cpu and
+// memory; returns the container's google.com/tpu, if it asks for any.
+std::optional<double> ReadContainerResources(Walk& w, const YAML::Node& v, const std::string& cp, PodResources* pod) {
+  if (!v.IsMap()) {
+    if (!v.IsNull()) w.Problem(cp + ".resources", "is " + ScalarText(v) + At(v) + "; expected a map");
+    return std::nullopt;
+  }
+  std::map<std::string, double> amounts;
+  for (const char* part : {"requests", "limits"}) {
+    for (auto rit = v.begin(); rit != v.end(); ++rit) {
+      if (rit->first.Scalar() != part) continue;
+      std::string rp = cp + ".resources." + part;
+      auto m = GetStringMap(w, rit->second, rp);
+      for (const auto& [name, q] : m) {
+        if (name != "cpu" && name != "memory" && name != kTpuResourceName) {
+          w.Ignore(rp + "." + name);
+          continue;
+        }
+        auto amount = ParseQuantity(q);
+        if (!amount || *amount < 0) {
+          w.Problem(rp + "." + name, Quote(q) + " is not a valid quantity; expected e.g. 4, 500m or 16Gi");
+          continue;
+        }
+        amounts[name] = *amount;  // limits are read second and win
+      }
+    }
+  }
+  for (auto rit = v.begin(); rit != v.end(); ++rit) {
+    std::string part = rit->first.Scalar();
+    if (part != "requests" && part != "limits") w.Ignore(cp + ".resources." + part);
+  }
+  auto add = [&](std::optional<double>& total, const std::string& name) {
+    if (amounts.count(name)) total = total.value_or(0) + amounts[name];
+  };
+  add(pod->cpu, "cpu");
+  add(pod->memory, "memory");
+  if (amounts.count(std::string(kTpuResourceName))) return amounts[std::string(kTpuResourceName)];
+  return std::nullopt;
+}
+
+// A container's `env`: its name/value entries in order (valueFrom is ignored).
+std::vector<std::pair<std::string, std::string>> ReadContainerEnv(Walk& w, const YAML::Node& v,
+                                                                  const std::string& cp) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (v.IsNull()) return env;
+  if (!v.IsSequence()) {
+    w.Problem(cp + ".env", "is " + ScalarText(v) + At(v) + "; expected a list of name/value");
+    return env;
+  }
+  for (size_t e = 0; e < v.size(); ++e) {
+    std::string ep = cp + ".env[" + std::to_string(e) + "]";
+    const YAML::Node ev = v[e];
+    if (!ev.IsMap() || !ev["name"] || !ev["name"].IsScalar() || ev["name"].Scalar().empty()) {
+      w.Problem(ep, "has no name" + At(ev) + "; expected {name: ..., value: ...}");
+      continue;
+    }
+    std::string value;
+    for (auto eit = ev.begin(); eit != ev.end(); ++eit) {
+      std::string ek = eit->first.Scalar();
+      if (ek == "name") continue;
+      if (ek == "value") {
+        if (auto s = GetString(w, eit->second, ep + ".value")) value = *s;
+      } else {
+        w.Ignore(ep + "." + ek);  // valueFrom: there is no Kubernetes API to resolve it
+      }
+    }
+    env.emplace_back(ev["name"].Scalar(), value);
+  }
+  return env;
+}
+
 PodResources ReadContainers(Walk& w, const YAML::Node& containers, const std::string& path) {
   PodResources pod;
   if (containers.IsNull()) return pod;
@@ -138,68 +209,11 @@ PodResources ReadContainers(Walk& w, const YAML::Node& containers, const std::st
     std::vector<std::pair<std::string, std::string>> env;
     for (auto it = c.begin(); it != c.end(); ++it) {
       std::string key = it->first.Scalar();
-      const YAML::Node v = it->second;
       if (key == "resources") {
-        if (!v.IsMap()) {
-          if (!v.IsNull()) w.Problem(cp + ".resources", "is " + ScalarText(v) + At(v) + "; expected a map");
-          continue;
-        }
-        // Per resource: limits, else requests.
-        std::map<std::string, double> amounts;
-        for (const char* part : {"requests", "limits"}) {
-          for (auto rit = v.begin(); rit != v.end(); ++rit) {
-            if (rit->first.Scalar() != part) continue;
-            std::string rp = cp + ".resources." + part;
-            auto m = GetStringMap(w, rit->second, rp);
-            for (const auto& [name, q] : m) {
-              if (name != "cpu" && name != "memory" && name != kTpuResourceName) {
-                w.Ignore(rp + "." + name);
-                continue;
-              }
-              auto amount = ParseQuantity(q);
-              if (!amount || *amount < 0) {
-                w.Problem(rp + "." + name, Quote(q) + " is not a valid quantity; expected e.g. 4, 500m or 16Gi");
-                continue;
-              }
-              amounts[name] = *amount;  // limits are read second and win
-            }
-          }
-        }
-        for (auto rit = v.begin(); rit != v.end(); ++rit) {
-          std::string part = rit->first.Scalar();
-          if (part != "requests" && part != "limits") w.Ignore(cp + ".resources." + part);
-        }
-        auto add = [&](std::optional<double>& total, const std::string& name) {
-          if (amounts.count(name)) total = total.value_or(0) + amounts[name];
-        };
-        add(pod.cpu, "cpu");
-        add(pod.memory, "memory");
-        if (amounts.count(std::string(kTpuResourceName))) tpu = amounts[std::string(kTpuResourceName)];
+        if (auto t = ReadContainerResources(w, it->second, cp, &pod)) tpu = t;
       } else if (key == "env") {
-        if (v.IsNull()) continue;
-        if (!v.IsSequence()) {
-          w.Problem(cp + ".env", "is " + ScalarText(v) + At(v) + "; expected a list of name/value");
-          continue;
-        }
-        for (size_t e = 0; e < v.size(); ++e) {
-          std::string ep = cp + ".env[" + std::to_string(e) + "]";
-          const YAML::Node ev = v[e];
-          if (!ev.IsMap() || !ev["name"] || !ev["name"].IsScalar() || ev["name"].Scalar().empty()) {
-            w.Problem(ep, "has no name" + At(ev) + "; expected {name: ..., value: ...}");
-            continue;
-          }
-          std::string value;
-          for (auto eit = ev.begin(); eit != ev.end(); ++eit) {
-            std::string ek = eit->first.Scalar();
-            if (ek == "name") continue;
-            if (ek == "value") {
-              if (auto s = GetString(w, eit->second, ep + ".value")) value = *s;
-            } else {
-              w.Ignore(ep + "." + ek);  // valueFrom: there is no Kubernetes API to resolve it
-            }
-          }
-          env.emplace_back(ev["name"].Scalar(), value);
-        }
+        auto more = ReadContainerEnv(w, it->second, cp);
+        env.insert(env.end(), more.begin(), more.end());
       } else {
         w.Ignore(cp + "." + key);
       }
@@ -250,133 +264,140 @@ std::string KnownAccelerators() {
   return s;
 }
 
-GroupSpec ReadGroup(Walk& w, const YAML::Node& g, const std::string& path, bool is_head) {
-  GroupSpec spec;
-  spec.is_head = is_head;
-  spec.name = is_head ? "headgroup" : "";
-  if (is_head) spec.replicas = 1;
-  std::string where = path;
-  if (!g.IsMap()) {
-    w.Problem(path, "is " + ScalarText(g) + At(g) + "; expected a group spec");
-    return spec;
-  }
-  if (!is_head) {
-    const YAML::Node n = g["groupName"];
-    if (!n) {
-      w.Problem(path + ".groupName", "missing" + At(g) + "; expected a name");
-    } else if (auto s = GetString(w, n, path + ".groupName")) {
-      spec.name = *s;
-      if (!IsDnsLabel(spec.name)) {
-        w.Problem(path + ".groupName", Quote(spec.name) + At(n) +
-                                           " is not a valid name; expected lowercase letters, digits and '-' (at most 63)");
-      }
-      where = path + " (group " + Quote(spec.name) + ")";
-    }
-  }
+// What a group's keys say beyond the GroupSpec fields they fill directly.
+struct GroupFields {
+  std::string where;  // the group in messages: its path, with its name when it has one
   std::optional<double> num_cpus;
   std::map<std::string, double> start_resources, group_resources;
-  std::optional<PodResources> pod;
+  PodResources pod;
   bool has_num_of_hosts = false;
   int raw_num_of_hosts = 1;
-  for (auto it = g.begin(); it != g.end(); ++it) {
-    const std::string key = it->first.Scalar();
-    const YAML::Node v = it->second;
-    const std::string kp = path + "." + key;
-    if (key == "groupName" && !is_head) continue;
-    if (!is_head && (key == "replicas" || key == "minReplicas" || key == "maxReplicas")) {
-      auto n = GetInt(w, v, kp);
-      if (!n) continue;
-      if (*n < 0) w.Problem(kp, std::to_string(*n) + At(v) + "; expected >= 0");
-      if (key == "replicas") spec.replicas = std::max(0, *n);
-      if (key == "minReplicas") spec.min_replicas = *n;
-      if (key == "maxReplicas") spec.max_replicas = *n;
-    } else if (!is_head && key == "numOfHosts") {
-      if (auto n = GetInt(w, v, kp)) {
-        has_num_of_hosts = true;
-        raw_num_of_hosts = *n;
-      }
-    } else if (key == "rayStartParams") {
-      if (v.IsNull()) continue;
-      if (!v.IsMap()) {
-        w.Problem(kp, "is " + ScalarText(v) + At(v) + "; expected a map of strings");
-        continue;
-      }
-      for (auto pit = v.begin(); pit != v.end(); ++pit) {
-        std::string pk = pit->first.Scalar();
-        std::string pp = kp + "." + pk;
-        if (pk == "num-cpus") {
-          auto s = GetString(w, pit->second, pp);
-          auto q = s ? ParseQuantity(*s) : std::nullopt;
-          if (s && (!q || *q < 0)) w.Problem(pp, Quote(*s) + " is not a non-negative number");
-          if (q && *q >= 0) num_cpus = *q;
-        } else if (pk == "resources") {
-          if (auto s = GetString(w, pit->second, pp)) ReadResourcesJson(w, *s, pp, start_resources);
+};
+
+// A worker group's groupName, checked; returns where the group is, for messages.
+std::string ReadGroupName(Walk& w, const YAML::Node& g, const std::string& path, GroupSpec* spec) {
+  const YAML::Node n = g["groupName"];
+  if (!n) {
+    w.Problem(path + ".groupName", "missing" + At(g) + "; expected a name");
+    return path;
+  }
+  auto s = GetString(w, n, path + ".groupName");
+  if (!s) return path;
+  spec->name = *s;
+  if (!IsDnsLabel(spec->name)) {
+    w.Problem(path + ".groupName", Quote(spec->name) + At(n) +
+                                       " is not a valid name; expected lowercase letters, digits and '-' (at most 63)");
+  }
+  return path + " (group " + Quote(spec->name) + ")";
+}
+
+void ReadRayStartParams(Walk& w, const YAML::Node& v, const std::string& kp, GroupFields* f) {
+  if (v.IsNull()) return;
+  if (!v.IsMap()) {
+    w.Problem(kp, "is " + ScalarText(v) + At(v) + "; expected a map of strings");
+    return;
+  }
+  for (auto pit = v.begin(); pit != v.end(); ++pit) {
+    std::string pk = pit->first.Scalar();
+    std::string pp = kp + "." + pk;
+    if (pk == "num-cpus") {
+      auto s = GetString(w, pit->second, pp);
+      auto q = s ? ParseQuantity(*s) : std::nullopt;
+      if (s && (!q || *q < 0)) w.Problem(pp, Quote(*s) + " is not a non-negative number");
+      if (q && *q >= 0) f->num_cpus = *q;
+    } else if (pk == "resources") {
+      if (auto s = GetString(w, pit->second, pp)) ReadResourcesJson(w, *s, pp, f->start_resources);
+    } else {
+      w.Ignore(pp);
+    }
+  }
+}
+
+// template: metadata.annotations, spec.nodeSelector and spec.containers.
+void ReadPodTemplate(Walk& w, const YAML::Node& v, const std::string& kp, GroupSpec* spec, GroupFields* f) {
+  if (!v.IsMap()) {
+    w.Problem(kp, "is " + ScalarText(v) + At(v) + "; expected a pod template");
+    return;
+  }
+  for (auto tit = v.begin(); tit != v.end(); ++tit) {
+    std::string tk = tit->first.Scalar();
+    const YAML::Node tv = tit->second;
+    std::string tp = kp + "." + tk;
+    if (tk == "metadata" && tv.IsMap()) {
+      for (auto mit = tv.begin(); mit != tv.end(); ++mit) {
+        if (mit->first.Scalar() == "annotations") {
+          spec->annotations = GetStringMap(w, mit->second, tp + ".annotations");
         } else {
-          w.Ignore(pp);
+          w.Ignore(tp + "." + mit->first.Scalar());
         }
       }
-    } else if (key == "resources") {
-      for (const auto& [name, q] : GetStringMap(w, v, kp)) {
-        auto amount = ParseQuantity(q);
-        if (!amount || *amount < 0) {
-          w.Problem(kp + "." + name, Quote(q) + " is not a non-negative number");
+    } else if (tk == "spec" && tv.IsMap()) {
+      for (auto sit = tv.begin(); sit != tv.end(); ++sit) {
+        std::string sk = sit->first.Scalar();
+        if (sk == "nodeSelector") {
+          spec->node_selector = GetStringMap(w, sit->second, tp + ".nodeSelector");
+        } else if (sk == "containers") {
+          f->pod = ReadContainers(w, sit->second, tp + ".containers");
         } else {
-          group_resources[name] = *amount;
-        }
-      }
-    } else if (key == "labels") {
-      spec.labels = GetStringMap(w, v, kp);
-    } else if (key == "template") {
-      if (!v.IsMap()) {
-        w.Problem(kp, "is " + ScalarText(v) + At(v) + "; expected a pod template");
-        continue;
-      }
-      for (auto tit = v.begin(); tit != v.end(); ++tit) {
-        std::string tk = tit->first.Scalar();
-        const YAML::Node tv = tit->second;
-        std::string tp = kp + "." + tk;
-        if (tk == "metadata" && tv.IsMap()) {
-          for (auto mit = tv.begin(); mit != tv.end(); ++mit) {
-            if (mit->first.Scalar() == "annotations") {
-              spec.annotations = GetStringMap(w, mit->second, tp + ".annotations");
-            } else {
-              w.Ignore(tp + "." + mit->first.Scalar());
-            }
-          }
-        } else if (tk == "spec" && tv.IsMap()) {
-          for (auto sit = tv.begin(); sit != tv.end(); ++sit) {
-            std::string sk = sit->first.Scalar();
-            if (sk == "nodeSelector") {
-              spec.node_selector = GetStringMap(w, sit->second, tp + ".nodeSelector");
-            } else if (sk == "containers") {
-              pod = ReadContainers(w, sit->second, tp + ".containers");
-            } else {
-              w.Ignore(tp + "." + sk);
-            }
-          }
-        } else {
-          w.Ignore(tp);
+          w.Ignore(tp + "." + sk);
         }
       }
     } else {
-      w.Ignore(kp);
+      w.Ignore(tp);
     }
   }
-  if (!pod) pod = PodResources{};
-  spec.env = pod->env;
+}
 
-  // Resources, weakest first: container cpu/memory, rayStartParams.resources, group resources,
-  // num-cpus. CPU from a container is rounded up, as `ray start` is given whole CPUs.
-  if (pod->cpu) spec.resources["CPU"] = std::ceil(*pod->cpu);
-  if (pod->memory) spec.resources["memory"] = std::floor(*pod->memory);
-  for (const auto& [k, v] : start_resources) spec.resources[k] = v;
-  for (const auto& [k, v] : group_resources) spec.resources[k] = v;
-  if (num_cpus) spec.resources["CPU"] = *num_cpus;
-  if (auto s = ValidateResources(spec.resources, "resources"); !s.ok()) {
-    w.Problem(where, s.message());
+// One key of a group spec (groupName already read).
+void ReadGroupKey(Walk& w, const std::string& key, const YAML::Node& v, const std::string& kp, bool is_head,
+                  GroupSpec* spec, GroupFields* f) {
+  if (!is_head && (key == "replicas" || key == "minReplicas" || key == "maxReplicas")) {
+    auto n = GetInt(w, v, kp);
+    if (!n) return;
+    if (*n < 0) w.Problem(kp, std::to_string(*n) + At(v) + "; expected >= 0");
+    if (key == "replicas") spec->replicas = std::max(0, *n);
+    if (key == "minReplicas") spec->min_replicas = *n;
+    if (key == "maxReplicas") spec->max_replicas = *n;
+  } else if (!is_head && key == "numOfHosts") {
+    if (auto n = GetInt(w, v, kp)) {
+      f->has_num_of_hosts = true;
+      f->raw_num_of_hosts = *n;
+    }
+  } else if (key == "rayStartParams") {
+    ReadRayStartParams(w, v, kp, f);
+  } else if (key == "resources") {
+    for (const auto& [name, q] : GetStringMap(w, v, kp)) {
+      auto amount = ParseQuantity(q);
+      if (!amount || *amount < 0) {
+        w.Problem(kp + "." + name, Quote(q) + " is not a non-negative number");
+      } else {
+        f->group_resources[name] = *amount;
+      }
+    }
+  } else if (key == "labels") {
+    spec->labels = GetStringMap(w, v, kp);
+  } else if (key == "template") {
+    ReadPodTemplate(w, v, kp, spec, f);
+  } else {
+    w.Ignore(kp);
   }
+}
 
-  // Labels: no reserved TPU key, nothing the --labels transport cannot carry.
+// Resources, weakest first: container cpu/memory, rayStartParams.resources, group resources,
+// num-cpus. CPU from a container is rounded up, as `ray start` is given whole CPUs.
+void SetGroupResources(Walk& w, const GroupFields& f, GroupSpec* spec) {
+  if (f.pod.cpu) spec->resources["CPU"] = std::ceil(*f.pod.cpu);
+  if (f.pod.memory) spec->resources["memory"] = std::floor(*f.pod.memory);
+  for (const auto& [k, v] : f.start_resources) spec->resources[k] = v;
+  for (const auto& [k, v] : f.group_resources) spec->resources[k] = v;
+  if (f.num_cpus) spec->resources["CPU"] = *f.num_cpus;
+  if (auto s = ValidateResources(spec->resources, "resources"); !s.ok()) {
+    w.Problem(f.where, s.message());
+  }
+}
+
+// Labels: no reserved TPU key, nothing the --labels transport cannot carry.
+void CheckGroupLabels(Walk& w, const std::string& where, const GroupSpec& spec) {
   if (auto s = ValidateUserLabels(spec.labels, "labels"); !s.ok()) w.Problem(where, s.message());
   for (const auto& [k, v] : spec.labels) {
     if (k.empty() || k.find_first_of(",=") != std::string::npos || v.find(',') != std::string::npos) {
@@ -386,47 +407,35 @@ GroupSpec ReadGroup(Walk& w, const YAML::Node& g, const std::string& path, bool 
       w.Problem(where + " labels", "key " + Quote(k) + " is set by the launcher to the group name");
     }
   }
+}
 
-  if (is_head) {
-    if (pod->tpu_containers > 0) {
-      w.Problem(path + ".template.spec.containers",
-                "the head group asks for google.com/tpu (" + Num(pod->tpu.value_or(0)) +
-                    "); expected no TPU on the head (TPU hosts belong in workerGroupSpecs)");
-    }
-    return spec;
-  }
-
-  if (pod->tpu_containers == 0) {
-    // Not a TPU group: KubeRay reads numOfHosts <= 0 as 1.
-    spec.num_of_hosts = std::max(1, raw_num_of_hosts);
-    return spec;
-  }
-
-  // ---- TPU group rules (§5 "Validation")
-  spec.num_of_hosts = raw_num_of_hosts;
+// P, the chips per pod: one TPU container asking for a positive whole number. False if not.
+bool ReadTpuChips(Walk& w, const GroupFields& f, GroupSpec* spec) {
   bool p_ok = true;
-  if (pod->tpu_containers > 1) {
-    w.Problem(where + " template.spec.containers",
-              std::to_string(pod->tpu_containers) +
+  if (f.pod.tpu_containers > 1) {
+    w.Problem(f.where + " template.spec.containers",
+              std::to_string(f.pod.tpu_containers) +
                   " containers ask for google.com/tpu; expected exactly one TPU container per pod");
     p_ok = false;
   }
-  double p = pod->tpu.value_or(0);
+  double p = f.pod.tpu.value_or(0);
   if (p <= 0 || p != std::floor(p) || p > 1e6) {
-    w.Problem(where + " google.com/tpu", "is " + Num(p) +
-                                             "; expected a positive integer number of chips per pod");
+    w.Problem(f.where + " google.com/tpu", "is " + Num(p) +
+                                               "; expected a positive integer number of chips per pod");
     p_ok = false;
   } else {
-    spec.tpu_chips = static_cast<int>(p);
+    spec->tpu_chips = static_cast<int>(p);
   }
-  if (has_num_of_hosts && raw_num_of_hosts < 1) {
-    w.Problem(where + " numOfHosts", std::to_string(raw_num_of_hosts) + "; expected >= 1 for a TPU group");
-  } else if (!has_num_of_hosts) {
-    spec.num_of_hosts = 1;
-  }
+  return p_ok;
+}
+
+// The generation (accelerator selector) and the slice topology (topology selector; no
+// subslice annotation). True when the topology is valid: spec's generation, topology,
+// slice_chips and pod_type are then set.
+bool ReadTpuSlice(Walk& w, const std::string& where, GroupSpec* spec) {
   std::optional<tpu::Generation> gen;
-  auto acc = spec.node_selector.find(std::string(kGkeAcceleratorSelector));
-  if (acc == spec.node_selector.end()) {
+  auto acc = spec->node_selector.find(std::string(kGkeAcceleratorSelector));
+  if (acc == spec->node_selector.end()) {
     w.Problem(where + " nodeSelector",
               "missing " + std::string(kGkeAcceleratorSelector) + "; expected one of " + KnownAccelerators());
   } else {
@@ -436,45 +445,95 @@ GroupSpec ReadGroup(Walk& w, const YAML::Node& g, const std::string& path, bool 
                 Quote(acc->second) + " is not a known TPU accelerator; expected one of " + KnownAccelerators());
     }
   }
-  if (spec.annotations.count(std::string(kGkeSubsliceAnnotation))) {
+  if (spec->annotations.count(std::string(kGkeSubsliceAnnotation))) {
     w.Problem(where + " annotation " + std::string(kGkeSubsliceAnnotation),
-              Quote(spec.annotations[std::string(kGkeSubsliceAnnotation)]) +
+              Quote(spec->annotations[std::string(kGkeSubsliceAnnotation)]) +
                   ": subslices are not supported in v1; expected a whole slice chosen by " +
                   std::string(kGkeTopologySelector));
   }
-  auto topo = spec.node_selector.find(std::string(kGkeTopologySelector));
-  bool topo_ok = false;
-  if (topo == spec.node_selector.end()) {
+  auto topo = spec->node_selector.find(std::string(kGkeTopologySelector));
+  if (topo == spec->node_selector.end()) {
     w.Problem(where + " nodeSelector",
               "missing " + std::string(kGkeTopologySelector) + "; expected the slice topology, e.g. 4x4 or 2x2x2");
-  } else if (gen) {
-    if (auto s = tpu::ValidateTopology(*gen, topo->second); !s.ok()) {
-      w.Problem(where + " nodeSelector " + std::string(kGkeTopologySelector), s.message());
-    } else {
-      topo_ok = true;
-      spec.generation = *gen;
-      spec.topology = tpu::NormalizeTopology(topo->second);
-      spec.slice_chips = *tpu::TopologyChips(spec.topology);
-      spec.pod_type = tpu::PodTypeName(*gen, spec.slice_chips);
+    return false;
+  }
+  if (!gen) return false;
+  if (auto s = tpu::ValidateTopology(*gen, topo->second); !s.ok()) {
+    w.Problem(where + " nodeSelector " + std::string(kGkeTopologySelector), s.message());
+    return false;
+  }
+  spec->generation = *gen;
+  spec->topology = tpu::NormalizeTopology(topo->second);
+  spec->slice_chips = *tpu::TopologyChips(spec->topology);
+  spec->pod_type = tpu::PodTypeName(*gen, spec->slice_chips);
+  return true;
+}
+
+// P divides the slice's C chips, and numOfHosts is C / P.
+void CheckHostsMatchTopology(Walk& w, const GroupFields& f, const GroupSpec& spec) {
+  int c = spec.slice_chips, pp = spec.tpu_chips;
+  if (c % pp != 0) {
+    w.Problem(f.where + " google.com/tpu",
+              std::to_string(pp) + " does not divide the " + std::to_string(c) + " chips of topology " +
+                  spec.topology + "; expected a divisor of " + std::to_string(c));
+  } else if (!(f.has_num_of_hosts && f.raw_num_of_hosts < 1)) {
+    int want = std::max(c / pp, 1);
+    if (spec.num_of_hosts != want) {
+      w.Problem(f.where + " numOfHosts",
+                "Number of workers in worker group not equal to specified topology: numOfHosts is " +
+                    std::to_string(spec.num_of_hosts) + ", expected " + std::to_string(want) + " (" +
+                    std::to_string(c) + " chips of " + spec.topology + " / " + std::to_string(pp) +
+                    " per host)");
     }
   }
-  if (topo_ok && p_ok && spec.tpu_chips > 0) {
-    int c = spec.slice_chips, pp = spec.tpu_chips;
-    if (c % pp != 0) {
-      w.Problem(where + " google.com/tpu",
-                std::to_string(pp) + " does not divide the " + std::to_string(c) + " chips of topology " +
-                    spec.topology + "; expected a divisor of " + std::to_string(c));
-    } else if (!(has_num_of_hosts && raw_num_of_hosts < 1)) {
-      int want = std::max(c / pp, 1);
-      if (spec.num_of_hosts != want) {
-        w.Problem(where + " numOfHosts",
-                  "Number of workers in worker group not equal to specified topology: numOfHosts is " +
-                      std::to_string(spec.num_of_hosts) + ", expected " + std::to_string(want) + " (" +
-                      std::to_string(c) + " chips of " + spec.topology + " / " + std::to_string(pp) +
-                      " per host)");
-      }
-    }
+}
+
+// The TPU group rules (§5 "Validation").
+void ApplyTpuRules(Walk& w, const GroupFields& f, GroupSpec* spec) {
+  spec->num_of_hosts = f.raw_num_of_hosts;
+  bool p_ok = ReadTpuChips(w, f, spec);
+  if (f.has_num_of_hosts && f.raw_num_of_hosts < 1) {
+    w.Problem(f.where + " numOfHosts", std::to_string(f.raw_num_of_hosts) + "; expected >= 1 for a TPU group");
+  } else if (!f.has_num_of_hosts) {
+    spec->num_of_hosts = 1;
   }
+  bool topo_ok = ReadTpuSlice(w, f.where, spec);
+  if (topo_ok && p_ok && spec->tpu_chips > 0) CheckHostsMatchTopology(w, f, *spec);
+}
+
+GroupSpec ReadGroup(Walk& w, const YAML::Node& g, const std::string& path, bool is_head) {
+  GroupSpec spec;
+  spec.is_head = is_head;
+  spec.name = is_head ? "headgroup" : "";
+  if (is_head) spec.replicas = 1;
+  if (!g.IsMap()) {
+    w.Problem(path, "is " + ScalarText(g) + At(g) + "; expected a group spec");
+    return spec;
+  }
+  GroupFields f;
+  f.where = is_head ? path : ReadGroupName(w, g, path, &spec);
+  for (auto it = g.begin(); it != g.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (key == "groupName" && !is_head) continue;
+    ReadGroupKey(w, key, it->second, path + "." + key, is_head, &spec, &f);
+  }
+  spec.env = f.pod.env;
+  SetGroupResources(w, f, &spec);
+  CheckGroupLabels(w, f.where, spec);
+  if (is_head) {
+    if (f.pod.tpu_containers > 0) {
+      w.Problem(path + ".template.spec.containers",
+                "the head group asks for google.com/tpu (" + Num(f.pod.tpu.value_or(0)) +
+                    "); expected no TPU on the head (TPU hosts belong in workerGroupSpecs)");
+    }
+    return spec;
+  }
+  if (f.pod.tpu_containers == 0) {
+    // Not a TPU group: KubeRay reads numOfHosts <= 0 as 1.
+    spec.num_of_hosts = std::max(1, f.raw_num_of_hosts);
+    return spec;
+  }
+  ApplyTpuRules(w, f, &spec);
   return spec;
 }
 
@@ -514,8 +573,20 @@ std::optional<double> ParseQuantity(std::string_view q) {
   return v * it->second;
 }
 
-StatusOr<ClusterSpec> ParseRayCluster(std::string_view yaml_text) {
-  const std::string prefix = "Failed to validate RayCluster: ";
+namespace {
+
+const char kValidatePrefix[] = "Failed to validate RayCluster: ";
+
+// The problems found so far as one InvalidArgument.
+Status Problems(const Walk& w) {
+  std::string msg;
+  for (const auto& p : w.problems) msg += (msg.empty() ? "" : "; ") + p;
+  return InvalidArgument(kValidatePrefix + msg);
+}
+
+// The one YAML document of `yaml_text`, a map.
+StatusOr<YAML::Node> LoadDocument(std::string_view yaml_text) {
+  const std::string prefix = kValidatePrefix;
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(yaml_text));
@@ -526,12 +597,14 @@ StatusOr<ClusterSpec> ParseRayCluster(std::string_view yaml_text) {
   if (docs.size() != 1) {
     return InvalidArgument(prefix + "expected exactly one YAML document, found " + std::to_string(docs.size()));
   }
-  const YAML::Node root = docs[0];
-  if (!root.IsMap()) {
-    return InvalidArgument(prefix + "the document is " + ScalarText(root) + "; expected a RayCluster object");
+  if (!docs[0].IsMap()) {
+    return InvalidArgument(prefix + "the document is " + ScalarText(docs[0]) + "; expected a RayCluster object");
   }
-  Walk w;
-  ClusterSpec spec;
+  return docs[0];
+}
+
+// kind RayCluster, apiVersion ray.io/v1.
+void CheckKind(Walk& w, const YAML::Node& root) {
   const YAML::Node api = root["apiVersion"], kind = root["kind"];
   std::string api_s = api && api.IsScalar() ? api.Scalar() : "";
   std::string kind_s = kind && kind.IsScalar() ? kind.Scalar() : "";
@@ -542,13 +615,73 @@ StatusOr<ClusterSpec> ParseRayCluster(std::string_view yaml_text) {
   if (api_s != "ray.io/v1") {
     w.Problem("apiVersion", (api ? Quote(ScalarText(api)) : std::string("missing")) + "; expected ray.io/v1");
   }
-  if (!w.problems.empty()) {
-    std::string msg;
-    for (const auto& p : w.problems) msg += (msg.empty() ? "" : "; ") + p;
-    return InvalidArgument(prefix + msg);
+}
+
+// `spec`: the head group and the worker groups. Returns whether there was a head group.
+bool ReadClusterSpec(Walk& w, const YAML::Node& v, ClusterSpec* spec) {
+  if (!v.IsMap()) {
+    w.Problem("spec", "is " + ScalarText(v) + At(v) + "; expected a RayCluster spec");
+    return false;
   }
   bool have_head = false;
-  for (auto it = root.begin(); it != root.end(); ++it) {
+  for (auto sit = v.begin(); sit != v.end(); ++sit) {
+    const std::string sk = sit->first.Scalar();
+    const YAML::Node sv = sit->second;
+    if (sk == "headGroupSpec") {
+      have_head = true;
+      spec->head = ReadGroup(w, sv, "spec.headGroupSpec", /*is_head=*/true);
+    } else if (sk == "workerGroupSpecs") {
+      if (sv.IsNull()) continue;
+      if (!sv.IsSequence()) {
+        w.Problem("spec.workerGroupSpecs", "is " + ScalarText(sv) + At(sv) + "; expected a list");
+        continue;
+      }
+      for (size_t i = 0; i < sv.size(); ++i) {
+        spec->workers.push_back(ReadGroup(w, sv[i], "spec.workerGroupSpecs[" + std::to_string(i) + "]", false));
+      }
+    } else {
+      w.Ignore("spec." + sk);
+    }
+  }
+  return have_head;
+}
+
+// metadata.name, a DNS label.
+void ReadClusterName(Walk& w, const YAML::Node& root, ClusterSpec* spec) {
+  const YAML::Node name = root["metadata"] && root["metadata"].IsMap() ? root["metadata"]["name"] : YAML::Node();
+  if (!name || !name.IsScalar() || name.Scalar().empty()) {
+    w.Problem("metadata.name", "missing; expected the cluster name");
+    return;
+  }
+  spec->name = name.Scalar();
+  if (!IsDnsLabel(spec->name)) {
+    w.Problem("metadata.name", Quote(spec->name) + At(name) +
+                                   " is not a valid name; expected lowercase letters, digits and '-' (at most 63)");
+  }
+}
+
+void CheckUniqueGroupNames(Walk& w, const ClusterSpec& spec) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < spec.workers.size(); ++i) {
+    const auto& g = spec.workers[i];
+    if (!g.name.empty() && !names.insert(g.name).second) {
+      w.Problem("spec.workerGroupSpecs[" + std::to_string(i) + "].groupName",
+                Quote(g.name) + " is used by an earlier group; expected unique group names");
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<ClusterSpec> ParseRayCluster(std::string_view yaml_text) {
+  auto root = LoadDocument(yaml_text);
+  if (!root.ok()) return root.status();
+  Walk w;
+  ClusterSpec spec;
+  CheckKind(w, *root);
+  if (!w.problems.empty()) return Problems(w);
+  bool have_head = false;
+  for (auto it = root->begin(); it != root->end(); ++it) {
     const std::string key = it->first.Scalar();
     const YAML::Node v = it->second;
     if (key == "apiVersion" || key == "kind") continue;
@@ -561,58 +694,15 @@ StatusOr<ClusterSpec> ParseRayCluster(std::string_view yaml_text) {
         if (mit->first.Scalar() != "name") w.Ignore("metadata." + mit->first.Scalar());
       }
     } else if (key == "spec") {
-      if (!v.IsMap()) {
-        w.Problem("spec", "is " + ScalarText(v) + At(v) + "; expected a RayCluster spec");
-        continue;
-      }
-      for (auto sit = v.begin(); sit != v.end(); ++sit) {
-        const std::string sk = sit->first.Scalar();
-        const YAML::Node sv = sit->second;
-        if (sk == "headGroupSpec") {
-          have_head = true;
-          spec.head = ReadGroup(w, sv, "spec.headGroupSpec", /*is_head=*/true);
-        } else if (sk == "workerGroupSpecs") {
-          if (sv.IsNull()) continue;
-          if (!sv.IsSequence()) {
-            w.Problem("spec.workerGroupSpecs", "is " + ScalarText(sv) + At(sv) + "; expected a list");
-            continue;
-          }
-          for (size_t i = 0; i < sv.size(); ++i) {
-            spec.workers.push_back(
-                ReadGroup(w, sv[i], "spec.workerGroupSpecs[" + std::to_string(i) + "]", false));
-          }
-        } else {
-          w.Ignore("spec." + sk);
-        }
-      }
+      if (ReadClusterSpec(w, v, &spec)) have_head = true;
     } else {
       w.Ignore(key);
     }
   }
-  const YAML::Node name = root["metadata"] && root["metadata"].IsMap() ? root["metadata"]["name"] : YAML::Node();
-  if (!name || !name.IsScalar() || name.Scalar().empty()) {
-    w.Problem("metadata.name", "missing; expected the cluster name");
-  } else {
-    spec.name = name.Scalar();
-    if (!IsDnsLabel(spec.name)) {
-      w.Problem("metadata.name", Quote(spec.name) + At(name) +
-                                     " is not a valid name; expected lowercase letters, digits and '-' (at most 63)");
-    }
-  }
+  ReadClusterName(w, *root, &spec);
   if (!have_head) w.Problem("spec.headGroupSpec", "missing; expected the head group");
-  std::set<std::string> names;
-  for (size_t i = 0; i < spec.workers.size(); ++i) {
-    const auto& g = spec.workers[i];
-    if (!g.name.empty() && !names.insert(g.name).second) {
-      w.Problem("spec.workerGroupSpecs[" + std::to_string(i) + "].groupName",
-                Quote(g.name) + " is used by an earlier group; expected unique group names");
-    }
-  }
-  if (!w.problems.empty()) {
-    std::string msg;
-    for (const auto& p : w.problems) msg += (msg.empty() ? "" : "; ") + p;
-    return InvalidArgument(prefix + msg);
-  }
+  CheckUniqueGroupNames(w, spec);
+  if (!w.problems.empty()) return Problems(w);
   spec.ignored_fields.assign(w.ignored.begin(), w.ignored.end());
   return spec;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tpu/gang_env.h"
 #include "tpu/topology.h"
 
 namespace torus::launcher {
@@ -25,7 +26,7 @@ inline constexpr std::string_view kGkeTopologySelector = "cloud.google.com/gke-t
 inline constexpr std::string_view kGkeSubsliceAnnotation = "cloud.google.com/gke-tpu-slice-topology";
 inline constexpr std::string_view kTpuResourceName = "google.com/tpu";
 inline constexpr std::string_view kNodeGroupLabel = "torus.io/node-group";
-inline constexpr int kMegascalePort = 8081;
+inline constexpr int kMegascalePort = tpu::kMegascalePort;  // the one value: tpu/gang_env.h
 inline constexpr int kTpuProcessPortBase = 8471;  // spec §5: "(to confirm)"; webhook README: 8476
 
 // One group of the manifest: the head group or a workerGroupSpecs entry.

@@ -12,15 +12,13 @@
 #include <cerrno>
 #include <climits>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
+#include "common/thread_annotations.h"
 #include "tpu/chip_visibility.h"
 
 namespace torus::tpu {
@@ -121,10 +119,45 @@ int MillisLeft(Clock::time_point deadline) {
   return left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), INT_MAX));
 }
 
+// One asynchronous name lookup (getaddrinfo_a); glibc reads and writes it until it completes.
+struct AsyncLookup {
+  std::string host, port;
+  addrinfo hints{};
+  gaicb cb{};
+  ~AsyncLookup() {
+    if (cb.ar_result != nullptr) ::freeaddrinfo(cb.ar_result);
+  }
+};
+
+// Lookups given up at their deadline that glibc could not cancel (already running): kept
+// here until glibc is done with them, then freed by a later Reap(). Any thread; `mu_` guards
+// the list.
+class AbandonedLookups {
+ public:
+  void Add(std::unique_ptr<AsyncLookup> l) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    lookups_.push_back(std::move(l));
+  }
+  void Reap() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    std::erase_if(lookups_, [](const auto& l) { return ::gai_error(&l->cb) != EAI_INPROGRESS; });
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<std::unique_ptr<AsyncLookup>> lookups_ GUARDED_BY(mu_);
+};
+
+// Leaked on purpose: lookups may still be in glibc's hands at exit.
+AbandonedLookups& Abandoned() {
+  static auto* a = new AbandonedLookups;
+  return *a;
+}
+
 // Resolves host:port to socket addresses before `deadline`. Numeric hosts resolve inline; names
-// go through getaddrinfo on a detached thread, since getaddrinfo has no timeout of its own.
-// The shared state is shared_ptr because a timed-out lookup outlives this call by an unbounded
-// amount of time.
+// go through glibc's asynchronous getaddrinfo_a (its helper threads are the C library's own),
+// since getaddrinfo has no timeout of its own: waited for until the deadline, then cancelled
+// (or, when already running, left to finish in AbandonedLookups).
 std::vector<sockaddr_storage> Resolve(const std::string& host, const std::string& port,
                                       Clock::time_point deadline) {
   std::vector<sockaddr_storage> out;
@@ -147,34 +180,30 @@ std::vector<sockaddr_storage> Resolve(const std::string& host, const std::string
     return out;
   }
 
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;  // guarded by mu
-    addrinfo* list = nullptr;  // guarded by mu; freed by the destructor
-    ~State() {
-      if (list != nullptr) ::freeaddrinfo(list);
-    }
-  };
-  auto state = std::make_shared<State>();
-  try {
-    std::thread([state, host, port] {
-      addrinfo hints{};
-      hints.ai_family = AF_UNSPEC;
-      hints.ai_socktype = SOCK_STREAM;
-      hints.ai_flags = AI_NUMERICSERV;
-      addrinfo* result = nullptr;
-      if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &result) != 0) result = nullptr;
-      std::lock_guard<std::mutex> lock(state->mu);
-      state->list = result;
-      state->done = true;
-      state->cv.notify_all();
-    }).detach();
-  } catch (const std::system_error&) {
-    return out;  // could not start a thread: treat as no server
+  Abandoned().Reap();
+  auto l = std::make_unique<AsyncLookup>();
+  l->host = host;
+  l->port = port;
+  l->hints.ai_family = AF_UNSPEC;
+  l->hints.ai_socktype = SOCK_STREAM;
+  l->hints.ai_flags = AI_NUMERICSERV;
+  l->cb.ar_name = l->host.c_str();
+  l->cb.ar_service = l->port.c_str();
+  l->cb.ar_request = &l->hints;
+  gaicb* requests[1] = {&l->cb};
+  if (::getaddrinfo_a(GAI_NOWAIT, requests, 1, nullptr) != 0) return out;  // treat as no server
+  while (::gai_error(&l->cb) == EAI_INPROGRESS) {
+    const int ms = MillisLeft(deadline);
+    if (ms <= 0) break;
+    const timespec left{ms / 1000, (ms % 1000) * 1000000L};
+    ::gai_suspend(requests, 1, &left);  // returns on completion, timeout or a signal
   }
-  std::unique_lock<std::mutex> lock(state->mu);
-  if (state->cv.wait_until(lock, deadline, [&] { return state->done; })) collect(state->list);
+  const int status = ::gai_error(&l->cb);
+  if (status == 0) {
+    collect(l->cb.ar_result);
+  } else if (status == EAI_INPROGRESS && ::gai_cancel(&l->cb) == EAI_NOTCANCELED) {
+    Abandoned().Add(std::move(l));
+  }
   return out;
 }
 
@@ -456,16 +485,16 @@ NodeTpuInput NodeTpuInputFromEnv(EnvMap env, std::optional<double> explicit_tpu)
   return input;
 }
 
-StatusOr<NodeTpuIdentity> ComputeNodeTpuIdentity(const NodeTpuInput& input) {
-  NodeTpuIdentity id;
-  const EnvMap& env = input.env;
+namespace {
 
-  // ---- chip count ----
+// The chip count and physical chip ids (§4): explicit TPU, else TORUS_TPU_CHIPS, else the device
+// tree; TPU_VISIBLE_CHIPS caps the count and supplies the ids. Fails only on a bad explicit TPU.
+Status ResolveChips(const NodeTpuInput& input, NodeTpuIdentity* id) {
   std::optional<std::vector<int>> visible;
-  if (std::optional<std::string> v = EnvValue(env, kEnvVisibleChips)) {
+  if (std::optional<std::string> v = EnvValue(input.env, kEnvVisibleChips)) {
     visible = ParseVisibleChips(*v);
     if (!visible) {
-      id.warnings.push_back("ignoring malformed TPU_VISIBLE_CHIPS '" + *v + "'");
+      id->warnings.push_back("ignoring malformed TPU_VISIBLE_CHIPS '" + *v + "'");
     }
   }
   int chips = 0;
@@ -483,135 +512,165 @@ StatusOr<NodeTpuIdentity> ComputeNodeTpuIdentity(const NodeTpuInput& input) {
     }
   } else {
     std::optional<int> overridden;
-    if (std::optional<std::string> v = EnvValue(env, "TORUS_TPU_CHIPS")) {
+    if (std::optional<std::string> v = EnvValue(input.env, "TORUS_TPU_CHIPS")) {
       overridden = ParseNonNegativeInt(*v);
-      if (!overridden) id.warnings.push_back("ignoring malformed TORUS_TPU_CHIPS '" + *v + "'");
+      if (!overridden) id->warnings.push_back("ignoring malformed TORUS_TPU_CHIPS '" + *v + "'");
     }
     chips = overridden ? *overridden : CountTpuChipsInDeviceTree(input.device_root);
   }
   if (visible) {
     chips = std::min(chips, static_cast<int>(visible->size()));
-    id.chip_ids.assign(visible->begin(), visible->begin() + chips);
+    id->chip_ids.assign(visible->begin(), visible->begin() + chips);
   } else {
-    for (int i = 0; i < chips; ++i) id.chip_ids.push_back(i);
+    for (int i = 0; i < chips; ++i) id->chip_ids.push_back(i);
   }
-  id.chips = chips;
-  if (chips <= 0) return id;  // not a TPU node: no identity, labels or resources
+  id->chips = chips;
+  return Status::Ok();
+}
 
-  // ---- identity fields: environment first, then metadata (only for TPU nodes) ----
-  auto from_metadata = [&](const char* key) -> std::optional<std::string> {
+// Where an identity field comes from: an environment variable first, then a metadata attribute.
+struct FieldSources {
+  const NodeTpuInput& input;
+  std::optional<std::string> Env(const char* name) const { return EnvValue(input.env, name); }
+  std::optional<std::string> Metadata(const char* key) const {
     if (!input.metadata) return std::nullopt;
     return input.metadata(key);
-  };
+  }
+};
 
-  // Pod type (§3.5).
-  for (int source = 0; source < 2 && !id.pod_type; ++source) {
-    std::optional<std::string> raw =
-        source == 0 ? EnvValue(env, "TPU_ACCELERATOR_TYPE") : from_metadata("accelerator-type");
+// Pod type (§3.5).
+void ResolvePodType(const FieldSources& src, NodeTpuIdentity* id) {
+  for (int source = 0; source < 2 && !id->pod_type; ++source) {
+    std::optional<std::string> raw = source == 0 ? src.Env("TPU_ACCELERATOR_TYPE") : src.Metadata("accelerator-type");
     if (!raw) continue;
     StatusOr<PodType> parsed = ParsePodType(*raw);
     if (parsed.ok()) {
-      id.pod_type = *parsed;
+      id->pod_type = *parsed;
     } else {
-      id.warnings.push_back(std::string(source == 0 ? "TPU_ACCELERATOR_TYPE" :
-                                                      "metadata accelerator-type") +
-                            ": " + parsed.status().message());
+      id->warnings.push_back(std::string(source == 0 ? "TPU_ACCELERATOR_TYPE" : "metadata accelerator-type") +
+                             ": " + parsed.status().message());
     }
   }
-  // Slice name: non-empty.
-  for (int source = 0; source < 2 && !id.slice_name; ++source) {
-    std::optional<std::string> raw =
-        source == 0 ? EnvValue(env, "TPU_NAME") : from_metadata("instance-id");
+}
+
+// Slice name: non-empty.
+void ResolveSliceName(const FieldSources& src, NodeTpuIdentity* id) {
+  for (int source = 0; source < 2 && !id->slice_name; ++source) {
+    std::optional<std::string> raw = source == 0 ? src.Env("TPU_NAME") : src.Metadata("instance-id");
     if (!raw) continue;
     std::string name(Trim(*raw));
     if (!name.empty()) {
-      id.slice_name = name;
+      id->slice_name = name;
     } else {
-      id.warnings.push_back(source == 0 ? "ignoring empty TPU_NAME" :
-                                          "ignoring empty metadata instance-id");
+      id->warnings.push_back(source == 0 ? "ignoring empty TPU_NAME" : "ignoring empty metadata instance-id");
     }
   }
-  // Worker id: non-negative integer.
-  for (int source = 0; source < 2 && !id.worker_id; ++source) {
-    std::optional<std::string> raw =
-        source == 0 ? EnvValue(env, "TPU_WORKER_ID") : from_metadata("agent-worker-number");
+}
+
+// Worker id: non-negative integer.
+void ResolveWorkerId(const FieldSources& src, NodeTpuIdentity* id) {
+  for (int source = 0; source < 2 && !id->worker_id; ++source) {
+    std::optional<std::string> raw = source == 0 ? src.Env("TPU_WORKER_ID") : src.Metadata("agent-worker-number");
     if (!raw) continue;
-    id.worker_id = ParseNonNegativeInt(*raw);
-    if (!id.worker_id) {
-      id.warnings.push_back(std::string(source == 0 ? "TPU_WORKER_ID" :
-                                                      "metadata agent-worker-number") +
-                            ": ignoring '" + *raw + "', not a non-negative integer");
+    id->worker_id = ParseNonNegativeInt(*raw);
+    if (!id->worker_id) {
+      id->warnings.push_back(std::string(source == 0 ? "TPU_WORKER_ID" : "metadata agent-worker-number") +
+                             ": ignoring '" + *raw + "', not a non-negative integer");
     }
   }
-  // Topology: §3.1 parse only (membership is not checked on the node side).
-  for (int source = 0; source < 2 && !id.topology; ++source) {
+}
+
+// Topology: §3.1 parse only (membership is not checked on the node side).
+void ResolveTopology(const FieldSources& src, NodeTpuIdentity* id) {
+  for (int source = 0; source < 2 && !id->topology; ++source) {
     std::optional<std::string> raw;
     if (source == 0) {
-      raw = EnvValue(env, "TPU_TOPOLOGY");
-    } else if (std::optional<std::string> tpu_env = from_metadata("tpu-env")) {
+      raw = src.Env("TPU_TOPOLOGY");
+    } else if (std::optional<std::string> tpu_env = src.Metadata("tpu-env")) {
       raw = ParseTpuEnvTopology(*tpu_env);
     }
     if (!raw) continue;
     if (ParseTopology(*raw).ok()) {
-      id.topology = NormalizeTopology(*raw);
+      id->topology = NormalizeTopology(*raw);
     } else {
-      id.warnings.push_back(std::string(source == 0 ? "TPU_TOPOLOGY" : "metadata tpu-env") +
-                            ": ignoring invalid topology '" + *raw + "'");
+      id->warnings.push_back(std::string(source == 0 ? "TPU_TOPOLOGY" : "metadata tpu-env") +
+                             ": ignoring invalid topology '" + *raw + "'");
     }
   }
-  // Worker host names: informational; §3.6 H is authoritative.
-  if (std::optional<std::string> raw = EnvValue(env, "TPU_WORKER_HOSTNAMES")) {
-    std::string_view rest = *raw;
-    while (true) {
-      size_t comma = rest.find(',');
-      std::string_view name = Trim(rest.substr(0, comma));
-      if (!name.empty()) id.worker_hostnames.emplace_back(name);
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
-  }
+}
 
-  if (id.pod_type) {
-    id.slice_hosts = HostsOfSliceFromNode(chips, *id.pod_type);
-    id.single_host = id.slice_hosts == 1;
-    if (!id.worker_hostnames.empty() &&
-        static_cast<int>(id.worker_hostnames.size()) != id.slice_hosts) {
-      id.warnings.push_back("TPU_WORKER_HOSTNAMES lists " +
-                            std::to_string(id.worker_hostnames.size()) + " hosts but pod type " +
-                            id.pod_type->normalized + " on a " + std::to_string(chips) +
-                            "-chip node gives " + std::to_string(id.slice_hosts) +
-                            "; using " + std::to_string(id.slice_hosts));
-    }
-    if (id.worker_id && *id.worker_id >= id.slice_hosts) {
-      id.warnings.push_back("TPU_WORKER_ID " + std::to_string(*id.worker_id) +
-                            " is outside the slice's " + std::to_string(id.slice_hosts) +
-                            " hosts");
-    }
+// Worker host names: informational; §3.6 H is authoritative.
+void ReadWorkerHostnames(const EnvMap& env, NodeTpuIdentity* id) {
+  std::optional<std::string> raw = EnvValue(env, "TPU_WORKER_HOSTNAMES");
+  if (!raw) return;
+  std::string_view rest = *raw;
+  while (true) {
+    size_t comma = rest.find(',');
+    std::string_view name = Trim(rest.substr(0, comma));
+    if (!name.empty()) id->worker_hostnames.emplace_back(name);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
   }
+}
 
-  // ---- labels ----
-  if (id.pod_type) {
-    id.labels[std::string(kLabelAcceleratorType)] = AcceleratorTypeValue(id.pod_type->gen);
-    id.labels[std::string(kLabelPodType)] = id.pod_type->normalized;
+// H of the slice from the pod type, checked against the host names and the worker id.
+void ResolveSliceHosts(NodeTpuIdentity* id) {
+  if (!id->pod_type) return;
+  id->slice_hosts = HostsOfSliceFromNode(id->chips, *id->pod_type);
+  id->single_host = id->slice_hosts == 1;
+  if (!id->worker_hostnames.empty() && static_cast<int>(id->worker_hostnames.size()) != id->slice_hosts) {
+    id->warnings.push_back("TPU_WORKER_HOSTNAMES lists " + std::to_string(id->worker_hostnames.size()) +
+                           " hosts but pod type " + id->pod_type->normalized + " on a " +
+                           std::to_string(id->chips) + "-chip node gives " + std::to_string(id->slice_hosts) +
+                           "; using " + std::to_string(id->slice_hosts));
   }
-  if (id.slice_name) id.labels[std::string(kLabelSliceName)] = *id.slice_name;
-  if (id.worker_id) id.labels[std::string(kLabelWorkerId)] = std::to_string(*id.worker_id);
-  if (id.topology) id.labels[std::string(kLabelTopology)] = *id.topology;
+  if (id->worker_id && *id->worker_id >= id->slice_hosts) {
+    id->warnings.push_back("TPU_WORKER_ID " + std::to_string(*id->worker_id) + " is outside the slice's " +
+                           std::to_string(id->slice_hosts) + " hosts");
+  }
+}
 
-  // ---- resources ----
-  id.resources["TPU"] = chips;
-  if (id.pod_type) {
-    id.resources["accelerator_type:" + AcceleratorTypeValue(id.pod_type->gen)] = 1;
-    const std::string head = "TPU-" + id.pod_type->normalized + "-head";
-    if (id.slice_name && (id.worker_id || id.single_host)) {
-      id.resources[*id.slice_name] = 1;
-      // A single-host slice is its own host 0.
-      if (id.single_host || *id.worker_id == 0) id.resources[head] = 1;
-    } else if (!id.slice_name && id.single_host) {
-      id.anonymous_slice = true;
-      id.resources[head] = 1;
-    }
+void SetLabels(NodeTpuIdentity* id) {
+  if (id->pod_type) {
+    id->labels[std::string(kLabelAcceleratorType)] = AcceleratorTypeValue(id->pod_type->gen);
+    id->labels[std::string(kLabelPodType)] = id->pod_type->normalized;
   }
+  if (id->slice_name) id->labels[std::string(kLabelSliceName)] = *id->slice_name;
+  if (id->worker_id) id->labels[std::string(kLabelWorkerId)] = std::to_string(*id->worker_id);
+  if (id->topology) id->labels[std::string(kLabelTopology)] = *id->topology;
+}
+
+void SetResources(NodeTpuIdentity* id) {
+  id->resources["TPU"] = id->chips;
+  if (!id->pod_type) return;
+  id->resources["accelerator_type:" + AcceleratorTypeValue(id->pod_type->gen)] = 1;
+  const std::string head = "TPU-" + id->pod_type->normalized + "-head";
+  if (id->slice_name && (id->worker_id || id->single_host)) {
+    id->resources[*id->slice_name] = 1;
+    // A single-host slice is its own host 0.
+    if (id->single_host || *id->worker_id == 0) id->resources[head] = 1;
+  } else if (!id->slice_name && id->single_host) {
+    id->anonymous_slice = true;
+    id->resources[head] = 1;
+  }
+}
+
+}  // namespace
+
+StatusOr<NodeTpuIdentity> ComputeNodeTpuIdentity(const NodeTpuInput& input) {
+  NodeTpuIdentity id;
+  if (auto s = ResolveChips(input, &id); !s.ok()) return s;
+  if (id.chips <= 0) return id;  // not a TPU node: no identity, labels or resources
+  // Identity fields: environment first, then metadata (only for TPU nodes).
+  const FieldSources src{input};
+  ResolvePodType(src, &id);
+  ResolveSliceName(src, &id);
+  ResolveWorkerId(src, &id);
+  ResolveTopology(src, &id);
+  ReadWorkerHostnames(input.env, &id);
+  ResolveSliceHosts(&id);
+  SetLabels(&id);
+  SetResources(&id);
   return id;
 }
 

@@ -36,8 +36,9 @@ inline constexpr std::chrono::milliseconds kMetadataTimeout{1000};
 // lacks one) with header `Metadata-Flavor: Google` over a plain TCP socket. `timeout` bounds the
 // whole request (name resolution, connect, send, receive). Only http:// URLs are supported; any
 // error gives nullopt. Thread-safe: the returned function holds only copies of its arguments.
-// Name resolution of a non-numeric host runs on a detached helper thread so that a slow DNS
-// server cannot exceed the timeout; that thread may outlive the call by the resolver's own limit.
+// Name resolution of a non-numeric host uses glibc's asynchronous getaddrinfo_a, so that a slow
+// DNS server cannot exceed the timeout; a lookup still running at the deadline is left to the C
+// library's own helper thread and freed by a later call once it has finished.
 MetadataFetcher HttpMetadataFetcher(std::string base_url,
                                     std::chrono::milliseconds timeout = kMetadataTimeout);
 

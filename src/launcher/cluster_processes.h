@@ -1,0 +1,37 @@
+// The processes of a cluster started by `torus up` (docs/launcher.md): each carries
+// TORUS_UP_SESSION=<session dir> in its environment (kMarkerVar), by which `down` finds them
+// after any crash; the launcher's pid files hold just the pid.
+//
+// Threading: plain functions reading /proc and signalling processes; no shared state, callable
+// from any thread. TerminateAll blocks for up to its grace period plus one second.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace torus::launcher {
+
+inline constexpr const char* kMarkerVar = "TORUS_UP_SESSION";
+
+// "TORUS_UP_SESSION=<session>".
+std::string Marker(const std::string& session);
+
+// `pid` exists and is not a zombie.
+bool Alive(pid_t pid);
+
+// The NUL-separated initial environment of a process contains `entry` ("K=V").
+bool HasEnvEntry(pid_t pid, const std::string& entry);
+
+// Live processes (not this one) started for the cluster of `session`.
+std::vector<pid_t> SessionProcesses(const std::string& session);
+
+// The pid in a launcher pid file, or 0.
+pid_t ReadPid(const std::string& path);
+
+// SIGTERM, then SIGKILL after `grace`. Returns how many were alive at the start.
+int TerminateAll(const std::vector<pid_t>& pids, std::chrono::milliseconds grace);
+
+}  // namespace torus::launcher
