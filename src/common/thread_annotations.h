@@ -21,8 +21,12 @@
 #define TORUS_TSA(x)
 #endif
 
-// absl (included by gRPC) defines some of these names with the same meaning: ours win, so
-// that the include order does not matter.
+// absl (included by gRPC) defines some of these names with the same meaning. Its header is
+// included here first (it has an include guard, so a later include is a no-op) and ours then
+// replace its definitions, so the include order does not matter.
+#if __has_include(<absl/base/internal/thread_annotations.h>)
+#include <absl/base/internal/thread_annotations.h>
+#endif
 #undef CAPABILITY
 #undef SCOPED_CAPABILITY
 #undef GUARDED_BY
