@@ -3,15 +3,25 @@
 // leased worker) and actor calls (one stream per actor), and, in workers, executes what is
 // pushed to it. Implements torus::internal::Runtime for the header-only API.
 //
+// The parts: ReferenceCounter (refs_: object entries and counts), TaskExecutor (workers: runs
+// pushed tasks through a language Executor), LogForwarder (workers: output to the driver),
+// WorkQueue (fire-and-forget RPCs).
+//
 // THREADS
-//  - user threads call the Runtime methods; state is guarded by mu_ (objects, submit queues).
+//  - user threads call the Runtime methods; state is guarded by mu_ (objects via refs_, submit
+//    queues, actor queues, connections); cv_ signals object readiness.
 //  - one writer and one reader thread per outgoing stream (Conn): the writer drains the
 //    connection's send queue into one TaskBatch per Write (natural batching under load); the
 //    reader stores results and fails/retries in-flight work when the stream breaks.
-//  - lease threads: one per outstanding lease request (RequestLease blocks at the node).
-//  - housekeeping thread: returns leases idle for longer than the linger time.
-//  - workers only: gRPC server threads read pushed batches; an executor thread (or a pool of
-//    max_concurrency threads for a threaded actor) runs user code; one writer per inbound stream.
+//  - tracked helper threads (SpawnTracked, joined by Shutdown): one per outstanding lease
+//    request (RequestLease blocks at the node), per actor being resolved, per borrowed object
+//    being fetched, per broken connection (asks node/head why, then retries or fails).
+//  - housekeeping thread: sleeps on hk_cv_ (with mu_) until the next idle lease's linger ends
+//    or WakeHousekeeping(); returns idle leases and joins broken connections' threads.
+//  - borrow thread: sends queued borrow releases, probes borrowers once a second.
+//  - rpc_work_: up to 4 threads for FreeObjects/ReturnLease calls; drained at Shutdown().
+//  - workers only: the threads of TaskExecutor (task_executor.h) and LogForwarder
+//    (log_forwarder.h); the main thread sits in RunWorkerLoop.
 #pragma once
 
 #include <atomic>
