@@ -1,3 +1,6 @@
+// First: gRPC's headers define some of the same names (absl's internal thread_annotations.h);
+// until common/thread_annotations.h undefines them itself, it must come before them.
+#include "common/thread_annotations.h"
 #include "core/core_worker.h"
 
 #include <cxxabi.h>
@@ -17,6 +20,8 @@
 #include "common/process.h"
 #include "common/lane.h"
 #include "common/rpc.h"
+#include "core/log_forwarder.h"
+#include "core/work_queue.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/runtime_env.h"
 #include "torus/api/serializer.h"
@@ -29,8 +34,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kLeaseLinger = std::chrono::milliseconds(10);
 constexpr int kMaxPipelineDepth = 64;
 constexpr int kMaxLeaseRequestsInFlight = 2;
-// The status message of a task stream refused because its lease was revoked (ServeTasks).
-constexpr const char* kLeaseRevokedError = "lease revoked by its node";
 
 // Bytes owned by a shared string (small values).
 class InlineBuffer final : public internal::Buffer {
@@ -56,17 +59,6 @@ class ArenaBuffer final : public internal::Buffer {
   uint64_t offset_, size_;
 };
 
-// Thrown through user code by ExitActor(); deliberately not a std::exception.
-struct ExitActorSignal {};
-
-std::string Demangle(const char* name) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  std::string out = (status == 0 && d) ? d : name;
-  free(d);
-  return out;
-}
-
 // Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
 // 16-hex counter. The task table is keyed by that counter (no string key per task).
 uint64_t TaskCounterOf(const std::string& task_id) {
@@ -79,9 +71,9 @@ uint64_t TaskCounterOf(const std::string& task_id) {
   return v;
 }
 
-const std::string& NilBytes() {
-  static const std::string nil("\xc0", 1);  // msgpack nil
-  return nil;
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
@@ -188,14 +180,6 @@ class LaneTaskStream final : public TaskStream {
   std::unique_ptr<LaneClientStream> s_;
 };
 
-constexpr const char* kPushTasksMethod = "/torus.rpc.CoreWorker/PushTasks";
-
-// PushTasks served over the lane, with the gRPC stream's Read/Write.
-struct LaneTaskServerStream {
-  LaneServerStream* s;
-  bool Read(rpc::TaskBatch* b) { return s->Read(b); }
-  bool Write(const rpc::ResultBatch& b) { return s->Write(b); }
-};
 
 // One outgoing PushTasks stream to a leased worker or an actor.
 class Conn {
@@ -340,60 +324,14 @@ class Conn {
   std::thread reader_, writer_;
 };
 
-// Runs pushed tasks on 1 thread (ordinary workers, sequential actors) or N (threaded actors).
-class Executor {
- public:
-  using Done = std::function<void(rpc::TaskResult)>;
-  Executor(CoreWorker* cw, int threads) : cw_(cw) { Resize(threads); }
-  ~Executor() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      cv_.notify_all();
-    }
-    for (auto& t : threads_) t.join();
-  }
-  void Resize(int n) {
-    std::lock_guard<std::mutex> lock(mu_);
-    while (static_cast<int>(threads_.size()) < n) threads_.emplace_back([this] { Loop(); });
-  }
-  void Submit(rpc::TaskSpec spec, Done done) {
-    std::lock_guard<std::mutex> lock(mu_);
-    q_.emplace_back(std::move(spec), std::move(done));
-    cv_.notify_one();
-  }
-
- private:
-  void Loop() {
-    while (true) {
-      std::pair<rpc::TaskSpec, Done> item;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
-        if (q_.empty()) return;
-        item = std::move(q_.front());
-        q_.pop_front();
-      }
-      rpc::TaskResult r;
-      cw_->Execute(item.first, &r);
-      item.second(std::move(r));
-    }
-  }
-  CoreWorker* cw_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<rpc::TaskSpec, Done>> q_;
-  std::vector<std::thread> threads_;
-  bool stop_ = false;
-};
-
 // ------------------------------------------------------------------------------- lifecycle
 
 CoreWorker::CoreWorker(CoreWorkerOptions opts)
     : opts_(std::move(opts)),
       refs_(ReferenceCounter::Hooks{
           [this](ReferenceCounter::FreeRequest r) { FreeInStore(std::move(r)); },
-          [this] { borrow_cv_.notify_all(); }}) {}
+          [this] { borrow_cv_.notify_all(); }}),
+      rpc_work_(std::make_unique<WorkQueue>(4, 4096)) {}
 
 StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Create(CoreWorkerOptions opts) {
   if (opts.worker_id.empty()) opts.worker_id = RandomHex(14);
@@ -410,15 +348,18 @@ Status CoreWorker::Connect() {
     runtime_key_ = "code:";
     for (const auto& p : opts_.code_search_path) runtime_key_ += ":" + p;
   }
-  if (!opts_.is_driver) executor_ = std::make_unique<Executor>(this, 1);
+  if (!opts_.is_driver) {
+    task_executor_ = std::make_unique<TaskExecutor>(static_cast<TaskExecutor::Host*>(this),
+                                                    std::make_unique<CppExecutor>(executable_));
+  }
   int port = 0;
   std::vector<grpc::Service*> services = {this};
-  if (executor_) {
+  if (task_executor_) {
     // Workers take their tasks over the lane too (drivers run none).
     lane_ = std::make_unique<LaneServer>(opts_.token, "worker " + opts_.worker_id);
     lane_->HandleStream(kPushTasksMethod, [this](LaneServerStream* s) {
       LaneTaskServerStream adapter{s};
-      return ServeTasks(&adapter);
+      return task_executor_->ServeTasks(&adapter);
     });
     if (lane_->Start(opts_.bind_host) > 0) {
       services.push_back(lane_.get());
@@ -530,7 +471,7 @@ void CoreWorker::Shutdown() {
     (void)node_->FreeObjects(ctx.get(), req, &e);
   }
   {
-    std::lock_guard<std::mutex> lock(hk_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     hk_cv_.notify_all();
   }
   if (housekeeping_thread_.joinable()) housekeeping_thread_.join();
@@ -546,6 +487,8 @@ void CoreWorker::Shutdown() {
     cv_.notify_all();
   }
   for (auto& [t, done] : tracked) t.join();
+  rpc_work_->Stop();  // runs the frees and lease returns still queued
+  if (log_forwarder_) log_forwarder_->Stop();
   UnregisterInProcessServer(address_);
   // A stream still running a task keeps its lane thread: then the lane outlives us (leaked on
   // purpose; the process is ending).
@@ -573,6 +516,11 @@ void CoreWorker::RunWorkerLoop() {
   bool told_deferral = false;
   while (!exit_requested_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (int64_t at = task_executor_->exit_at_ms(); at != 0 && NowMs() >= at) {  // ExitActor()
+      fflush(stdout);
+      fflush(stderr);
+      _exit(0);
+    }
     if (getppid() != parent) {
       TORUS_LOG(WARNING) << "node process went away; worker exiting";
       break;
@@ -581,7 +529,7 @@ void CoreWorker::RunWorkerLoop() {
       bool owns;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        owns = actor_id_.empty() && refs_.OwnsLiveObjects();
+        owns = task_executor_->actor_id().empty() && refs_.OwnsLiveObjects();
       }
       if (!owns) {
         ReleaseAllBorrows(1000);
@@ -638,40 +586,59 @@ std::unique_ptr<rpc::Node::Stub> CoreWorker::NodeStub(const std::string& address
 }
 
 void CoreWorker::HousekeepingLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
   while (!shutting_down_) {
     std::vector<Conn*> to_return;
-    std::vector<std::unique_ptr<Conn>> to_join;
-    {
-      {
-        // Its own condition variable: cv_ is signalled for object readiness, which would wake
-        // this thread on every result.
-        std::unique_lock<std::mutex> hk_lock(hk_mu_);
-        hk_cv_.wait_for(hk_lock, std::chrono::milliseconds(2), [this] { return shutting_down_.load(); });
+    auto wake_at = CollectIdleLeases(&to_return);
+    std::vector<std::unique_ptr<Conn>> to_join = std::move(dead_conns_);
+    dead_conns_.clear();
+    if (to_return.empty() && to_join.empty()) {
+      // Nothing to do before the next lease's linger ends: sleep until then, or until
+      // WakeHousekeeping() (a lease went idle, a connection broke) or Shutdown().
+      hk_wakes_at_ = wake_at;
+      if (wake_at == Clock::time_point::max()) {
+        hk_cv_.wait(lock);
+      } else {
+        hk_cv_.wait_until(lock, wake_at);
       }
-      std::unique_lock<std::mutex> lock(mu_);
-      auto now = Clock::now();
-      for (auto& c : conns_) {
-        if (c->broken || c->returned || !c->actor_id.empty() || !c->in_flight.empty()) continue;
-        auto qit = queues_.find(c->key);
-        bool queue_empty = qit == queues_.end() || qit->second->tasks.empty();
-        if (queue_empty && now - c->idle_since > kLeaseLinger) {
-          c->returned = true;
-          if (qit != queues_.end()) {
-            auto& ls = qit->second->leases;
-            ls.erase(std::remove(ls.begin(), ls.end(), c.get()), ls.end());
-          }
-          to_return.push_back(c.get());
-        }
-      }
-      for (auto& d : dead_conns_) to_join.push_back(std::move(d));
-      dead_conns_.clear();
+      hk_wakes_at_ = Clock::time_point::min();
+      continue;
     }
+    lock.unlock();
     for (Conn* c : to_return) {
       c->Close();
       ReturnLease(c, false);
     }
     to_join.clear();  // joins reader/writer threads outside the lock
+    lock.lock();
   }
+}
+
+Clock::time_point CoreWorker::CollectIdleLeases(std::vector<Conn*>* to_return) {
+  auto now = Clock::now();
+  auto wake_at = Clock::time_point::max();
+  for (auto& c : conns_) {
+    if (c->broken || c->returned || !c->actor_id.empty() || !c->in_flight.empty()) continue;
+    auto qit = queues_.find(c->key);
+    bool queue_empty = qit == queues_.end() || qit->second->tasks.empty();
+    if (!queue_empty) continue;
+    if (now - c->idle_since <= kLeaseLinger) {
+      wake_at = std::min(wake_at, c->idle_since + kLeaseLinger + std::chrono::microseconds(100));
+      continue;
+    }
+    c->returned = true;
+    if (qit != queues_.end()) {
+      auto& ls = qit->second->leases;
+      ls.erase(std::remove(ls.begin(), ls.end(), c.get()), ls.end());
+    }
+    to_return->push_back(c.get());
+  }
+  return wake_at;
+}
+
+void CoreWorker::WakeHousekeeping() {
+  // A wake-up time already set comes no later than a lease going idle now would need.
+  if (hk_wakes_at_ == Clock::time_point::max()) hk_cv_.notify_one();
 }
 
 // ------------------------------------------------------------------------------- objects
@@ -805,15 +772,14 @@ void CoreWorker::RemoveLocalReference(const std::string& id) {
 }
 
 void CoreWorker::FreeInStore(ReferenceCounter::FreeRequest r) {
-  // Free outside the caller's critical path: a fire-and-forget RPC on a helper thread.
-  std::string token = opts_.token;
-  std::thread([r = std::move(r), token] {
+  // Free outside the caller's critical path: a fire-and-forget RPC on the pool.
+  rpc_work_->Post([r = std::move(r), token = opts_.token] {
     rpc::FreeObjectsRequest req;
     for (auto& n : r.keys) req.add_keys(n);
     rpc::Empty e;
     auto ctx = NewContext(token, 5000);
     (void)rpc::Node::NewStub(GetChannel(r.node_address))->FreeObjects(ctx.get(), req, &e);
-  }).detach();
+  });
 }
 
 void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
@@ -1032,111 +998,131 @@ void CoreWorker::SetBlocked(bool blocked) {
   (void)node_->NotifyBlocked(ctx.get(), req, &e);
 }
 
+// Which of a Get's ids are ready: ids[0, cursor) were when last looked at. A wait sleeps until
+// the first id that is not ready is stored (StoreResult wakes the waiters of entries marked
+// `waited`), so a Get of many refs neither wakes on every result nor rescans every id each
+// time. Once the cursor reaches the end, one full pass confirms that all are ready; it also
+// records each entry for the reads after it (no lookups then: mu_ is held from it to them).
+struct CoreWorker::ReadyScan {
+  ReadyScan(ReferenceCounter& r, const std::vector<std::string>& i)
+      : refs(r), ids(i), entries(i.size()) {}
+  bool AllReady() {
+    for (bool verified = false;; verified = true) {
+      for (; cursor < ids.size(); ++cursor) {
+        ObjectEntry* e = refs.Find(ids[cursor]);
+        if (!e || !e->ready) {
+          if (e) e->waited = true;
+          return false;
+        }
+        entries[cursor] = e;
+      }
+      if (verified) return true;
+      cursor = 0;
+    }
+  }
+  ReferenceCounter& refs;
+  const std::vector<std::string>& ids;
+  size_t cursor = 0;
+  std::vector<ObjectEntry*> entries;
+};
+
 std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector<std::string>& ids,
                                                                int timeout_ms) {
   auto deadline = timeout_ms < 0 ? Clock::time_point::max()
                                  : Clock::now() + std::chrono::milliseconds(timeout_ms);
   std::vector<std::shared_ptr<internal::Buffer>> out(ids.size());
   std::vector<std::pair<size_t, rpc::ObjectLocation>> to_map;
-  bool blocked = false;
+  // A worker blocked in Get tells its node (which may then start another worker); it is
+  // unblocked when this goes, after mu_ is released.
+  struct Blocked {
+    CoreWorker* cw;
+    bool on = false;
+    ~Blocked() {
+      if (on) cw->SetBlocked(false);
+    }
+  } blocked{this};
   {
     std::unique_lock<std::mutex> lock(mu_);
-    // ids[0, cursor) were ready when last looked at. A wait sleeps until the first id that is
-    // not ready is stored (StoreResult wakes the waiters of entries marked `waited`), so a Get of
-    // many refs neither wakes on every result nor rescans every id each time. Once the cursor
-    // reaches the end, one full pass confirms that all are ready.
-    // The confirming pass also records each entry for the reads below (no lookups after it;
-    // the lock is held from it to them).
-    size_t cursor = 0;
-    std::vector<ObjectEntry*> entries(ids.size());
-    auto all_ready = [&] {
-      for (bool verified = false;; verified = true) {
-        for (; cursor < ids.size(); ++cursor) {
-          auto it = refs_.objects().find(ids[cursor]);
-          if (it == refs_.objects().end() || !it->second.ready) {
-            if (it != refs_.objects().end()) it->second.waited = true;
-            return false;
-          }
-          entries[cursor] = &it->second;
-        }
-        if (verified) return true;
-        cursor = 0;
-      }
-    };
-    for (const auto& id : ids) {
-      auto it = refs_.objects().find(id);
-      if (it == refs_.objects().end()) {
-        if (OwnerOf(id) == address_) {
-          throw internal::UnreconstructableException(
-              "object " + id + " was freed: no ObjectRef to it was held");
-        }
-        refs_.Entry(id);  // a temporary borrowed entry; erased below if nobody refers to it
-        EnsureFetching(id);
-      } else if (!it->second.ready && !it->second.fetching && !it->second.owned) {
-        EnsureFetching(id);
-      }
-    }
-    if (!all_ready()) {
-      if (!opts_.is_driver && !blocked) {
+    StartFetches(ids);
+    ReadyScan scan(refs_, ids);
+    if (!scan.AllReady()) {
+      if (!opts_.is_driver) {
         lock.unlock();
         SetBlocked(true);
-        blocked = true;
+        blocked.on = true;
         lock.lock();
       }
-      while (!all_ready()) {
-        if (shutting_down_) throw internal::RayException("ray::Shutdown() was called during Get");
-        if (deadline == Clock::time_point::max()) {
-          cv_.wait(lock);
-        } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !all_ready()) {
-          lock.unlock();
-          if (blocked) SetBlocked(false);
-          throw internal::RayTimeoutException("Get timed out: some object(s) not ready after " +
-                                              std::to_string(timeout_ms) + " ms");
-        }
-      }
+      WaitAllReady(lock, scan, deadline, timeout_ms);
     }
-    bool any_borrowed = false;
-    try {
-      for (size_t i = 0; i < ids.size(); ++i) {
-        ObjectEntry& e = *entries[i];
-        any_borrowed |= !e.owned;
-        ThrowIfError(ids[i], e);
-        if (e.in_shm && e.shm.node_id() == node_id_) {
-          out[i] = std::make_shared<ArenaBuffer>(arena_, e.shm.offset(), e.shm.size());
-        } else if (e.in_shm) {
-          to_map.emplace_back(i, e.shm);
-        } else {
-          out[i] = std::make_shared<InlineBuffer>(e.inline_data);
-        }
-      }
-    } catch (...) {
-      for (const auto& id : ids) {
-        refs_.ReleaseIfUnused(id);
-      }
-      if (blocked) {
-        lock.unlock();
-        SetBlocked(false);
-      }
-      throw;
-    }
-    for (size_t i = 0; any_borrowed && i < ids.size(); ++i) {
-      auto it = refs_.objects().find(ids[i]);
-      if (it != refs_.objects().end() && !it->second.in_shm && it->second.local_refs <= 0 &&
-          it->second.pins <= 0 && !it->second.owned) {
-        refs_.MaybeFreeAt(it);
-      }
-    }
+    ReadValues(scan, &out, &to_map);
   }
   for (auto& [i, loc] : to_map) {
     auto b = Materialize(loc, ids[i]);
-    if (!b.ok()) {
-      if (blocked) SetBlocked(false);
-      throw internal::UnreconstructableException(b.status().message());
-    }
+    if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
     out[i] = *b;
   }
-  if (blocked) SetBlocked(false);
   return out;
+}
+
+void CoreWorker::StartFetches(const std::vector<std::string>& ids) {
+  for (const auto& id : ids) {
+    ObjectEntry* e = refs_.Find(id);
+    if (!e) {
+      if (OwnerOf(id) == address_) {
+        throw internal::UnreconstructableException("object " + id +
+                                                   " was freed: no ObjectRef to it was held");
+      }
+      refs_.Entry(id);  // a temporary borrowed entry; erased below if nobody refers to it
+      EnsureFetching(id);
+    } else if (!e->ready && !e->fetching && !e->owned) {
+      EnsureFetching(id);
+    }
+  }
+}
+
+void CoreWorker::WaitAllReady(std::unique_lock<std::mutex>& lock, ReadyScan& scan,
+                              Clock::time_point deadline, int timeout_ms) {
+  while (!scan.AllReady()) {
+    if (shutting_down_) throw internal::RayException("ray::Shutdown() was called during Get");
+    if (deadline == Clock::time_point::max()) {
+      cv_.wait(lock);
+    } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !scan.AllReady()) {
+      lock.unlock();
+      throw internal::RayTimeoutException("Get timed out: some object(s) not ready after " +
+                                          std::to_string(timeout_ms) + " ms");
+    }
+  }
+}
+
+void CoreWorker::ReadValues(ReadyScan& scan, std::vector<std::shared_ptr<internal::Buffer>>* out,
+                            std::vector<std::pair<size_t, rpc::ObjectLocation>>* to_map) {
+  const auto& ids = scan.ids;
+  bool any_borrowed = false;
+  try {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ObjectEntry& e = *scan.entries[i];
+      any_borrowed |= !e.owned;
+      ThrowIfError(ids[i], e);
+      if (e.in_shm && e.shm.node_id() == node_id_) {
+        (*out)[i] = std::make_shared<ArenaBuffer>(arena_, e.shm.offset(), e.shm.size());
+      } else if (e.in_shm) {
+        to_map->emplace_back(i, e.shm);
+      } else {
+        (*out)[i] = std::make_shared<InlineBuffer>(e.inline_data);
+      }
+    }
+  } catch (...) {
+    for (const auto& id : ids) refs_.ReleaseIfUnused(id);
+    throw;
+  }
+  // Temporary borrowed entries of inline values: the buffers hold the bytes now.
+  for (size_t i = 0; any_borrowed && i < ids.size(); ++i) {
+    auto it = refs_.objects().find(ids[i]);
+    if (it != refs_.objects().end() && !it->second.in_shm && it->second.Unused() &&
+        !it->second.owned) {
+      refs_.MaybeFreeAt(it);
+    }
+  }
 }
 
 std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_objects,
@@ -1479,6 +1465,34 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   spec.set_job_id(JobId());
   spec.set_ray_namespace(GetNamespace());
   spec.set_name(options.name.empty() ? function_name : options.name);
+  std::map<std::string, std::string> selector(options.label_selector.begin(),
+                                              options.label_selector.end());
+  std::string key = SchedulingKey(options, selector, &spec);
+  // Negative means "retry forever", as in Ray.
+  t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
+  SetJobConfig(options.serialized_runtime_env, &spec);
+  const std::string env_key = EnvVarsKey(spec.env_vars());  // no sharing across env_vars
+  key += env_key;
+  t->key = key;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
+  std::string rid = NewReturnObject(&spec);
+  std::vector<std::string> refs;
+  PrepareArgs(args, &spec, &refs);
+  auto& q = queues_[key];
+  if (!q) q = NewSchedulingQueue(key, spec, options, selector, runtime_key_ + env_key);
+  TrackArgs(t, refs);
+  SetTaskState(spec, t->missing ? "PENDING_ARGS" : "PENDING");
+  if (t->missing == 0) {
+    FillResolvedArgs(*t);
+    Enqueue(t);
+  }
+  return rid;
+}
+
+std::string CoreWorker::SchedulingKey(const internal::TaskOptions& options,
+                                      const std::map<std::string, std::string>& selector,
+                                      rpc::TaskSpec* spec) {
   std::string key;
   if (options.resources.empty()) {
     // The default shape {CPU: 1}: its proto and key are built once, not per task.
@@ -1489,7 +1503,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
       d->second = ResourcesToString(cpu1);
       return d;
     }();
-    *spec.mutable_resources() = kDefault->first;
+    *spec->mutable_resources() = kDefault->first;
     key = kDefault->second;
   } else {
     ResourceMap res(options.resources.begin(), options.resources.end());
@@ -1498,78 +1512,71 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
         throw internal::RayException(st.ToString());
       }
     }
-    ToProto(res, spec.mutable_resources());
+    ToProto(res, spec->mutable_resources());
     key = ResourcesToString(res);
   }
-  // Negative means "retry forever", as in Ray.
-  t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
   if (!options.placement_group_id.empty()) {
     key += "|pg=" + options.placement_group_id + ":" + std::to_string(options.bundle_index);
   }
-  std::map<std::string, std::string> selector(options.label_selector.begin(),
-                                              options.label_selector.end());
   if (!selector.empty()) {
     auto terms = ParseLabelSelector(selector);
     if (!terms.ok()) throw internal::RayException(terms.status().message());
     for (const auto& [k, v] : selector) key += "|" + k + "=" + v;
   }
-  SetJobConfig(options.serialized_runtime_env, &spec);
-  const std::string env_key = EnvVarsKey(spec.env_vars());  // no sharing across env_vars
-  key += env_key;
-  t->key = key;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
+  return key;
+}
+
+std::unique_ptr<SchedulingQueue> CoreWorker::NewSchedulingQueue(
+    const std::string& key, const rpc::TaskSpec& spec, const internal::TaskOptions& options,
+    const std::map<std::string, std::string>& selector, const std::string& runtime_key) {
+  auto q = std::make_unique<SchedulingQueue>();
+  q->key = key;
+  auto& lt = q->lease_template;
+  *lt.mutable_resources() = spec.resources();
+  lt.set_runtime_key(runtime_key);
+  *lt.mutable_env_vars() = spec.env_vars();
+  lt.set_executable(executable_);
+  for (const auto& p : opts_.code_search_path) lt.add_code_search_path(p);
+  lt.set_job_id(opts_.job_id);
+  lt.set_owner_address(address_);
+  lt.set_description("task " + spec.function());
+  lt.set_placement_group_id(options.placement_group_id);
+  lt.set_bundle_index(options.bundle_index);
+  for (const auto& [k, v] : selector) {
+    auto* term = lt.add_label_selector();
+    term->set_key(k);
+    term->set_expr(v);
+  }
+  if (!options.placement_group_id.empty()) lt.set_spilled(true);  // the bundle decides: no spillback
+  return q;
+}
+
+std::string CoreWorker::NewReturnObject(rpc::TaskSpec* spec) {
   std::string rid = NewObjectId();
-  spec.set_task_id(HexOf(rid));
-  spec.set_return_id(rid);
+  spec->set_task_id(HexOf(rid));
+  spec->set_return_id(rid);
   ObjectEntry& re = refs_.Entry(rid);
   re.owned = true;
   re.local_refs = 1;
-  std::vector<std::string> refs;
-  PrepareArgs(args, &spec, &refs);
-  auto& q = queues_[key];
-  if (!q) {
-    q = std::make_unique<SchedulingQueue>();
-    q->key = key;
-    auto& lt = q->lease_template;
-    *lt.mutable_resources() = spec.resources();
-    lt.set_runtime_key(runtime_key_ + env_key);
-    *lt.mutable_env_vars() = spec.env_vars();
-    lt.set_executable(executable_);
-    for (const auto& p : opts_.code_search_path) lt.add_code_search_path(p);
-    lt.set_job_id(opts_.job_id);
-    lt.set_owner_address(address_);
-    lt.set_description("task " + function_name);
-    lt.set_placement_group_id(options.placement_group_id);
-    lt.set_bundle_index(options.bundle_index);
-    for (const auto& [k, v] : selector) {
-      auto* term = lt.add_label_selector();
-      term->set_key(k);
-      term->set_expr(v);
-    }
-    if (!options.placement_group_id.empty()) lt.set_spilled(true);  // the bundle decides: no spillback
-  }
-  for (size_t i = 0; i < refs.size(); ++i) {
-    ObjectEntry& e = refs_.Entry(refs[i]);
-    e.pins++;
-    t->pinned.push_back(refs[i]);
+  return rid;
+}
+
+void CoreWorker::TrackArgs(const std::shared_ptr<TaskRecord>& t, const std::vector<std::string>& refs) {
+  for (const auto& id : refs) {
+    refs_.Pin(id);
+    t->pinned.push_back(id);
   }
   // Dependencies: owned objects not yet ready hold the task back.
+  const rpc::TaskSpec& spec = t->spec;
   for (int i = 0; i < spec.args_size(); ++i) {
     if (!spec.args(i).is_ref()) continue;
     const std::string& id = spec.args(i).ref_id();
-    auto it = refs_.objects().find(id);
-    if (it != refs_.objects().end() && it->second.owned && !it->second.ready) {
+    ObjectEntry* e = refs_.Find(id);
+    if (e && e->owned && !e->ready) {
       t->missing++;
       waiting_on_.emplace(id, t);
     }
   }
-  SetTaskState(spec, t->missing ? "PENDING_ARGS" : "PENDING");
-  if (t->missing == 0) {
-    FillResolvedArgs(*t);
-    Enqueue(t);
-  }
-  return rid;
 }
 
 void CoreWorker::FillResolvedArgs(TaskRecord& t) {
@@ -1696,45 +1703,7 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
     if (!node.ok()) error = node.status().message();
     else node_address = *node;
   }
-  // A request spilled to a node that cannot serve it waits there, and is spilled on only after
-  // waiting (Node::TrySpillback), so following spillbacks needs no hop limit.
-  int fallbacks = 0;
-  for (int hops = 0; error.empty(); ++hops) {
-    if (hops > 0 && hops % 16 == 0) {
-      TORUS_LOG(WARNING) << "lease request for " << req.description() << " spilled " << hops
-                         << " times; still looking for a node with room";
-    }
-    auto stub = NodeStub(node_address);
-    auto ctx = TrackedContext();
-    reply.Clear();
-    auto st = stub->RequestLease(ctx.get(), req, &reply);
-    ReleaseContext(ctx.get());
-    if (!st.ok()) {
-      // A node we were spilled to that went away: ask our own node again (a few times).
-      if (req.placement_group_id().empty() && node_address != opts_.node_address &&
-          !shutting_down_ && ++fallbacks <= 3 && st.error_code() != grpc::StatusCode::CANCELLED) {
-        TORUS_LOG(WARNING) << "lease request to node " << node_address << " failed ("
-                           << st.error_message() << "); asking node " << opts_.node_address;
-        node_address = opts_.node_address;
-        req.set_spilled(false);
-        continue;
-      }
-      error = "lease request to node " + node_address + " failed: " + st.error_message();
-      break;
-    }
-    if (reply.has_error() && reply.error().code() != 0) {
-      error = reply.error().message();
-      break;
-    }
-    if (reply.granted()) break;
-    if (!reply.spillback_node_address().empty()) {
-      node_address = reply.spillback_node_address();
-      req.set_spilled(true);
-      continue;
-    }
-    error = "node returned an empty lease reply";
-    break;
-  }
+  if (error.empty()) error = RequestLeaseFrom(req, &node_address, &reply);
   std::unique_ptr<Conn> conn;
   if (error.empty() && shutting_down_) {
     rpc::ReturnLeaseRequest rreq;
@@ -1767,19 +1736,56 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
   q.leases.push_back(c);
   c->idle_since = Clock::now();
   PumpQueue(q);
+  WakeHousekeeping();
+}
+
+std::string CoreWorker::RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_address,
+                                         rpc::LeaseReply* reply) {
+  // A request spilled to a node that cannot serve it waits there, and is spilled on only after
+  // waiting (Node::TrySpillback), so following spillbacks needs no hop limit.
+  int fallbacks = 0;
+  for (int hops = 0;; ++hops) {
+    if (hops > 0 && hops % 16 == 0) {
+      TORUS_LOG(WARNING) << "lease request for " << req.description() << " spilled " << hops
+                         << " times; still looking for a node with room";
+    }
+    auto stub = NodeStub(*node_address);
+    auto ctx = TrackedContext();
+    reply->Clear();
+    auto st = stub->RequestLease(ctx.get(), req, reply);
+    ReleaseContext(ctx.get());
+    if (!st.ok()) {
+      // A node we were spilled to that went away: ask our own node again (a few times).
+      if (req.placement_group_id().empty() && *node_address != opts_.node_address &&
+          !shutting_down_ && ++fallbacks <= 3 && st.error_code() != grpc::StatusCode::CANCELLED) {
+        TORUS_LOG(WARNING) << "lease request to node " << *node_address << " failed ("
+                           << st.error_message() << "); asking node " << opts_.node_address;
+        *node_address = opts_.node_address;
+        req.set_spilled(false);
+        continue;
+      }
+      return "lease request to node " + *node_address + " failed: " + st.error_message();
+    }
+    if (reply->has_error() && reply->error().code() != 0) return reply->error().message();
+    if (reply->granted()) return "";
+    if (!reply->spillback_node_address().empty()) {
+      *node_address = reply->spillback_node_address();
+      req.set_spilled(true);
+      continue;
+    }
+    return "node returned an empty lease reply";
+  }
 }
 
 void CoreWorker::ReturnLease(Conn* conn, bool worker_dead) {
   rpc::ReturnLeaseRequest req;
   req.set_lease_id(conn->lease_id);
   req.set_worker_dead(worker_dead);
-  std::string addr = conn->node_address;
-  std::string token = opts_.token;
-  std::thread([req, addr, token] {
+  rpc_work_->Post([req, addr = conn->node_address, token = opts_.token] {
     rpc::Empty e;
     auto ctx = NewContext(token, 5000);
     (void)rpc::Node::NewStub(GetChannel(addr))->ReturnLease(ctx.get(), req, &e);
-  }).detach();
+  });
 }
 
 void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
@@ -1806,6 +1812,7 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
   }
   if (conn->in_flight.empty()) conn->idle_since = Clock::now();
   if (q) PumpQueue(*q);
+  if (q && conn->in_flight.empty()) WakeHousekeeping();
 }
 
 void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
@@ -1826,69 +1833,15 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
   std::string worker_id, node_address, actor_id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    conn->broken = true;
-    for (auto& [id, t] : conn->in_flight) lost.push_back(t);
-    conn->in_flight.clear();
+    lost = DetachConn(conn);
     worker_id = conn->worker_id;
     node_address = conn->node_address;
     actor_id = conn->actor_id;
-    if (actor_id.empty()) {
-      auto it = queues_.find(conn->key);
-      if (it != queues_.end()) {
-        auto& ls = it->second->leases;
-        ls.erase(std::remove(ls.begin(), ls.end(), conn), ls.end());
-      }
-    } else {
-      auto it = actors_.find(actor_id);
-      if (it != actors_.end() && it->second->conn == conn) it->second->conn = nullptr;
-    }
-    // Hand the Conn to housekeeping to be joined (we are running on its reader thread).
-    for (auto it = conns_.begin(); it != conns_.end(); ++it) {
-      if (it->get() == conn) {
-        if (!shutting_down_) {
-          dead_conns_.push_back(std::move(*it));
-        } else {
-          it->release();  // Shutdown() owns the join now
-        }
-        conns_.erase(it);
-        break;
-      }
-    }
   }
   if (shutting_down_) return;
   if (!actor_id.empty()) {
     // Actor: in-flight calls fail; queued ones wait for a restart (or fail if the actor is dead).
-    SpawnTracked([this, actor_id, lost, why] {
-      std::string cause = "the actor's worker stopped (" + why + ")";
-      int restarts = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = actors_.find(actor_id);
-        if (it != actors_.end()) restarts = it->second->known_restarts;
-      }
-      rpc::GetActorRequest req;
-      req.set_actor_id(actor_id);
-      req.set_wait_alive_ms(2000);
-      req.set_min_restarts(restarts + 1);
-      rpc::GetActorReply reply;
-      auto ctx = NewContext(opts_.token, 10000);
-      if (head_->GetActor(ctx.get(), req, &reply).ok() && reply.found()) {
-        const auto& a = reply.actor();
-        if (a.state() == "DEAD") cause = a.death_cause();
-        else cause = "the actor's worker died and the actor was restarted";
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& t : lost) {
-        FailTask(*t, StatusCode::kActorDied, "actor " + actor_id + " died while running " +
-                                                 t->spec.function() + ": " + cause);
-      }
-      auto it = actors_.find(actor_id);
-      if (it != actors_.end()) {
-        it->second->known_restarts = restarts + 1;
-        PumpActor(*it->second);
-      }
-      cv_.notify_all();
-    });
+    SpawnTracked([this, actor_id, lost, why] { FailActorCalls(actor_id, lost, why); });
     return;
   }
   if (why.find(kLeaseRevokedError) != std::string::npos) {
@@ -1907,26 +1860,97 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
   if (lost.empty()) return;
   // Ask the node how the worker ended, for the error message, then retry or fail.
   SpawnTracked([this, lost, worker_id, node_address, why] {
-    std::string desc = "its connection broke (" + why + ")";
-    rpc::WorkerExitRequest req;
-    req.set_worker_id(worker_id);
-    rpc::WorkerExitReply reply;
-    auto ctx = NewContext(opts_.token, 3000);
-    bool slice_lost = false;
-    if (NodeStub(node_address)->GetWorkerExit(ctx.get(), req, &reply).ok() && reply.exited()) {
-      desc = reply.description();
-      slice_lost = reply.code() == static_cast<int>(StatusCode::kSliceLost);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& t : lost) {
-      if (slice_lost) {
-        RetryOrFail(t, desc, nullptr, StatusCode::kSliceLost);
-      } else {
-        RetryOrFail(t, "worker " + worker_id + " " + desc, nullptr);
-      }
-    }
-    cv_.notify_all();
+    RetryLostTasks(lost, worker_id, node_address, why);
   });
+}
+
+std::vector<std::shared_ptr<TaskRecord>> CoreWorker::DetachConn(Conn* conn) {
+  std::vector<std::shared_ptr<TaskRecord>> lost;
+  conn->broken = true;
+  for (auto& [id, t] : conn->in_flight) lost.push_back(t);
+  conn->in_flight.clear();
+  if (conn->actor_id.empty()) {
+    auto it = queues_.find(conn->key);
+    if (it != queues_.end()) {
+      auto& ls = it->second->leases;
+      ls.erase(std::remove(ls.begin(), ls.end(), conn), ls.end());
+    }
+  } else {
+    auto it = actors_.find(conn->actor_id);
+    if (it != actors_.end() && it->second->conn == conn) it->second->conn = nullptr;
+  }
+  // Hand the Conn to housekeeping to be joined (we are running on its reader thread).
+  for (auto it = conns_.begin(); it != conns_.end(); ++it) {
+    if (it->get() == conn) {
+      if (!shutting_down_) {
+        dead_conns_.push_back(std::move(*it));
+        WakeHousekeeping();
+      } else {
+        it->release();  // Shutdown() owns the join now
+      }
+      conns_.erase(it);
+      break;
+    }
+  }
+  return lost;
+}
+
+void CoreWorker::FailActorCalls(const std::string& actor_id,
+                                const std::vector<std::shared_ptr<TaskRecord>>& lost,
+                                const std::string& why) {
+  std::string cause = "the actor's worker stopped (" + why + ")";
+  int restarts = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = actors_.find(actor_id);
+    if (it != actors_.end()) restarts = it->second->known_restarts;
+  }
+  rpc::GetActorRequest req;
+  req.set_actor_id(actor_id);
+  req.set_wait_alive_ms(2000);
+  req.set_min_restarts(restarts + 1);
+  rpc::GetActorReply reply;
+  auto ctx = NewContext(opts_.token, 10000);
+  if (head_->GetActor(ctx.get(), req, &reply).ok() && reply.found()) {
+    const auto& a = reply.actor();
+    if (a.state() == "DEAD") cause = a.death_cause();
+    else cause = "the actor's worker died and the actor was restarted";
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& t : lost) {
+    FailTask(*t, StatusCode::kActorDied, "actor " + actor_id + " died while running " +
+                                             t->spec.function() + ": " + cause);
+  }
+  auto it = actors_.find(actor_id);
+  if (it != actors_.end()) {
+    it->second->known_restarts = restarts + 1;
+    PumpActor(*it->second);
+  }
+  cv_.notify_all();
+}
+
+void CoreWorker::RetryLostTasks(const std::vector<std::shared_ptr<TaskRecord>>& lost,
+                                const std::string& worker_id, const std::string& node_address,
+                                const std::string& why) {
+  std::string desc = "its connection broke (" + why + ")";
+  rpc::WorkerExitRequest req;
+  req.set_worker_id(worker_id);
+  rpc::WorkerExitReply reply;
+  auto ctx = NewContext(opts_.token, 3000);
+  bool slice_lost = false;
+  if (NodeStub(node_address)->GetWorkerExit(ctx.get(), req, &reply).ok() && reply.exited()) {
+    desc = reply.description();
+    slice_lost = reply.code() == static_cast<int>(StatusCode::kSliceLost);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& t : lost) {
+    if (slice_lost) {
+      RetryOrFail(t, desc, nullptr, StatusCode::kSliceLost);
+    } else {
+      RetryOrFail(t, "worker " + worker_id + " " + desc, nullptr);
+    }
+  }
+  cv_.notify_all();
 }
 
 void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*,
@@ -2043,27 +2067,10 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   SetJobConfig("", &spec, /*with_env=*/false);  // the actor's process has its own env_vars
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
-  std::string rid = NewObjectId();
-  spec.set_task_id(HexOf(rid));
-  spec.set_return_id(rid);
-  ObjectEntry& re = refs_.Entry(rid);
-  re.owned = true;
-  re.local_refs = 1;
+  std::string rid = NewReturnObject(&spec);
   std::vector<std::string> refs;
   PrepareArgs(args, &spec, &refs);
-  for (auto& id : refs) {
-    refs_.Entry(id).pins++;
-    t->pinned.push_back(id);
-  }
-  for (int i = 0; i < spec.args_size(); ++i) {
-    if (!spec.args(i).is_ref()) continue;
-    const std::string& id = spec.args(i).ref_id();
-    auto it = refs_.objects().find(id);
-    if (it != refs_.objects().end() && it->second.owned && !it->second.ready) {
-      t->missing++;
-      waiting_on_.emplace(id, t);
-    }
-  }
+  TrackArgs(t, refs);
   if (t->missing == 0) FillResolvedArgs(*t);
   auto& a = actors_[actor_id];
   if (!a) {
@@ -2373,13 +2380,15 @@ void CoreWorker::KillActor(const std::string& actor_id, bool no_restart) {
 }
 
 void CoreWorker::ExitActor() {
-  if (actor_id_.empty()) {
+  if (!task_executor_ || task_executor_->actor_id().empty()) {
     throw internal::RayException("ray::ExitActor() can only be called inside an actor method");
   }
   throw ExitActorSignal{};
 }
 
-bool CoreWorker::WasCurrentActorRestarted() { return actor_restarted_; }
+bool CoreWorker::WasCurrentActorRestarted() {
+  return task_executor_ && task_executor_->actor_restarted();
+}
 
 // ------------------------------------------------------------------------------- execution
 
@@ -2472,60 +2481,9 @@ grpc::Status CoreWorker::PrintLogs(grpc::ServerContext* ctx, const rpc::LogBatch
 }
 
 void CoreWorker::CaptureOutput() {
-  // fd 1/2 currently point at the worker's log files. Keep them, and put pipes in their place.
-  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
-    int pipefd[2];
-    if (pipe(pipefd) != 0) return;
-    int log_fd = dup(fd);
-    dup2(pipefd[1], fd);
-    close(pipefd[1]);
-    bool is_err = fd == STDERR_FILENO;
-    std::thread([this, read_fd = pipefd[0], log_fd, is_err] {
-      char buf[8192];
-      std::string partial;
-      while (true) {
-        ssize_t n = read(read_fd, buf, sizeof buf);
-        if (n <= 0) break;
-        (void)!write(log_fd, buf, n);
-        partial.append(buf, n);
-        size_t pos;
-        std::lock_guard<std::mutex> lock(log_mu_);
-        while ((pos = partial.find('\n')) != std::string::npos) {
-          (is_err ? err_lines_ : out_lines_).push_back(partial.substr(0, pos));
-          partial.erase(0, pos + 1);
-        }
-      }
-    }).detach();
-  }
-  std::thread([this] { ForwardLoop(); }).detach();
-}
-
-void CoreWorker::ForwardLoop() {
-  while (true) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    rpc::LogBatch batch;
-    std::string target;
-    {
-      std::lock_guard<std::mutex> lock(log_mu_);
-      if (out_lines_.empty() && err_lines_.empty()) continue;
-      target = current_driver_;
-      if (target.empty()) {  // nobody to show it to yet: it is in the log files already
-        out_lines_.clear();
-        err_lines_.clear();
-        continue;
-      }
-      for (auto& l : out_lines_) batch.add_stdout_lines(std::move(l));
-      for (auto& l : err_lines_) batch.add_stderr_lines(std::move(l));
-      out_lines_.clear();
-      err_lines_.clear();
-    }
-    batch.set_worker_id(opts_.worker_id);
-    batch.set_pid(getpid());
-    batch.set_node_id(node_id_);
-    rpc::Empty e;
-    auto ctx = NewContext(opts_.token, 2000);
-    (void)rpc::CoreWorker::NewStub(GetChannel(target))->PrintLogs(ctx.get(), batch, &e);
-  }
+  log_forwarder_ = std::make_unique<LogForwarder>(
+      LogForwarder::Identity{opts_.worker_id, node_id_, opts_.token}, [this] { return DriverAddress(); });
+  if (!log_forwarder_->Start()) TORUS_LOG(WARNING) << "cannot capture the worker's output";
 }
 
 grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
@@ -2537,7 +2495,11 @@ grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::
 grpc::Status CoreWorker::CheckLease(grpc::ServerContext* ctx, const rpc::CheckLeaseRequest* req,
                                     rpc::CheckLeaseReply* reply) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
-  switch (lease_use_.Check(req->lease_id())) {
+  if (!task_executor_) {  // a driver: no stream names any lease
+    reply->set_use(rpc::CheckLeaseReply::REVOKED);
+    return grpc::Status::OK;
+  }
+  switch (task_executor_->lease_use().Check(req->lease_id())) {
     case LeaseUse::Use::kInUse: reply->set_use(rpc::CheckLeaseReply::IN_USE); break;
     case LeaseUse::Use::kRevoked: reply->set_use(rpc::CheckLeaseReply::REVOKED); break;
     case LeaseUse::Use::kUndecided: reply->set_use(rpc::CheckLeaseReply::UNDECIDED); break;
@@ -2548,273 +2510,60 @@ grpc::Status CoreWorker::CheckLease(grpc::ServerContext* ctx, const rpc::CheckLe
 grpc::Status CoreWorker::PushTasks(grpc::ServerContext* ctx,
                                    grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>* stream) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
-  return ServeTasks(stream);
-}
-
-template <class Stream>
-grpc::Status CoreWorker::ServeTasks(Stream* stream) {
-  if (!executor_) {
+  if (!task_executor_) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a driver does not run tasks");
   }
-  {
-    // The node may push work as soon as we registered, before Connect() has finished.
-    std::unique_lock<std::mutex> lock(ready_mu_);
-    ready_cv_.wait(lock, [this] { return ready_; });
-  }
-  // Results of this stream, written back in batches by the writer thread below.
-  struct Sink {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<rpc::TaskResult> q;
-    int outstanding = 0;
-    bool reading_done = false;
-    bool write_failed = false;
-  };
-  auto sink = std::make_shared<Sink>();
-  std::thread writer([sink, stream] {
-    while (true) {
-      rpc::ResultBatch batch;
-      {
-        std::unique_lock<std::mutex> lock(sink->mu);
-        sink->cv.wait(lock, [&] {
-          return !sink->q.empty() || (sink->reading_done && sink->outstanding == 0);
-        });
-        if (sink->q.empty()) return;
-        while (!sink->q.empty()) {
-          *batch.add_results() = std::move(sink->q.front());
-          sink->q.pop_front();
-        }
-      }
-      if (!sink->write_failed && !stream->Write(batch)) sink->write_failed = true;
-    }
-  });
-  rpc::TaskBatch batch;
-  std::string lease_id;
-  bool refused = false;
-  lease_use_.StreamOpened();
-  while (stream->Read(&batch)) {
-    if (lease_id.empty() && !batch.lease_id().empty()) {
-      if (!lease_use_.Named(batch.lease_id())) {
-        // The node took this lease back (its holder did not come within the grant's deadline)
-        // and may have leased us to someone else: run nothing for this stream.
-        refused = true;
-        TORUS_LOG(WARNING) << "refusing tasks for lease " << batch.lease_id()
-                           << ": the node revoked it before its holder connected";
-        break;
-      }
-      lease_id = batch.lease_id();
-    }
-    if (max_concurrency_ <= 1) {
-      // Sequential worker or actor: run the batch right here, one task at a time (exec_mu_
-      // serialises callers of an actor), and answer the whole batch with one write.
-      rpc::ResultBatch results;
-      for (auto& spec : *batch.mutable_tasks()) {
-        std::lock_guard<std::mutex> exec_lock(exec_mu_);
-        rpc::TaskResult* r = results.add_results();
-        Execute(spec, r);
-        if (spec.actor_creation() && !r->is_error() && spec.max_concurrency() > 1) {
-          executor_->Resize(spec.max_concurrency());
-          max_concurrency_ = spec.max_concurrency();
-        }
-      }
-      // Only this thread writes while the stream is sequential (the writer thread below serves
-      // the pool path), so writing here directly is safe and saves a thread hand-off.
-      if (!sink->write_failed && !stream->Write(results)) sink->write_failed = true;
-      batch.Clear();
-      continue;
-    }
-    for (auto& spec : *batch.mutable_tasks()) {
-      {
-        std::lock_guard<std::mutex> lock(sink->mu);
-        sink->outstanding++;
-      }
-      auto done = [sink](rpc::TaskResult r) {
-        std::lock_guard<std::mutex> lock(sink->mu);
-        sink->q.push_back(std::move(r));
-        sink->outstanding--;
-        sink->cv.notify_one();
-      };
-      executor_->Submit(std::move(spec), done);
-    }
-    batch.Clear();
-  }
-  {
-    std::lock_guard<std::mutex> lock(sink->mu);
-    sink->reading_done = true;
-    sink->cv.notify_one();
-  }
-  writer.join();
-  lease_use_.StreamClosed(lease_id);
-  if (refused) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        std::string(kLeaseRevokedError) + ": " + batch.lease_id());
-  }
-  if (!lease_id.empty()) {
-    // The lease holder is gone or done with us; returning twice is harmless (ids are unique).
-    rpc::ReturnLeaseRequest req;
-    req.set_lease_id(lease_id);
-    rpc::Empty e;
-    auto rctx = NewContext(opts_.token, 5000);
-    (void)node_->ReturnLease(rctx.get(), req, &e);
-  }
-  return grpc::Status::OK;
+  return task_executor_->ServeTasks(stream);
 }
 
-void CoreWorker::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
-  auto start = Clock::now();
-  if (!spec.driver_address().empty()) {
-    std::lock_guard<std::mutex> lock(log_mu_);
-    current_driver_ = spec.driver_address();
-    current_job_ = spec.job_id();
-    current_namespace_ = spec.ray_namespace();
-    current_default_detached_ = spec.default_detached();
-    if (spec.actor_creation() || spec.actor_id().empty()) {
-      current_env_vars_ = {spec.env_vars().begin(), spec.env_vars().end()};
-    }
+// ------------------------------------------------------------------------------- TaskExecutor::Host
+
+void CoreWorker::WaitReady() {
+  std::unique_lock<std::mutex> lock(ready_mu_);
+  ready_cv_.wait(lock, [this] { return ready_; });
+}
+
+void CoreWorker::EnterTask(const rpc::TaskSpec& spec) {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  current_driver_ = spec.driver_address();
+  current_job_ = spec.job_id();
+  current_namespace_ = spec.ray_namespace();
+  current_default_detached_ = spec.default_detached();
+  if (spec.actor_creation() || spec.actor_id().empty()) {
+    current_env_vars_ = {spec.env_vars().begin(), spec.env_vars().end()};
   }
-  result->set_task_id(spec.task_id());
-  result->set_return_id(spec.return_id());
-  result->set_seq(spec.seq());
-  auto fail = [&](StatusCode code, const std::string& msg) {
-    result->set_is_error(true);
-    result->mutable_error()->set_code(static_cast<int>(code));
-    result->mutable_error()->set_message(msg);
-  };
-  if (actor_exiting_) {
-    fail(StatusCode::kActorDied, "actor " + actor_id_ + " has exited (ray::ExitActor())");
-    return;
-  }
-  const auto& registry = internal::FunctionRegistry::Instance();
-  // Refs packed into the result are collected (and held) while the invoker packs it.
-  struct ResultRefs {
-    CoreWorker* cw;
-    internal::RefCollector c;
-    internal::RefCollector* prev;
-    explicit ResultRefs(CoreWorker* w) : cw(w), prev(internal::ResultRefCollector()) {
-      c.hold = true;
-      internal::ResultRefCollector() = &c;
-    }
-    ~ResultRefs() {
-      internal::ResultRefCollector() = prev;
-      for (const auto& id : c.ids) cw->RemoveLocalReference(id);
-    }
-  } result_refs(this);
-  // Refs inside the arguments: registered with their owners now, in one call per owner, and
-  // pinned while the task runs (unpacking them then costs no call).
-  struct ArgBorrows {
-    CoreWorker* cw;
-    std::vector<std::string> pinned;
-    ~ArgBorrows() {
-      if (!pinned.empty()) cw->UnpinArgBorrows(pinned);
-    }
-  } arg_borrows{this, PinArgBorrows(spec)};
-  std::vector<std::shared_ptr<internal::Buffer>> keep;
-  std::vector<internal::ArgView> views;
-  views.reserve(spec.args_size());
-  std::string bytes;
-  try {
-    for (const auto& a : spec.args()) {
-      if (!a.is_ref()) {
-        views.push_back({a.value().data(), a.value().size()});
-      } else if (a.location_known() && !a.location().in_shm()) {
-        views.push_back({a.location().inline_data().data(), a.location().inline_data().size()});
-      } else if (a.location_known()) {
-        auto b = Materialize(a.location(), a.ref_id());
-        if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
-        keep.push_back(*b);
-        views.push_back({(*b)->data(), (*b)->size()});
-      } else {
-        auto b = Get({a.ref_id()}, -1);
-        keep.push_back(b[0]);
-        views.push_back({b[0]->data(), b[0]->size()});
-      }
-    }
-    if (spec.actor_creation()) {
-      const auto* f = registry.FindFactory(spec.function());
-      if (!f) {
-        fail(StatusCode::kNotFound, "actor factory '" + spec.function() +
-                                        "' is not registered in worker executable " + executable_ +
-                                        " (missing RAY_REMOTE?)");
-        return;
-      }
-      // Set before the factory runs: its constructor may ask WasCurrentActorRestarted().
-      actor_id_ = spec.actor_id();
-      actor_restarted_ = spec.restarted();
-      actor_ = (*f)(views);
-      bytes = NilBytes();
-    } else if (!spec.actor_id().empty()) {
-      const auto* m = registry.FindMethod(spec.function());
-      if (!m) {
-        fail(StatusCode::kNotFound, "actor method '" + spec.function() +
-                                        "' is not registered in worker executable " + executable_);
-        return;
-      }
-      bytes = (*m)(actor_.ptr, views);
-    } else {
-      const auto* f = registry.FindFunction(spec.function());
-      if (!f) {
-        fail(StatusCode::kNotFound, "function '" + spec.function() +
-                                        "' is not registered in worker executable " + executable_ +
-                                        " (missing RAY_REMOTE?)");
-        return;
-      }
-      bytes = (*f)(views);
-    }
-  } catch (const ExitActorSignal&) {
-    actor_exiting_ = true;
-    rpc::ActorWorkerDiedRequest req;
-    req.set_actor_id(actor_id_);
-    req.set_worker_id(opts_.worker_id);
-    req.set_intentional(true);
-    req.set_description("the actor called ray::ExitActor()");
-    rpc::Empty e;
-    auto ctx = NewContext(opts_.token, 5000);
-    (void)head_->ActorWorkerDied(ctx.get(), req, &e);
-    fail(StatusCode::kActorDied, "actor " + actor_id_ + " exited: it called ray::ExitActor()");
-    std::thread([] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      fflush(stdout);
-      fflush(stderr);
-      _exit(0);
-    }).detach();
-    return;
-  } catch (const internal::RayException& e) {
-    // A system error surfaced inside user code (e.g. a failed nested Get): pass it on.
-    fail(StatusCode::kTaskError, std::string(spec.actor_creation() ? "constructor " : "task ") +
-                                     spec.function() + " failed: " +
-                                     Demangle(typeid(e).name()) + ": " + e.what());
-    return;
-  } catch (const std::exception& e) {
-    fail(StatusCode::kTaskError, std::string(spec.actor_creation() ? "constructor " : "task ") +
-                                     spec.function() + " threw " + Demangle(typeid(e).name()) +
-                                     ": " + e.what());
-    return;
-  } catch (...) {
-    fail(StatusCode::kTaskError, "task " + spec.function() + " threw a non-std::exception value");
-    return;
-  }
-  result->set_exec_us(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-  rpc::ObjectLocation* loc = result->mutable_value();
-  if (bytes.size() < kInlineLimit) {
-    loc->set_inline_data(std::move(bytes));
-  } else {
-    auto stored = CreateInStore(spec.return_id(),
-                                HexOf(spec.return_id()) + ".r" + std::to_string(spec.attempt()),
-                                bytes.size(), spec.owner_address());
-    if (!stored.ok()) {
-      fail(StatusCode::kInternal,
-           "cannot store the result of " + spec.function() + ": " + stored.status().message());
-      return;
-    }
-    internal::CopyLarge(arena_->data() + stored->offset(), bytes.data(), bytes.size());
-    *loc = *stored;
-  }
-  // The result refers to objects: the submitter becomes a borrower of each before we reply
-  // (our own hold on them ends when result_refs goes).
-  if (!result_refs.c.ids.empty()) {
-    RegisterResultBorrows(spec.owner_address(), result_refs.c.ids, result);
-  }
+}
+
+std::shared_ptr<internal::Buffer> CoreWorker::GetOne(const std::string& id) {
+  return Get({id}, -1)[0];
+}
+
+StatusOr<rpc::ObjectLocation> CoreWorker::StoreLarge(const rpc::TaskSpec& spec,
+                                                     const std::string& bytes) {
+  auto stored = CreateInStore(spec.return_id(),
+                              HexOf(spec.return_id()) + ".r" + std::to_string(spec.attempt()),
+                              bytes.size(), spec.owner_address());
+  if (stored.ok()) internal::CopyLarge(arena_->data() + stored->offset(), bytes.data(), bytes.size());
+  return stored;
+}
+
+void CoreWorker::ReportActorExit(const std::string& actor_id) {
+  rpc::ActorWorkerDiedRequest req;
+  req.set_actor_id(actor_id);
+  req.set_worker_id(opts_.worker_id);
+  req.set_intentional(true);
+  req.set_description("the actor called ray::ExitActor()");
+  rpc::Empty e;
+  auto ctx = NewContext(opts_.token, 5000);
+  (void)head_->ActorWorkerDied(ctx.get(), req, &e);
+}
+
+void CoreWorker::ReturnLease(const std::string& lease_id) {
+  rpc::ReturnLeaseRequest req;
+  req.set_lease_id(lease_id);
+  rpc::Empty e;
+  auto rctx = NewContext(opts_.token, 5000);
+  (void)node_->ReturnLease(rctx.get(), req, &e);
 }
 
 }  // namespace torus::core

@@ -3,15 +3,25 @@
 // leased worker) and actor calls (one stream per actor), and, in workers, executes what is
 // pushed to it. Implements torus::internal::Runtime for the header-only API.
 //
+// The parts: ReferenceCounter (refs_: object entries and counts), TaskExecutor (workers: runs
+// pushed tasks through a language Executor), LogForwarder (workers: output to the driver),
+// WorkQueue (fire-and-forget RPCs).
+//
 // THREADS
-//  - user threads call the Runtime methods; state is guarded by mu_ (objects, submit queues).
+//  - user threads call the Runtime methods; state is guarded by mu_ (objects via refs_, submit
+//    queues, actor queues, connections); cv_ signals object readiness.
 //  - one writer and one reader thread per outgoing stream (Conn): the writer drains the
 //    connection's send queue into one TaskBatch per Write (natural batching under load); the
 //    reader stores results and fails/retries in-flight work when the stream breaks.
-//  - lease threads: one per outstanding lease request (RequestLease blocks at the node).
-//  - housekeeping thread: returns leases idle for longer than the linger time.
-//  - workers only: gRPC server threads read pushed batches; an executor thread (or a pool of
-//    max_concurrency threads for a threaded actor) runs user code; one writer per inbound stream.
+//  - tracked helper threads (SpawnTracked, joined by Shutdown): one per outstanding lease
+//    request (RequestLease blocks at the node), per actor being resolved, per borrowed object
+//    being fetched, per broken connection (asks node/head why, then retries or fails).
+//  - housekeeping thread: sleeps on hk_cv_ (with mu_) until the next idle lease's linger ends
+//    or WakeHousekeeping(); returns idle leases and joins broken connections' threads.
+//  - borrow thread: sends queued borrow releases, probes borrowers once a second.
+//  - rpc_work_: up to 4 threads for FreeObjects/ReturnLease calls; drained at Shutdown().
+//  - workers only: the threads of TaskExecutor (task_executor.h) and LogForwarder
+//    (log_forwarder.h); the main thread sits in RunWorkerLoop.
 #pragma once
 
 #include <atomic>
@@ -34,7 +44,9 @@
 #include "common/shm.h"
 #include "common/status.h"
 #include "core/lease_use.h"
+#include "core/cpp_executor.h"
 #include "core/reference_counter.h"
+#include "core/task_executor.h"
 #include "proto/torus.grpc.pb.h"
 #include "torus/internal/runtime.h"
 
@@ -62,12 +74,15 @@ struct CoreWorkerOptions {
 };
 
 class Conn;
+class LogForwarder;
+class WorkQueue;
 struct TaskRecord;
 struct ActorQueue;
 struct SchedulingQueue;
-class Executor;
 
-class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Service {
+class CoreWorker final : public internal::Runtime,
+                         public rpc::CoreWorker::Service,
+                         private TaskExecutor::Host {
  public:
   static StatusOr<std::unique_ptr<CoreWorker>> Create(CoreWorkerOptions opts);
   ~CoreWorker() override;
@@ -118,9 +133,6 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   // rpc::CoreWorker::Service
   grpc::Status PushTasks(grpc::ServerContext*,
                          grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>*) override;
-  // The body of PushTasks, for a gRPC stream or a lane stream.
-  template <class Stream>
-  grpc::Status ServeTasks(Stream* stream);
   grpc::Status GetObject(grpc::ServerContext*, const rpc::GetObjectRequest*,
                          rpc::GetObjectReply*) override;
   grpc::Status BorrowObjects(grpc::ServerContext*, const rpc::BorrowObjectsRequest*,
@@ -139,8 +151,6 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void OnResults(Conn* conn, rpc::ResultBatch& batch);
   void OnConnBroken(Conn* conn, const std::string& why);
 
-  // Executes one task in this worker; fills *result. Called on executor threads.
-  void Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result);
 
  private:
   explicit CoreWorker(CoreWorkerOptions opts);
@@ -157,10 +167,18 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   grpc::Status CallBorrow(const std::string& owner, const std::string& borrower, int delta,
                           const std::vector<std::string>& ids, std::set<std::string>* unknown,
                           int deadline_ms, bool cancellable = true);
+  // TaskExecutor::Host (called on the threads running tasks, without mu_).
+  void WaitReady() override;
+  void EnterTask(const rpc::TaskSpec& spec) override;
+  std::shared_ptr<internal::Buffer> GetOne(const std::string& id) override;
+  StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec,
+                                           const std::string& bytes) override;
+  void ReportActorExit(const std::string& actor_id) override;
+  void ReturnLease(const std::string& lease_id) override;
   // Executor side: registers `submitter` as a borrower of each id (with their owners) and lists
   // the registered ones in result->nested_ids. No lock.
   void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
-                             rpc::TaskResult* result);
+                             rpc::TaskResult* result) override;
   // No lock. Sends queued releases; probes borrowers and drops those that are gone.
   void BorrowLoop();
   void FlushBorrowReleases(int deadline_ms, bool cancellable);
@@ -169,8 +187,8 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   void ReleaseAllBorrows(int deadline_ms);
   // Executor side: registers with the owners of the refs inside the task's arguments (one call
   // per owner) and pins them for the task's duration; UnpinArgBorrows ends that. No lock.
-  std::vector<std::string> PinArgBorrows(const rpc::TaskSpec& spec);
-  void UnpinArgBorrows(const std::vector<std::string>& pinned);
+  std::vector<std::string> PinArgBorrows(const rpc::TaskSpec& spec) override;
+  void UnpinArgBorrows(const std::vector<std::string>& pinned) override;
   void FailObject(const std::string& id, StatusCode code, const std::string& msg);
   // Location of a value we hold, for an Arg or a GetObject reply. Require mu_.
   bool LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
@@ -183,14 +201,31 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   StatusOr<rpc::ObjectLocation> CreateInStore(const std::string& object_id, const std::string& key,
                                               uint64_t size, const std::string& owner);
   StatusOr<std::shared_ptr<internal::Buffer>> Materialize(const rpc::ObjectLocation& loc,
-                                                          const std::string& object_id);
+                                                          const std::string& object_id) override;
   void ThrowIfError(const std::string& id, const ObjectEntry& e);
+  // The steps of Get. Require mu_ (held in `lock`).
+  struct ReadyScan;
+  void StartFetches(const std::vector<std::string>& ids);  // throws for a freed object of ours
+  void WaitAllReady(std::unique_lock<std::mutex>& lock, ReadyScan& scan,
+                    std::chrono::steady_clock::time_point deadline, int timeout_ms);
+  void ReadValues(ReadyScan& scan, std::vector<std::shared_ptr<internal::Buffer>>* out,
+                  std::vector<std::pair<size_t, rpc::ObjectLocation>>* to_map);
   void SetBlocked(bool blocked);
 
   // Submission. Require mu_.
   void PrepareArgs(std::vector<internal::TaskArg>& args, rpc::TaskSpec* spec,
                    std::vector<std::string>* deps);
   bool DepsReady(const TaskRecord& t);
+  // The steps of SubmitTask. SchedulingKey needs no lock (and sets the spec's resources).
+  std::string SchedulingKey(const internal::TaskOptions& options,
+                            const std::map<std::string, std::string>& selector, rpc::TaskSpec* spec);
+  std::unique_ptr<SchedulingQueue> NewSchedulingQueue(
+      const std::string& key, const rpc::TaskSpec& spec, const internal::TaskOptions& options,
+      const std::map<std::string, std::string>& selector, const std::string& runtime_key);
+  // The owned return object of a new task; names the task after it. Requires mu_.
+  std::string NewReturnObject(rpc::TaskSpec* spec);
+  // Pins the task's refs until it ends and counts the owned ones not yet ready. Requires mu_.
+  void TrackArgs(const std::shared_ptr<TaskRecord>& t, const std::vector<std::string>& refs);
   void FillResolvedArgs(TaskRecord& t);
   void OnObjectReady(const std::string& id);
   void Enqueue(std::shared_ptr<TaskRecord> t);
@@ -198,7 +233,19 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   int PipelineDepth(const std::string& function) const;
   void RequestLease(SchedulingQueue& q);
   void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address);
+  // Asks *node_address for a worker, following spillbacks; "" once *reply grants one, else why
+  // not. No lock.
+  std::string RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_address,
+                               rpc::LeaseReply* reply);
   void ReturnLease(Conn* conn, bool worker_dead);
+  // The steps of OnConnBroken. DetachConn requires mu_: takes the broken stream out of the
+  // queues and hands it to housekeeping; returns its in-flight tasks. The others take mu_.
+  std::vector<std::shared_ptr<TaskRecord>> DetachConn(Conn* conn);
+  void FailActorCalls(const std::string& actor_id,
+                      const std::vector<std::shared_ptr<TaskRecord>>& lost, const std::string& why);
+  void RetryLostTasks(const std::vector<std::shared_ptr<TaskRecord>>& lost,
+                      const std::string& worker_id, const std::string& node_address,
+                      const std::string& why);
   void RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn* conn,
                    StatusCode code = StatusCode::kWorkerDied);
   void PumpActor(ActorQueue& a);
@@ -211,6 +258,11 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
                     bool with_env = true);
   void ReleaseTaskPins(TaskRecord& t);
   void HousekeepingLoop();
+  // Marks the leases idle past the linger time returned and lists them; returns when the next
+  // one's linger ends (max: none is lingering). Requires mu_.
+  std::chrono::steady_clock::time_point CollectIdleLeases(std::vector<Conn*>* to_return);
+  // Requires mu_: a lease went idle or a connection broke.
+  void WakeHousekeeping();
   // Node address of a bundle able to hold `res` (bundle_index -1: any). No lock; asks the head.
   StatusOr<std::string> BundleNode(const std::string& pg_id, int bundle_index, const ResourceMap& res);
   std::unique_ptr<rpc::Node::Stub> NodeStub(const std::string& address);
@@ -225,7 +277,6 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::string executable_;
   std::string runtime_key_;
   std::unique_ptr<LaneServer> lane_;  // workers: PushTasks over the lane (docs/wire.md)
-  LeaseUse lease_use_;  // workers: the leases their task streams carry (own lock)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
   std::unique_ptr<rpc::Node::Stub> node_;
@@ -256,23 +307,16 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   int blocked_depth_ = 0;
 
   // worker side
-  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<TaskExecutor> task_executor_;  // runs pushed tasks (null in drivers)
   std::atomic<bool> exit_requested_{false};
-  internal::ActorInstance actor_;
-  std::string actor_id_;
-  bool actor_restarted_ = false;
-  std::atomic<bool> actor_exiting_{false};  // ExitActor() called: refuse further calls
-  std::atomic<int> max_concurrency_{1};
-  std::mutex exec_mu_;  // held while a task runs on a sequential worker or actor
 
-  // Output forwarding (workers). The driver of the most recent task, guarded by log_mu_.
+  // The job context of the most recent task (workers), guarded by log_mu_.
   std::string DriverAddress();
-  void ForwardLoop();
   std::mutex log_mu_;
   std::string current_driver_, current_job_, current_namespace_;
   bool current_default_detached_ = false;
   std::map<std::string, std::string> current_env_vars_;  // of this process (task or actor)
-  std::vector<std::string> out_lines_, err_lines_;
+  std::unique_ptr<LogForwarder> log_forwarder_;  // workers, once CaptureOutput() ran
 
   // Set once Connect() has finished; handlers wait for it.
   std::mutex ready_mu_;
@@ -293,8 +337,16 @@ class CoreWorker final : public internal::Runtime, public rpc::CoreWorker::Servi
   std::thread borrow_thread_;
   std::condition_variable borrow_cv_;  // with mu_: releases queued, or shutdown
   std::atomic<bool> term_requested_{false};  // workers: SIGTERM received
-  std::mutex hk_mu_;  // only for hk_cv_: wakes housekeeping at shutdown
+  // With mu_: wakes housekeeping (WakeHousekeeping, shutdown). Its own condition variable: cv_
+  // is signalled for object readiness, which would wake it on every result.
   std::condition_variable hk_cv_;
+  // Guarded by mu_: when housekeeping wakes by itself (max: it waits for a wake-up; min: it is
+  // running and rescans before it sleeps again).
+  std::chrono::steady_clock::time_point hk_wakes_at_ = std::chrono::steady_clock::time_point::min();
+  // Fire-and-forget RPCs (FreeObjects, ReturnLease): never waits for mu_, so posting with mu_
+  // held is safe. Stopped (drained and joined) at the end of Shutdown().
+  std::unique_ptr<WorkQueue> rpc_work_;
+
   // Drivers: a WatchJob call held open so the head notices if this process dies.
   std::unique_ptr<grpc::ClientContext> watch_ctx_;
   std::thread watch_thread_;

@@ -36,6 +36,33 @@ namespace {
 [[noreturn]] void Invalid(const Status& s) { throw internal::RayException(s.ToString()); }
 
 std::optional<int> OptPositive(const std::optional<int>& v) { return v; }
+
+// The user's label selector of one bundle of slice `slice_index`, keys normalised. Throws for a
+// key Torus keeps for itself, or when bundles of one slice name two slices (`slice_pins`: the
+// slice named so far per slice index).
+internal::LabelSelector UserBundleSelector(const internal::LabelSelector& user, int slice_index,
+                                           std::map<std::string, std::string>* slice_pins) {
+  internal::LabelSelector sel;
+  std::map<std::string, std::string> ordered(user.begin(), user.end());
+  auto norm = NormalizeSelectorKeys(ordered);
+  if (!norm.ok()) Invalid(norm.status());
+  for (const auto& [k, v] : *norm) {
+    if (k == kLabelWorkerId) {
+      Invalid(InvalidArgument("label selector key '" + k +
+                              "' is not allowed: placement within a slice belongs to Torus"));
+    }
+    if (k == kLabelSliceName) {
+      std::string key = std::to_string(slice_index);
+      auto [pin, fresh] = slice_pins->emplace(key, v);
+      if (!fresh && pin->second != v) {
+        Invalid(InvalidArgument("bundles of slice index " + key + " name two slices ('" +
+                                pin->second + "' and '" + v + "') in " + std::string(kLabelSliceName)));
+      }
+    }
+    sel[k] = v;
+  }
+  return sel;
+}
 }  // namespace
 
 SlicePlacementGroup CreateSlicePlacementGroup(const SliceOptions& o) {
@@ -82,24 +109,7 @@ SlicePlacementGroup CreateSlicePlacementGroup(const SliceOptions& o) {
     if (!o.bundle_label_selectors.empty()) {
       const auto& user = o.bundle_label_selectors.size() == 1 ? o.bundle_label_selectors[0]
                                                               : o.bundle_label_selectors[i];
-      std::map<std::string, std::string> ordered(user.begin(), user.end());
-      auto norm = NormalizeSelectorKeys(ordered);
-      if (!norm.ok()) Invalid(norm.status());
-      for (const auto& [k, v] : *norm) {
-        if (k == kLabelWorkerId) {
-          Invalid(InvalidArgument("label selector key '" + k +
-                                  "' is not allowed: placement within a slice belongs to Torus"));
-        }
-        if (k == kLabelSliceName) {
-          std::string key = std::to_string(loc.slice_index);
-          auto [pin, fresh] = slice_pins.emplace(key, v);
-          if (!fresh && pin->second != v) {
-            Invalid(InvalidArgument("bundles of slice index " + key + " name two slices ('" +
-                                    pin->second + "' and '" + v + "') in " + std::string(kLabelSliceName)));
-          }
-        }
-        sel[k] = v;
-      }
+      sel = UserBundleSelector(user, loc.slice_index, &slice_pins);
     }
     // Implicit: every bundle selects the pod type and accelerator type.
     sel[std::string(kLabelPodType)] = shape->pod_type;

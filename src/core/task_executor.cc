@@ -1,0 +1,345 @@
+#include "core/task_executor.h"
+
+#include <cxxabi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "common/logging.h"
+#include "core/reference_counter.h"
+#include "torus/api/exceptions.h"
+#include "torus/api/serializer.h"
+
+namespace torus::core {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string Demangle(const char* name) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = (status == 0 && d) ? d : name;
+  free(d);
+  return out;
+}
+
+void Fail(rpc::TaskResult* result, StatusCode code, const std::string& msg) {
+  result->set_is_error(true);
+  result->mutable_error()->set_code(static_cast<int>(code));
+  result->mutable_error()->set_message(msg);
+}
+
+// The results of one inbound stream, written back in batches by a writer thread (threaded
+// actors; a sequential stream writes its results itself). Joined by Finish().
+class ResultSink {
+ public:
+  template <class Stream>
+  explicit ResultSink(Stream* stream) {
+    writer_ = std::thread([this, stream] { WriteLoop(stream); });
+  }
+  // A task was handed to the pool; Done() follows with its result.
+  void Started() {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_++;
+  }
+  void Done(rpc::TaskResult r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(std::move(r));
+    outstanding_--;
+    cv_.notify_one();
+  }
+  // Writes from the stream's own thread (the writer thread has nothing to write then).
+  template <class Stream>
+  void WriteDirect(Stream* stream, const rpc::ResultBatch& results) {
+    if (!write_failed_ && !stream->Write(results)) write_failed_ = true;
+  }
+  // Reading ended: writes what is outstanding, then joins the writer.
+  void Finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reading_done_ = true;
+      cv_.notify_one();
+    }
+    writer_.join();
+  }
+
+ private:
+  template <class Stream>
+  void WriteLoop(Stream* stream) {
+    while (true) {
+      rpc::ResultBatch batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !q_.empty() || (reading_done_ && outstanding_ == 0); });
+        if (q_.empty()) return;
+        while (!q_.empty()) {
+          *batch.add_results() = std::move(q_.front());
+          q_.pop_front();
+        }
+      }
+      WriteDirect(stream, batch);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<rpc::TaskResult> q_;
+  int outstanding_ = 0;
+  bool reading_done_ = false;
+  std::atomic<bool> write_failed_{false};
+  std::thread writer_;
+};
+
+// Restores the previous result-ref collector and drops the refs it held when it goes.
+struct ResultRefs {
+  TaskExecutor::Host* host;
+  internal::RefCollector c;
+  internal::RefCollector* prev;
+  explicit ResultRefs(TaskExecutor::Host* h) : host(h), prev(internal::ResultRefCollector()) {
+    c.hold = true;
+    internal::ResultRefCollector() = &c;
+  }
+  ~ResultRefs() {
+    internal::ResultRefCollector() = prev;
+    for (const auto& id : c.ids) host->RemoveLocalReference(id);
+  }
+};
+
+// Unpins the refs inside a task's arguments when it goes.
+struct ArgBorrows {
+  TaskExecutor::Host* host;
+  std::vector<std::string> pinned;
+  ~ArgBorrows() {
+    if (!pinned.empty()) host->UnpinArgBorrows(pinned);
+  }
+};
+
+}  // namespace
+
+// Runs tasks of a threaded actor on a pool of max_concurrency threads. Joined when it goes.
+class TaskPool {
+ public:
+  using Done = std::function<void(rpc::TaskResult)>;
+  explicit TaskPool(TaskExecutor* ex) : ex_(ex) {}
+  ~TaskPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    for (auto& t : threads_) t.join();
+  }
+  void Resize(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (static_cast<int>(threads_.size()) < n) threads_.emplace_back([this] { Loop(); });
+  }
+  void Submit(rpc::TaskSpec spec, Done done) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.emplace_back(std::move(spec), std::move(done));
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::pair<rpc::TaskSpec, Done> item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty()) return;
+        item = std::move(q_.front());
+        q_.pop_front();
+      }
+      rpc::TaskResult r;
+      ex_->Execute(item.first, &r);
+      item.second(std::move(r));
+    }
+  }
+  TaskExecutor* ex_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<rpc::TaskSpec, Done>> q_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+};
+
+TaskExecutor::TaskExecutor(Host* host, std::unique_ptr<Executor> executor)
+    : host_(host), executor_(std::move(executor)), pool_(std::make_unique<TaskPool>(this)) {}
+
+TaskExecutor::~TaskExecutor() = default;
+
+template <class Stream>
+grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
+  // The node may push work as soon as we registered, before Connect() has finished.
+  host_->WaitReady();
+  ResultSink sink(stream);
+  rpc::TaskBatch batch;
+  std::string lease_id;
+  bool refused = false;
+  lease_use_.StreamOpened();
+  while (stream->Read(&batch)) {
+    if (lease_id.empty() && !batch.lease_id().empty()) {
+      if (!lease_use_.Named(batch.lease_id())) {
+        // The node took this lease back (its holder did not come within the grant's deadline)
+        // and may have leased us to someone else: run nothing for this stream.
+        refused = true;
+        TORUS_LOG(WARNING) << "refusing tasks for lease " << batch.lease_id()
+                           << ": the node revoked it before its holder connected";
+        break;
+      }
+      lease_id = batch.lease_id();
+    }
+    if (max_concurrency_ <= 1) {
+      // Only this thread writes while the stream is sequential (the sink's writer thread
+      // serves the pool path), so writing here directly is safe and saves a thread hand-off.
+      rpc::ResultBatch results;
+      RunSequential(batch, &results);
+      sink.WriteDirect(stream, results);
+    } else {
+      for (auto& spec : *batch.mutable_tasks()) {
+        sink.Started();
+        pool_->Submit(std::move(spec), [&sink](rpc::TaskResult r) { sink.Done(std::move(r)); });
+      }
+    }
+    batch.Clear();
+  }
+  sink.Finish();
+  lease_use_.StreamClosed(lease_id);
+  if (refused) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        std::string(kLeaseRevokedError) + ": " + batch.lease_id());
+  }
+  // The lease holder is gone or done with us; returning twice is harmless (ids are unique).
+  if (!lease_id.empty()) host_->ReturnLease(lease_id);
+  return grpc::Status::OK;
+}
+
+void TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results) {
+  // One task at a time (exec_mu_ serialises callers of an actor); the whole batch is answered
+  // with one write.
+  for (auto& spec : *batch.mutable_tasks()) {
+    std::lock_guard<std::mutex> exec_lock(exec_mu_);
+    rpc::TaskResult* r = results->add_results();
+    Execute(spec, r);
+    if (spec.actor_creation() && !r->is_error() && spec.max_concurrency() > 1) {
+      pool_->Resize(spec.max_concurrency());
+      max_concurrency_ = spec.max_concurrency();
+    }
+  }
+}
+
+void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
+  auto start = Clock::now();
+  if (!spec.driver_address().empty()) host_->EnterTask(spec);
+  result->set_task_id(spec.task_id());
+  result->set_return_id(spec.return_id());
+  result->set_seq(spec.seq());
+  if (actor_exiting_) {
+    Fail(result, StatusCode::kActorDied, "actor " + actor_id_ + " has exited (ray::ExitActor())");
+    return;
+  }
+  // Refs packed into the result are collected (and held) while the invoker packs it.
+  ResultRefs result_refs(host_);
+  // Refs inside the arguments: registered with their owners now, in one call per owner, and
+  // pinned while the task runs (unpacking them then costs no call).
+  ArgBorrows arg_borrows{host_, host_->PinArgBorrows(spec)};
+  std::string bytes;
+  if (!Invoke(spec, result, &bytes)) return;
+  result->set_exec_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
+  StoreValue(spec, std::move(bytes), result);
+  if (result->is_error()) return;
+  // The result refers to objects: the submitter becomes a borrower of each before we reply
+  // (our own hold on them ends when result_refs goes).
+  if (!result_refs.c.ids.empty()) {
+    host_->RegisterResultBorrows(spec.owner_address(), result_refs.c.ids, result);
+  }
+}
+
+void TaskExecutor::ReadArgs(const rpc::TaskSpec& spec,
+                            std::vector<std::shared_ptr<internal::Buffer>>* keep,
+                            std::vector<internal::ArgView>* views) {
+  views->reserve(spec.args_size());
+  for (const auto& a : spec.args()) {
+    if (!a.is_ref()) {
+      views->push_back({a.value().data(), a.value().size()});
+    } else if (a.location_known() && !a.location().in_shm()) {
+      views->push_back({a.location().inline_data().data(), a.location().inline_data().size()});
+    } else if (a.location_known()) {
+      auto b = host_->Materialize(a.location(), a.ref_id());
+      if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
+      keep->push_back(*b);
+      views->push_back({(*b)->data(), (*b)->size()});
+    } else {
+      auto b = host_->GetOne(a.ref_id());
+      keep->push_back(b);
+      views->push_back({b->data(), b->size()});
+    }
+  }
+}
+
+bool TaskExecutor::Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, std::string* bytes) {
+  const std::string what = spec.actor_creation() ? "constructor " : "task ";
+  try {
+    std::vector<std::shared_ptr<internal::Buffer>> keep;
+    std::vector<internal::ArgView> views;
+    ReadArgs(spec, &keep, &views);
+    if (spec.actor_creation()) {
+      // Set before the factory runs: its constructor may ask WasCurrentActorRestarted().
+      actor_id_ = spec.actor_id();
+      actor_restarted_ = spec.restarted();
+    }
+    auto out = executor_->Invoke(spec, views);
+    if (!out.ok()) {
+      Fail(result, out.status().code(), out.status().message());
+      return false;
+    }
+    *bytes = std::move(*out);
+    return true;
+  } catch (const ExitActorSignal&) {
+    OnExitActor(result);
+  } catch (const internal::RayException& e) {
+    // A system error surfaced inside user code (e.g. a failed nested Get): pass it on.
+    Fail(result, StatusCode::kTaskError, what + spec.function() + " failed: " +
+                                             Demangle(typeid(e).name()) + ": " + e.what());
+  } catch (const std::exception& e) {
+    Fail(result, StatusCode::kTaskError, what + spec.function() + " threw " +
+                                             Demangle(typeid(e).name()) + ": " + e.what());
+  } catch (...) {
+    Fail(result, StatusCode::kTaskError, "task " + spec.function() + " threw a non-std::exception value");
+  }
+  return false;
+}
+
+void TaskExecutor::OnExitActor(rpc::TaskResult* result) {
+  actor_exiting_ = true;
+  host_->ReportActorExit(actor_id_);
+  Fail(result, StatusCode::kActorDied, "actor " + actor_id_ + " exited: it called ray::ExitActor()");
+  // The worker's main thread ends the process once this result had time to go out.
+  exit_at_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    Clock::now().time_since_epoch()).count() + 200;
+}
+
+void TaskExecutor::StoreValue(const rpc::TaskSpec& spec, std::string bytes, rpc::TaskResult* result) {
+  rpc::ObjectLocation* loc = result->mutable_value();
+  if (bytes.size() < kInlineLimit) {
+    loc->set_inline_data(std::move(bytes));
+    return;
+  }
+  auto stored = host_->StoreLarge(spec, bytes);
+  if (!stored.ok()) {
+    Fail(result, StatusCode::kInternal,
+         "cannot store the result of " + spec.function() + ": " + stored.status().message());
+    return;
+  }
+  *loc = *stored;
+}
+
+template grpc::Status TaskExecutor::ServeTasks(
+    grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>* stream);
+template grpc::Status TaskExecutor::ServeTasks(LaneTaskServerStream* stream);
+
+}  // namespace torus::core

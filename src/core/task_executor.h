@@ -1,0 +1,115 @@
+// TaskExecutor: the worker side of the PushTasks stream. Reads the task batches a submitter
+// pushes (over gRPC or the worker's lane), runs each task and writes the results back. The
+// language-specific part (finding and calling the function) is an Executor (executor.h);
+// everything around it is here: the lease the stream names (LeaseUse), the job context of the
+// running work, reading the arguments, pinning the refs inside them, storing the result and
+// registering the caller as a borrower of the refs inside it, and the actor's state.
+//
+// THREADS
+//  - one thread per inbound stream (a gRPC handler thread or a lane thread) runs ServeTasks.
+//    With max_concurrency 1 it runs the tasks itself, one at a time under exec_mu_ (so calls
+//    from several callers of one actor never overlap), and writes each batch's results; the
+//    stream's writer thread idles. For a threaded actor it hands the tasks to pool_
+//    (max_concurrency threads) and the stream's writer thread batches their results.
+//  - Execute runs on those threads; it calls the Host (the core worker) without any lock of
+//    this class held. Actor state: actor_id_/actor_restarted_ are written by the creation task
+//    (before the actor's address is published, so before any call) and read afterwards;
+//    actor_exiting_ and max_concurrency_ are atomics.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/lane.h"
+#include "common/status.h"
+#include "core/executor.h"
+#include "core/lease_use.h"
+#include "proto/torus.grpc.pb.h"
+#include "torus/internal/runtime.h"
+
+namespace torus::core {
+
+// The status message of a task stream refused because its lease was revoked (ServeTasks); the
+// submitter's side recognises it.
+inline constexpr const char* kLeaseRevokedError = "lease revoked by its node";
+
+inline constexpr const char* kPushTasksMethod = "/torus.rpc.CoreWorker/PushTasks";
+
+// PushTasks served over the lane, with the gRPC stream's Read/Write.
+struct LaneTaskServerStream {
+  LaneServerStream* s;
+  bool Read(rpc::TaskBatch* b) { return s->Read(b); }
+  bool Write(const rpc::ResultBatch& b) { return s->Write(b); }
+};
+
+class TaskPool;
+
+class TaskExecutor {
+ public:
+  // What the executor needs from the core worker. Called without TaskExecutor's locks.
+  class Host {
+   public:
+    virtual ~Host() = default;
+    virtual void WaitReady() = 0;  // until the core worker is connected
+    // The job context of the work now running (driver, job, namespace, env vars).
+    virtual void EnterTask(const rpc::TaskSpec& spec) = 0;
+    // The borrowing protocol for the refs inside the arguments (see CoreWorker).
+    virtual std::vector<std::string> PinArgBorrows(const rpc::TaskSpec& spec) = 0;
+    virtual void UnpinArgBorrows(const std::vector<std::string>& pinned) = 0;
+    virtual void RemoveLocalReference(const std::string& id) = 0;
+    virtual StatusOr<std::shared_ptr<internal::Buffer>> Materialize(
+        const rpc::ObjectLocation& loc, const std::string& object_id) = 0;
+    virtual std::shared_ptr<internal::Buffer> GetOne(const std::string& id) = 0;  // may throw
+    // Stores a large result value in this node's store (key: return id and attempt).
+    virtual StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec,
+                                                     const std::string& bytes) = 0;
+    virtual void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
+                                       rpc::TaskResult* result) = 0;
+    virtual void ReportActorExit(const std::string& actor_id) = 0;  // ray::ExitActor()
+    virtual void ReturnLease(const std::string& lease_id) = 0;
+  };
+
+  TaskExecutor(Host* host, std::unique_ptr<Executor> executor);
+  ~TaskExecutor();
+
+  // Serves one inbound PushTasks stream until the submitter closes it.
+  template <class Stream>
+  grpc::Status ServeTasks(Stream* stream);
+  // Runs one task; fills *result.
+  void Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result);
+
+  LeaseUse& lease_use() { return lease_use_; }
+  // The actor this worker runs ("" if none), and whether it is a restart.
+  const std::string& actor_id() const { return actor_id_; }
+  bool actor_restarted() const { return actor_restarted_; }
+  // Set by ray::ExitActor(): the time (steady clock, ms) after which the process should end.
+  int64_t exit_at_ms() const { return exit_at_ms_; }
+
+ private:
+  // One batch on a sequential worker or actor, run on the stream's thread.
+  void RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results);
+  // Fills *views with the arguments' bytes; *keep holds the buffers behind them. Throws.
+  void ReadArgs(const rpc::TaskSpec& spec, std::vector<std::shared_ptr<internal::Buffer>>* keep,
+                std::vector<internal::ArgView>* views);
+  // Runs the executor with the arguments; returns false (result failed) or fills *bytes.
+  bool Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, std::string* bytes);
+  void OnExitActor(rpc::TaskResult* result);
+  // Puts the packed value into the result (inline, or in the store when large).
+  void StoreValue(const rpc::TaskSpec& spec, std::string bytes, rpc::TaskResult* result);
+
+  Host* const host_;
+  const std::unique_ptr<Executor> executor_;
+  LeaseUse lease_use_;  // the leases the task streams carry (own lock)
+  std::unique_ptr<TaskPool> pool_;  // threaded actors
+  std::mutex exec_mu_;  // held while a task runs on a sequential worker or actor
+  std::atomic<int> max_concurrency_{1};
+  std::string actor_id_;
+  bool actor_restarted_ = false;
+  std::atomic<bool> actor_exiting_{false};  // ExitActor() called: refuse further calls
+  std::atomic<int64_t> exit_at_ms_{0};
+};
+
+}  // namespace torus::core

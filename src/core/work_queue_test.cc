@@ -1,0 +1,64 @@
+#include "core/work_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+namespace torus::core {
+namespace {
+
+TEST(WorkQueueTest, StopRunsEverythingQueued) {
+  std::atomic<int> ran{0};
+  WorkQueue q(2, 1000);
+  for (int i = 0; i < 200; ++i) EXPECT_TRUE(q.Post([&] { ran++; }));
+  q.Stop();
+  EXPECT_EQ(ran.load(), 200);
+  EXPECT_FALSE(q.Post([&] { ran++; }));
+  EXPECT_EQ(ran.load(), 200);
+}
+
+TEST(WorkQueueTest, OneThreadRunsInOrder) {
+  std::vector<int> order;
+  std::mutex mu;
+  {
+    WorkQueue q(1, 1000);
+    for (int i = 0; i < 50; ++i) {
+      q.Post([&, i] {
+        std::lock_guard<std::mutex> l(mu);
+        order.push_back(i);
+      });
+    }
+  }  // the destructor stops and joins
+  ASSERT_EQ(order.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
+}
+
+TEST(WorkQueueTest, FullQueueMakesThePosterWait) {
+  WorkQueue q(1, 1);
+  std::mutex gate;
+  gate.lock();
+  std::atomic<int> ran{0};
+  q.Post([&] {  // taken by the thread, blocks it
+    std::lock_guard<std::mutex> l(gate);
+    ran++;
+  });
+  // Returns once the thread has taken the first closure; this one then fills the queue.
+  EXPECT_TRUE(q.Post([&] { ran++; }));
+  std::atomic<bool> third_posted{false};
+  std::thread poster([&] {
+    q.Post([&] { ran++; });
+    third_posted = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  bool posted_early = third_posted.load();  // the queue is full: the poster must still wait
+  gate.unlock();
+  poster.join();
+  q.Stop();
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_FALSE(posted_early);
+}
+
+}  // namespace
+}  // namespace torus::core
