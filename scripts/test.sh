@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh release
 scripts/build.sh asan
+echo "== tsa: clang -Wthread-safety over src/ (compile only)"
+scripts/tsa.sh build
 if [ "${TORUS_CI_TSAN:-0}" = 1 ]; then scripts/build.sh tsan; fi
 export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-test.XXXXXX)}"
 

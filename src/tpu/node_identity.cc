@@ -12,15 +12,14 @@
 #include <cerrno>
 #include <climits>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "tpu/chip_visibility.h"
 
 namespace torus::tpu {
@@ -148,10 +147,10 @@ std::vector<sockaddr_storage> Resolve(const std::string& host, const std::string
   }
 
   struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;  // guarded by mu
-    addrinfo* list = nullptr;  // guarded by mu; freed by the destructor
+    Mutex mu;
+    CondVar cv;
+    bool done GUARDED_BY(mu) = false;
+    addrinfo* list GUARDED_BY(mu) = nullptr;  // freed by the destructor
     ~State() {
       if (list != nullptr) ::freeaddrinfo(list);
     }
@@ -165,16 +164,18 @@ std::vector<sockaddr_storage> Resolve(const std::string& host, const std::string
       hints.ai_flags = AI_NUMERICSERV;
       addrinfo* result = nullptr;
       if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &result) != 0) result = nullptr;
-      std::lock_guard<std::mutex> lock(state->mu);
+      MutexLock lock(state->mu);
       state->list = result;
       state->done = true;
-      state->cv.notify_all();
+      state->cv.NotifyAll();
     }).detach();
   } catch (const std::system_error&) {
     return out;  // could not start a thread: treat as no server
   }
-  std::unique_lock<std::mutex> lock(state->mu);
-  if (state->cv.wait_until(lock, deadline, [&] { return state->done; })) collect(state->list);
+  MutexLock lock(state->mu);
+  while (!state->done && state->cv.WaitUntil(lock, deadline)) {
+  }
+  if (state->done) collect(state->list);
   return out;
 }
 
