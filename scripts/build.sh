@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Configures and builds one configuration:
 #   scripts/build.sh [release|asan|tsan]  -> build/, build-asan/ or build-tsan/
+# ccache: CCACHE_BASEDIR turns the paths under this clone into relative ones and CCACHE_NOHASHDIR
+# keeps the working directory (which -g records) out of the hash, so a clean clone in another
+# directory hits the objects another clone left in the same CCACHE_DIR (default .cache/ccache of
+# this clone; CI can point CCACHE_DIR at one persistent directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-release}"
 export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR=1
 case "$mode" in
   release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORUS_WERROR=ON) ;;
   asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DTORUS_WERROR=ON -DTORUS_SANITIZE=ON
