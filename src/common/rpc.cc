@@ -7,9 +7,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <string_view>
 #include <unordered_map>
+
+#include "common/thread_annotations.h"
 
 namespace torus {
 
@@ -58,30 +59,32 @@ bool TokenEquals(std::string_view given, std::string_view expected) {
 }
 
 namespace {
-std::mutex g_channels_mu;
+Mutex g_channels_mu;
 // Leaked on purpose: used from threads that may outlive static destruction.
-auto* g_channels = new std::unordered_map<std::string, std::shared_ptr<grpc::Channel>>();
+auto* g_channels PT_GUARDED_BY(g_channels_mu) =
+    new std::unordered_map<std::string, std::shared_ptr<grpc::Channel>>();
 struct LocalServer {
   grpc::Server* server;
   grpc::Service* service;
 };
-auto* g_local_servers = new std::unordered_map<std::string, LocalServer>();
+auto* g_local_servers PT_GUARDED_BY(g_channels_mu) =
+    new std::unordered_map<std::string, LocalServer>();
 }  // namespace
 
 void RegisterInProcessServer(const std::string& address, grpc::Server* server,
                              grpc::Service* service) {
-  std::lock_guard<std::mutex> lock(g_channels_mu);
+  MutexLock lock(g_channels_mu);
   (*g_local_servers)[address] = {server, service};
   g_channels->erase(address);
 }
 
 void UnregisterInProcessServer(const std::string& address) {
-  std::lock_guard<std::mutex> lock(g_channels_mu);
+  MutexLock lock(g_channels_mu);
   if (g_local_servers->erase(address)) g_channels->erase(address);
 }
 
 grpc::Service* InProcessServiceAt(const std::string& address) {
-  std::lock_guard<std::mutex> lock(g_channels_mu);
+  MutexLock lock(g_channels_mu);
   auto it = g_local_servers->find(address);
   return it == g_local_servers->end() ? nullptr : it->second.service;
 }
@@ -90,7 +93,7 @@ DirectCallScope::DirectCallScope() : prev_(t_direct_call) { t_direct_call = true
 DirectCallScope::~DirectCallScope() { t_direct_call = prev_; }
 
 std::shared_ptr<grpc::Channel> GetChannel(const std::string& address) {
-  std::lock_guard<std::mutex> lock(g_channels_mu);
+  MutexLock lock(g_channels_mu);
   auto* channels = g_channels;
   auto it = channels->find(address);
   if (it != channels->end()) return it->second;
