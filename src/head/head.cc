@@ -34,9 +34,17 @@ Status ValidateNodeRecord(const rpc::NodeRecord& n) {
 
 }  // namespace
 
-Head::Head(HeadConfig cfg) : cfg_(std::move(cfg)), pg_manager_(mu_, *this, cfg_.token) {}
+Head::Head(HeadConfig cfg) : cfg_(std::move(cfg)), pg_manager_(mu_, *this, work_, cfg_.token) {}
 
-Head::~Head() { Stop(); }
+Head::~Head() {
+  Stop();
+  std::thread shutdown;
+  {
+    MutexLock lock(stop_mu_);
+    shutdown.swap(shutdown_thread_);
+  }
+  if (shutdown.joinable()) shutdown.join();
+}
 
 Status Head::Start() {
   if (auto s = ValidateToken(cfg_.token, "the head's configuration"); !s.ok()) return s;
@@ -79,9 +87,12 @@ void Head::Stop() {
   {
     MutexLock lock(mu_);
     cv_.NotifyAll();
+    stop_cv_.NotifyAll();
+    for (grpc::ClientContext* c : placing_calls_) c->TryCancel();
   }
   pg_manager_.Stop();
   if (monitor_thread_.joinable()) monitor_thread_.join();
+  work_.Stop();  // placements (cancelled above), kills and releases finish here
   UnregisterInProcessServer(address_);
   if (lane_) lane_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
@@ -148,6 +159,7 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   IndexNodeLocked(it->first, it->second);
   BumpView(&it->first);
   TORUS_LOG(INFO) << "node left: " << req->node_id();
+  pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.OnNodeLost(req->node_id());
   for (auto& [id, a] : actors_) {
     if (a.rec.node_id() == req->node_id() &&
@@ -191,103 +203,17 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   }
   if (changed) {
     SchedulePendingActors();
+    pg_manager_.AssertHeld();  // it shares mu_
     pg_manager_.Wake();
   }
   return grpc::Status::OK;
 }
 
-void Head::BumpView(const std::string* node) {
-  ++view_version_;
-  view_log_.emplace_back(view_version_, node);
-  // Deltas are given only to nodes at most max(64, N/2) versions behind (FillViewLocked): the
-  // log keeps that many (at least 4096); a node further behind gets the whole view.
-  size_t cap = std::max<size_t>(4096, nodes_.size() / 2 + 1);
-  while (view_log_.size() > cap) {
-    view_log_floor_ = view_log_.front().first;
-    view_log_.pop_front();
-  }
-}
-
-void Head::FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) {
-  reply->set_view_version(view_version_);
-  if (version == view_version_) return;
-  // One budget of view records per second (--view-records-per-s) paces all view shipping
-  // except small deltas, so that thousands of nodes coming up at once cannot turn heartbeats
-  // into an O(N^2) flood. A node refused now keeps its version and asks on its next beat.
-  auto now = Clock::now();
-  double rate = std::max(1, cfg_.view_records_per_s);
-  double cap = std::max(rate, static_cast<double>(alive_nodes_));
-  view_tokens_ = std::min(cap, view_tokens_ + rate * std::chrono::duration<double>(now - view_refill_).count());
-  view_refill_ = now;
-  constexpr uint64_t kFreeDelta = 64;
-  // A delta when the log covers every change after `version` and there are at most half as
-  // many changes as nodes. The log holds one entry per version, so this test is O(1).
-  uint64_t behind = view_version_ - version;
-  if (version >= view_log_floor_ && version < view_version_ && !view_log_.empty() &&
-      (behind <= kFreeDelta || behind <= nodes_.size() / 2)) {
-    if (behind > kFreeDelta && view_tokens_ < static_cast<double>(behind)) {
-      reply->set_view_version(version);
-      return;
-    }
-    size_t from = static_cast<size_t>(version + 1 - view_log_.front().first);
-    std::vector<const std::string*> changed;
-    changed.reserve(behind);
-    for (size_t i = from; i < view_log_.size(); ++i) {
-      if (view_log_[i].second) changed.push_back(view_log_[i].second);
-    }
-    std::sort(changed.begin(), changed.end());
-    changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
-    if (behind > kFreeDelta) view_tokens_ -= static_cast<double>(changed.size());
-    reply->set_view_delta(true);
-    for (const std::string* id : changed) {
-      auto it = nodes_.find(*id);
-      if (it == nodes_.end() || !it->second.alive) {
-        reply->add_removed_node_ids(*id);
-      } else {
-        FillRecord(names_, it->first, it->second, /*full=*/false, reply->add_nodes());
-      }
-    }
-    return;
-  }
-  // The whole view.
-  if (view_tokens_ < static_cast<double>(alive_nodes_)) {
-    reply->set_view_version(version);
-    return;
-  }
-  // One serialization of the whole view serves every node that needs it: rebuilt when the view
-  // changed, at most once a second while the log still covers the snapshot's version (its
-  // receivers then catch up by deltas).
-  bool stale = snapshot_version_ != view_version_;
-  bool usable = snapshot_version_ >= view_log_floor_ && snapshot_version_ > 0;
-  if (stale && (!usable || now - snapshot_built_ >= std::chrono::seconds(1))) {
-    rpc::ListReply view;
-    for (const auto& [id, n] : nodes_) {
-      if (n.alive) FillRecord(names_, id, n, /*full=*/false, view.add_nodes());
-    }
-    view.SerializeToString(&snapshot_);
-    snapshot_version_ = view_version_;
-    snapshot_nodes_ = alive_nodes_;
-    snapshot_built_ = now;
-  }
-  if (version == snapshot_version_) {  // nothing newer to give than what it has
-    reply->set_view_version(version);
-    return;
-  }
-  view_tokens_ -= static_cast<double>(snapshot_nodes_);
-  reply->set_view_version(snapshot_version_);
-  reply->set_view_snapshot(snapshot_);
-}
-
-uint32_t Head::PacedHeartbeatMsLocked() const {
-  if (cfg_.max_heartbeats_per_s <= 0) return 0;
-  return static_cast<uint32_t>((alive_nodes_ * 1000 + cfg_.max_heartbeats_per_s - 1) /
-                               static_cast<size_t>(cfg_.max_heartbeats_per_s));
-}
-
 void Head::MonitorLoop() {
+  MutexLock lock(mu_);
   while (!stopping_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    MutexLock lock(mu_);
+    stop_cv_.WaitFor(lock, std::chrono::milliseconds(100));  // a tick, or Stop
+    if (stopping_) break;
     auto now = Clock::now();
     // A head that did not run for a while (starved, stopped, swapped out) cannot tell a silent
     // node from its own absence: that gap does not count against any node.
@@ -315,6 +241,7 @@ void Head::MonitorLoop() {
             OnActorWorkerGone(a, "its node " + id + " died", false);
           }
         }
+        pg_manager_.AssertHeld();  // it shares mu_
         pg_manager_.OnNodeLost(id);
       }
     }
@@ -360,6 +287,7 @@ grpc::Status Head::CreateActor(grpc::ServerContext* ctx, const rpc::CreateActorR
     return grpc::Status::OK;
   }
   if (!req->placement_group_id().empty()) {
+    pg_manager_.AssertHeld();  // it shares mu_
     const rpc::PlacementGroupRecord* pg = pg_manager_.Find(req->placement_group_id());
     if (!pg || pg->state() == "REMOVED") {
       SetError(reply->mutable_error(), StatusCode::kNotFound,
@@ -397,6 +325,7 @@ void Head::SchedulePendingActors() {
     ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
     if (!a.spec.placement_group_id().empty()) {
       // Inside a placement group: the bundle's node; the node checks the bundle's room.
+      pg_manager_.AssertHeld();  // it shares mu_
       const rpc::PlacementGroupRecord* pg = pg_manager_.Find(a.spec.placement_group_id());
       if (!pg || pg->state() == "REMOVED") {
         a.rec.set_state("DEAD");
@@ -423,9 +352,11 @@ void Head::SchedulePendingActors() {
       }
       a.placing = true;
       a.pending_reason.clear();
-      std::thread([this, id = id, nid = target->node_id(), addr = target->node_address()] {
-        PlaceActor(id, nid, addr);
-      }).detach();
+      if (!work_.Submit([this, id = id, nid = target->node_id(), addr = target->node_address()] {
+            PlaceActor(id, nid, addr);
+          })) {
+        a.placing = false;  // stopping
+      }
       continue;
     }
     // Least-loaded feasible node, by free CPU.
@@ -459,19 +390,21 @@ void Head::SchedulePendingActors() {
     auto avail = ToResourceMap(names_, target.Available());
     Subtract(avail, placement);
     SetAvailable(names_, avail, &target);
-    std::thread([this, id = id, nid = *best, addr = target.address] {
-      PlaceActor(id, nid, addr);
-    }).detach();
+    if (!work_.Submit([this, id = id, nid = *best, addr = target.address] { PlaceActor(id, nid, addr); })) {
+      a.placing = false;  // stopping
+    }
   }
 }
 
 void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
                       const std::string& node_address) {
   rpc::StartActorRequest req;
+  auto ctx = NewContext(cfg_.token);
   {
     MutexLock lock(mu_);
     auto it = actors_.find(actor_id);
     if (it == actors_.end() || stopping_) return;
+    placing_calls_.insert(ctx.get());  // Stop cancels it
     const auto& spec = it->second.spec;
     *req.mutable_creation() = spec.creation();
     req.mutable_creation()->set_restarted(it->second.rec.num_restarts() > 0);
@@ -484,9 +417,9 @@ void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
   }
   auto stub = rpc::Node::NewStub(GetChannel(node_address));
   rpc::StartActorReply reply;
-  auto ctx = NewContext(cfg_.token);
   auto st = stub->StartActor(ctx.get(), req, &reply);
   MutexLock lock(mu_);
+  placing_calls_.erase(ctx.get());
   auto it = actors_.find(actor_id);
   if (it == actors_.end()) return;
   ActorEntry& a = it->second;
@@ -524,7 +457,7 @@ void Head::KillActorWorker(const rpc::ActorRecord& rec) {
   std::string addr = it->second.address;
   std::string wid = rec.worker_id();
   std::string token = cfg_.token;
-  std::thread([addr, wid, token] {
+  (void)work_.Submit([addr, wid, token] {
     auto stub = rpc::Node::NewStub(GetChannel(addr));
     rpc::KillWorkerRequest req;
     req.set_worker_id(wid);
@@ -532,7 +465,7 @@ void Head::KillActorWorker(const rpc::ActorRecord& rec) {
     rpc::Empty e;
     auto ctx = NewContext(token, 5000);
     (void)stub->KillWorker(ctx.get(), req, &e);
-  }).detach();
+  });
 }
 
 void Head::OnActorWorkerGone(ActorEntry& a, const std::string& cause, bool intentional) {
@@ -642,11 +575,10 @@ grpc::Status Head::FinishJob(grpc::ServerContext* ctx, const rpc::JobRequest* re
 grpc::Status Head::WatchJob(grpc::ServerContext* ctx, const rpc::JobRequest* req,
                             grpc::ServerWriter<rpc::Empty>*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  while (!ctx->IsCancelled() && !stopping_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (stopping_) return grpc::Status::OK;
   MutexLock lock(mu_);
+  // gRPC's sync API has no event for a cancelled call: it is polled; Stop wakes the wait.
+  while (!ctx->IsCancelled() && !stopping_) stop_cv_.WaitFor(lock, std::chrono::milliseconds(100));
+  if (stopping_) return grpc::Status::OK;
   if (jobs_.count(req->job_id())) {
     TORUS_LOG(WARNING) << "driver of job " << req->job_id() << " went away without Shutdown()";
     FinishJobLocked(req->job_id());
@@ -664,6 +596,7 @@ void Head::FinishJobLocked(const std::string& job_id) {
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("the job that created the actor finished");
   }
+  pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.RemoveJobGroups(job_id);
   cv_.NotifyAll();
 }
@@ -674,6 +607,7 @@ grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListRe
   for (const auto& [id, n] : nodes_) FillRecord(names_, id, n, /*full=*/true, reply->add_nodes());
   for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
   for (const auto& [id, j] : jobs_) *reply->add_jobs() = j;
+  pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.AppendTo(reply);
   return grpc::Status::OK;
 }
@@ -761,30 +695,19 @@ void Head::ApplyLedger(const std::string& node_address, const BundleReply& reply
   }
 }
 
-std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels) {
-  std::vector<NodeView> view;
-  view.reserve(alive_nodes_);
-  for (const auto& [nid, n] : nodes_) {
-    if (!n.alive) continue;
-    (*index_of)[nid] = static_cast<int>(view.size());
-    view.push_back({nid, ToResourceMap(names_, n.total), ToResourceMap(names_, n.Available()),
-                    with_labels ? LabelsOf(names_, nid, n) : std::map<std::string, std::string>()});
-  }
-  return view;
-}
-
 void Head::IndexNodeLocked(const std::string& node_id, const NodeEntry& n) {
   if (!n.alive) {
     slice_index_.Remove(node_id);
     return;
   }
-  auto label = [&](std::string_view k) { return LabelOf(names_, node_id, n, k); };
+  const NamePool* names = &names_;  // read in the lambdas below, under mu_
+  auto label = [&](std::string_view k) { return LabelOf(*names, node_id, n, k); };
   std::string pod_type = label(tpu::kLabelPodType);
   if (pod_type.empty()) {
     slice_index_.Remove(node_id);
     return;
   }
-  auto amount = [&](const CompactResources& r, const std::string& k) { return Amount(names_, r, k); };
+  auto amount = [&](const CompactResources& r, const std::string& k) { return Amount(*names, r, k); };
   std::string head = SliceIdleRule::HeadUnit(pod_type);
   SliceHostUse use{amount(n.total, "TPU"), amount(n.Available(), "TPU"), amount(n.total, head),
                    amount(n.Available(), head)};
@@ -811,6 +734,7 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
                                                       ? std::optional<int>(req->chips_per_vm())
                                                       : std::nullopt)) {
       reply->set_intact(reply->intact() + s.intact);
+      pg_manager_.AssertHeld();  // it shares mu_
       reply->set_ready(reply->ready() + (s.idle && pg_manager_.HolderOf(s.name).empty()));
     }
   }
@@ -826,6 +750,7 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
       out->add_node_ids(h >= 0 ? view[h].id : "");
     }
     out->set_hosts_alive(alive);
+    pg_manager_.AssertHeld();  // it shares mu_
     std::string holder = pg_manager_.HolderOf(s.name);
     out->set_holder(holder);
     out->set_state(!s.intact ? "broken" : !holder.empty() ? "reserved" : "free");
@@ -856,7 +781,9 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
 
 grpc::Status Head::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::thread([this] { Stop(); }).detach();
+  MutexLock lock(stop_mu_);
+  // Not on this handler thread: stopping waits for the server's handlers, this one included.
+  if (!shutdown_thread_.joinable()) shutdown_thread_ = std::thread([this] { Stop(); });
   return grpc::Status::OK;
 }
 

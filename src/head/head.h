@@ -6,8 +6,13 @@
 //  - gRPC sync-server threads run the handlers; all state is guarded by mu_, which the
 //    placement-group manager (head/placement_groups.h, with its scheduler thread) shares.
 //  - monitor thread: declares nodes dead after missed heartbeats, (re)places pending actors.
-//  - one short-lived thread per actor placement attempt, which calls Node.StartActor (blocking,
-//    runs the constructor) without holding mu_.
+//  - work_ (a WorkPool of at most kMaxWorkThreads): each actor placement attempt, which calls
+//    Node.StartActor (blocking, runs the constructor) without holding mu_; fire-and-forget
+//    worker kills; bundle releases nobody waits for.
+//  - the Shutdown RPC stops the head on shutdown_thread_ (a handler cannot wait for itself).
+// Stop() wakes the monitor, cancels the StartActor calls in flight, stops the placement-group
+// scheduler, joins the monitor, drains and joins work_, then stops the servers; ~Head calls
+// Stop() and joins shutdown_thread_, so no thread of the head outlives it.
 #pragma once
 
 #include <atomic>
@@ -16,6 +21,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,6 +36,7 @@
 #include "head/node_table.h"
 #include "head/placement_groups.h"
 #include "head/slice_index.h"
+#include "head/work_pool.h"
 #include "head/jobs.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -140,9 +147,14 @@ class Head final : public rpc::Head::Service, private PgCluster {
   std::unique_ptr<LaneServer> lane_;  // placement-group calls from drivers (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<JobManager> job_manager_;  // submitted jobs (docs/jobs.md), served on our port
+  static constexpr size_t kMaxWorkThreads = 64;
+  WorkPool work_{kMaxWorkThreads};  // before pg_manager_, which submits to it
 
   Mutex mu_;
   CondVar cv_;  // actor state changes
+  CondVar stop_cv_;  // Stop began (the monitor and WatchJob wait on it between their polls)
+  // The StartActor calls in flight (PlaceActor), cancelled by Stop.
+  std::set<grpc::ClientContext*> placing_calls_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);  // never erased: keys are stable
   size_t alive_nodes_ GUARDED_BY(mu_) = 0;
   static constexpr int kMissedHeartbeats = 5;
@@ -175,6 +187,7 @@ class Head final : public rpc::Head::Service, private PgCluster {
   Mutex stop_mu_;
   bool stopped_ GUARDED_BY(stop_mu_) = false;
   CondVar stopped_cv_;
+  std::thread shutdown_thread_ GUARDED_BY(stop_mu_);  // runs Stop() for the Shutdown RPC
   std::thread monitor_thread_;
 };
 

@@ -100,8 +100,9 @@ StatusOr<PgEntry> ParsePgRequest(const rpc::PlacementGroupRecord& req, PgEntry::
   return e;
 }
 
-PlacementGroupManager::PlacementGroupManager(Mutex& mu, PgCluster& cluster, std::string token)
-    : mu_(mu), cluster_(cluster), token_(std::move(token)) {}
+PlacementGroupManager::PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkPool& pool,
+                                             std::string token)
+    : mu_(mu), cluster_(cluster), pool_(pool), token_(std::move(token)) {}
 
 PlacementGroupManager::~PlacementGroupManager() { Stop(); }
 
@@ -153,7 +154,7 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
   if (!scheduling_ && queue_.size() == 1) {
     // Nothing is waiting ahead of it: place it on this thread now (the scheduler thread would
     // pick exactly this group), saving the caller a hand-off and a Wait round trip.
-    ScheduleOnce(lock);
+    ScheduleOnce();
   } else {
     sched_cv_.NotifyAll();
   }
@@ -340,7 +341,8 @@ void PlacementGroupManager::ReleaseOnNodes(const std::vector<NodeCall>& what) {
 }
 
 void PlacementGroupManager::ReleaseInBackground(std::vector<NodeCall> what) {
-  std::thread([this, what = std::move(what)] { ReleaseOnNodes(what); }).detach();
+  // Dropped only when the head is stopping: the nodes then free the bundles of a gone head.
+  (void)pool_.Submit([this, what = std::move(what)] { ReleaseOnNodes(what); });
 }
 
 void PlacementGroupManager::TrimRemovedLocked() {
@@ -365,25 +367,25 @@ void PlacementGroupManager::Loop() {
   MutexLock lock(mu_);
   while (!stopping_) {
     // Timed: a group's deadline and retry time pass without any event.
-    if (scheduling_ || !ScheduleOnce(lock)) sched_cv_.WaitFor(lock, std::chrono::milliseconds(100));
+    if (scheduling_ || !ScheduleOnce()) sched_cv_.WaitFor(lock, std::chrono::milliseconds(100));
   }
 }
 
-bool PlacementGroupManager::ScheduleOnce(MutexLock& lock) {
+bool PlacementGroupManager::ScheduleOnce() {
   std::vector<std::string> placed_ids;  // node id per bundle
   PgEntry* e = ChooseNext(&placed_ids);
   if (!e) return false;
   scheduling_ = true;
   e->scheduling = true;
   Grant g = BeginGrant(*e, placed_ids);
-  lock.Unlock();
+  mu_.Unlock();
   std::vector<BundleReply> results;
   std::vector<size_t> answered;  // calls whose node answered (its ledger is in results)
   std::string failure = ReserveOnNodes(g, &results, &answered);
-  lock.Lock();
+  mu_.Lock();
   scheduling_ = false;
   for (size_t i : answered) cluster_.ApplyLedger(g.calls[i].address, results[i]);
-  FinishGrant(lock, g, failure);
+  FinishGrant(g, failure);
   return true;
 }
 
@@ -487,6 +489,7 @@ std::optional<std::vector<std::string>> PlacementGroupManager::PlaceSlices(PgEnt
   *slice_names = std::vector<std::string>(e.rec.slice_names().begin(), e.rec.slice_names().end());
   std::set<std::string> used(slice_names->begin(), slice_names->end());
   const SliceIndex& index = cluster_.Slices();
+  const auto* holders = &slice_holder_;  // read in the lambda below, under mu_
   for (int si = 0; si < sl.num_slices(); ++si) {
     if (!(*slice_names)[si].empty()) {
       for (int k = 0; k < per; ++k) out[si * per + k] = e.rec.bundles(si * per + k).node_id();
@@ -500,7 +503,7 @@ std::optional<std::vector<std::string>> PlacementGroupManager::PlaceSlices(PgEnt
       }
     }
     const SliceIndex::Slice* pick = index.FirstIdle(pod, wanted, [&](const SliceIndex::Slice& s) {
-      if (slice_holder_.count(s.name) || used.count(s.name)) return false;
+      if (holders->count(s.name) || used.count(s.name)) return false;
       if (static_cast<int>(s.hosts.size()) * b_per_host < per) return false;
       if (sl.chips_per_vm() > 0) {
         for (int c : s.chips) {
@@ -592,20 +595,20 @@ std::string PlacementGroupManager::ReserveOnNodes(const Grant& g, std::vector<Bu
   return failure;
 }
 
-void PlacementGroupManager::FinishGrant(MutexLock& lock, const Grant& g, const std::string& failure) {
+void PlacementGroupManager::FinishGrant(const Grant& g, const std::string& failure) {
   auto pit = pgs_.find(g.pg_id);
   if (pit == pgs_.end()) return;
   PgEntry& done = pit->second;
   done.scheduling = false;
   if (done.rec.state() == "REMOVED") {
     // Removed while being reserved: undo what the nodes reserved.
-    lock.Unlock();
+    mu_.Unlock();
     if (failure.empty()) {
       std::vector<NodeCall> undo;
       for (const auto& [addr, which] : g.by_node) undo.push_back({addr, ReleasePayload(g.pg_id, which, "")});
       ReleaseOnNodes(undo);
     }
-    lock.Lock();
+    mu_.Lock();
     return;
   }
   if (!failure.empty()) {

@@ -14,8 +14,8 @@
 //  - one scheduler thread (Start/Stop) places groups one at a time in arrival order; a Create
 //    that finds the queue empty places its group on the caller's thread instead. Either
 //    releases mu while calling nodes (`scheduling_` marks that one group is in flight).
-//  - releases that no caller waits for (a lost node, a finished job) run on a short-lived
-//    thread each.
+//  - releases that no caller waits for (a lost node, a finished job) run on the head's
+//    WorkPool (given at construction), which the head drains after Stop.
 // Every member below `mu_` is guarded by it.
 #pragma once
 
@@ -33,6 +33,7 @@
 #include "head/bundle_calls.h"
 #include "head/placement.h"
 #include "head/slice_index.h"
+#include "head/work_pool.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -83,7 +84,7 @@ StatusOr<PgEntry> ParsePgRequest(const rpc::PlacementGroupRecord& req, PgEntry::
 
 class PlacementGroupManager {
  public:
-  PlacementGroupManager(Mutex& mu, PgCluster& cluster, std::string token);
+  PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkPool& pool, std::string token);
   ~PlacementGroupManager();
   PlacementGroupManager(const PlacementGroupManager&) = delete;
   PlacementGroupManager& operator=(const PlacementGroupManager&) = delete;
@@ -111,6 +112,9 @@ class PlacementGroupManager {
   void RemoveJobGroups(const std::string& job_id) REQUIRES(mu_);
   // The view changed: waiting groups are tried again.
   void Wake() REQUIRES(mu_) { sched_cv_.NotifyAll(); }
+  // For the head, which holds the same mutex under its own name: tells clang's analysis that
+  // it is held (no run-time effect).
+  void AssertHeld() const ASSERT_CAPABILITY(mu_) {}
 
  private:
   using Clock = PgEntry::Clock;
@@ -124,9 +128,10 @@ class PlacementGroupManager {
   enum class Try { kPlaced, kSkip, kBlock };
 
   void Loop() EXCLUDES(mu_);  // the scheduler thread
-  // Places the first placeable group in the queue, releasing mu while calling nodes; false
-  // when none can be placed now. Requires !scheduling_.
-  bool ScheduleOnce(MutexLock& lock) REQUIRES(mu_);
+  // Places the first placeable group in the queue, releasing mu while calling nodes (the
+  // caller's MutexLock stays valid: mu is held again on return); false when none can be
+  // placed now. Requires !scheduling_.
+  bool ScheduleOnce() REQUIRES(mu_);
   // The first group in arrival order that can be placed on the current view, with the node id
   // per bundle; nullptr when none. A group that could fit an idle cluster but has waited longer
   // than kAging blocks the groups behind it, so small groups cannot starve a large one.
@@ -145,7 +150,7 @@ class PlacementGroupManager {
   // the first failure ("" when all reserved). No lock held.
   std::string ReserveOnNodes(const Grant& g, std::vector<BundleReply>* results,
                              std::vector<size_t>* answered) EXCLUDES(mu_);
-  void FinishGrant(MutexLock& lock, const Grant& g, const std::string& failure) REQUIRES(mu_);
+  void FinishGrant(const Grant& g, const std::string& failure) REQUIRES(mu_);  // may release mu meanwhile
   void GrantFailed(PgEntry& e, const std::string& failure) REQUIRES(mu_);
   // Marks a group REMOVED; returns the releases of its placed bundles.
   std::vector<NodeCall> RemoveLocked(PgEntry& e, const std::string& why) REQUIRES(mu_);
@@ -164,6 +169,7 @@ class PlacementGroupManager {
   // constant after construction
   Mutex& mu_;
   PgCluster& cluster_;
+  WorkPool& pool_;
   const std::string token_;
 
   // guarded by mu_
