@@ -21,7 +21,7 @@
 #include "common/lane.h"
 #include "common/rpc.h"
 #include "core/log_forwarder.h"
-#include "core/work_queue.h"
+#include "common/work_queue.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/runtime_env.h"
 #include "torus/api/serializer.h"

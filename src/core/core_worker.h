@@ -50,6 +50,10 @@
 #include "proto/torus.grpc.pb.h"
 #include "torus/internal/runtime.h"
 
+namespace torus {
+class WorkQueue;
+}  // namespace torus
+
 namespace torus::core {
 
 class CoreWorker;
@@ -75,7 +79,6 @@ struct CoreWorkerOptions {
 
 class Conn;
 class LogForwarder;
-class WorkQueue;
 struct TaskRecord;
 struct ActorQueue;
 struct SchedulingQueue;

@@ -352,7 +352,7 @@ void Head::SchedulePendingActors() {
       }
       a.placing = true;
       a.pending_reason.clear();
-      if (!work_.Submit([this, id = id, nid = target->node_id(), addr = target->node_address()] {
+      if (!work_.Post([this, id = id, nid = target->node_id(), addr = target->node_address()] {
             PlaceActor(id, nid, addr);
           })) {
         a.placing = false;  // stopping
@@ -390,7 +390,7 @@ void Head::SchedulePendingActors() {
     auto avail = ToResourceMap(names_, target.Available());
     Subtract(avail, placement);
     SetAvailable(names_, avail, &target);
-    if (!work_.Submit([this, id = id, nid = *best, addr = target.address] { PlaceActor(id, nid, addr); })) {
+    if (!work_.Post([this, id = id, nid = *best, addr = target.address] { PlaceActor(id, nid, addr); })) {
       a.placing = false;  // stopping
     }
   }
@@ -457,7 +457,7 @@ void Head::KillActorWorker(const rpc::ActorRecord& rec) {
   std::string addr = it->second.address;
   std::string wid = rec.worker_id();
   std::string token = cfg_.token;
-  (void)work_.Submit([addr, wid, token] {
+  (void)work_.Post([addr, wid, token] {
     auto stub = rpc::Node::NewStub(GetChannel(addr));
     rpc::KillWorkerRequest req;
     req.set_worker_id(wid);

@@ -6,7 +6,7 @@
 //  - gRPC sync-server threads run the handlers; all state is guarded by mu_, which the
 //    placement-group manager (head/placement_groups.h, with its scheduler thread) shares.
 //  - monitor thread: declares nodes dead after missed heartbeats, (re)places pending actors.
-//  - work_ (a WorkPool of at most kMaxWorkThreads): each actor placement attempt, which calls
+//  - work_ (a WorkQueue of at most kMaxWorkThreads): each actor placement attempt, which calls
 //    Node.StartActor (blocking, runs the constructor) without holding mu_; fire-and-forget
 //    worker kills; bundle releases nobody waits for.
 //  - the Shutdown RPC stops the head on shutdown_thread_ (a handler cannot wait for itself).
@@ -36,7 +36,7 @@
 #include "head/node_table.h"
 #include "head/placement_groups.h"
 #include "head/slice_index.h"
-#include "head/work_pool.h"
+#include "common/work_queue.h"
 #include "head/jobs.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -148,7 +148,7 @@ class Head final : public rpc::Head::Service, private PgCluster {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<JobManager> job_manager_;  // submitted jobs (docs/jobs.md), served on our port
   static constexpr size_t kMaxWorkThreads = 64;
-  WorkPool work_{kMaxWorkThreads};  // before pg_manager_, which submits to it
+  WorkQueue work_{kMaxWorkThreads, 0};  // unbounded queue: Post never waits  // before pg_manager_, which submits to it
 
   Mutex mu_;
   CondVar cv_;  // actor state changes

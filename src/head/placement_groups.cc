@@ -100,7 +100,7 @@ StatusOr<PgEntry> ParsePgRequest(const rpc::PlacementGroupRecord& req, PgEntry::
   return e;
 }
 
-PlacementGroupManager::PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkPool& pool,
+PlacementGroupManager::PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkQueue& pool,
                                              std::string token)
     : mu_(mu), cluster_(cluster), pool_(pool), token_(std::move(token)) {}
 
@@ -342,7 +342,7 @@ void PlacementGroupManager::ReleaseOnNodes(const std::vector<NodeCall>& what) {
 
 void PlacementGroupManager::ReleaseInBackground(std::vector<NodeCall> what) {
   // Dropped only when the head is stopping: the nodes then free the bundles of a gone head.
-  (void)pool_.Submit([this, what = std::move(what)] { ReleaseOnNodes(what); });
+  (void)pool_.Post([this, what = std::move(what)] { ReleaseOnNodes(what); });
 }
 
 void PlacementGroupManager::TrimRemovedLocked() {

@@ -15,7 +15,7 @@
 //    that finds the queue empty places its group on the caller's thread instead. Either
 //    releases mu while calling nodes (`scheduling_` marks that one group is in flight).
 //  - releases that no caller waits for (a lost node, a finished job) run on the head's
-//    WorkPool (given at construction), which the head drains after Stop.
+//    WorkQueue (given at construction), which the head drains after Stop.
 // Every member below `mu_` is guarded by it.
 #pragma once
 
@@ -33,7 +33,7 @@
 #include "head/bundle_calls.h"
 #include "head/placement.h"
 #include "head/slice_index.h"
-#include "head/work_pool.h"
+#include "common/work_queue.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -84,7 +84,7 @@ StatusOr<PgEntry> ParsePgRequest(const rpc::PlacementGroupRecord& req, PgEntry::
 
 class PlacementGroupManager {
  public:
-  PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkPool& pool, std::string token);
+  PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkQueue& pool, std::string token);
   ~PlacementGroupManager();
   PlacementGroupManager(const PlacementGroupManager&) = delete;
   PlacementGroupManager& operator=(const PlacementGroupManager&) = delete;
@@ -169,7 +169,7 @@ class PlacementGroupManager {
   // constant after construction
   Mutex& mu_;
   PgCluster& cluster_;
-  WorkPool& pool_;
+  WorkQueue& pool_;
   const std::string token_;
 
   // guarded by mu_

@@ -1,12 +1,12 @@
-#include "core/work_queue.h"
+#include "common/work_queue.h"
 
 #include <utility>
 
-namespace torus::core {
+namespace torus {
 
 bool WorkQueue::Post(std::function<void()> fn) {
   MutexLock l(mu_);
-  while (!stopping_ && q_.size() >= capacity_) room_cv_.Wait(l);
+  while (!stopping_ && capacity_ > 0 && q_.size() >= capacity_) room_cv_.Wait(l);
   if (stopping_) return false;
   q_.push_back(std::move(fn));
   if (idle_ == 0 && static_cast<int>(threads_.size()) < max_threads_) {
@@ -15,6 +15,11 @@ bool WorkQueue::Post(std::function<void()> fn) {
     work_cv_.NotifyOne();
   }
   return true;
+}
+
+size_t WorkQueue::threads() const {
+  MutexLock l(mu_);
+  return threads_.size();
 }
 
 void WorkQueue::Stop() {

@@ -1,12 +1,15 @@
-#include "core/work_queue.h"
+#include "common/work_queue.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <vector>
+#include <thread>
+#include <condition_variable>
 
-namespace torus::core {
+namespace torus {
 namespace {
 
 TEST(WorkQueueTest, StopRunsEverythingQueued) {
@@ -58,6 +61,49 @@ TEST(WorkQueueTest, FullQueueMakesThePosterWait) {
   q.Stop();
   EXPECT_EQ(ran.load(), 3);
   EXPECT_FALSE(posted_early);
+}
+
+// A gate the test opens: jobs block on it, so they pile up in the pool.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void Wait() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [this] { return open; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+TEST(WorkQueueTest, StopDrainsEveryQueuedJobOnAtMostMaxThreads) {
+  Gate gate;
+  std::atomic<int> done{0};
+  WorkQueue pool(3, 0);  // unbounded: Post never waits
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(pool.Post([&] {
+      gate.Wait();
+      ++done;
+    }));
+  }
+  EXPECT_EQ(pool.threads(), 3u);  // the rest waits in the queue
+  gate.Open();
+  pool.Stop();
+  EXPECT_EQ(done.load(), 20);
+  EXPECT_FALSE(pool.Post([&] { ++done; }));
+  EXPECT_EQ(done.load(), 20);
+}
+
+TEST(WorkQueueTest, SubmitNeverRunsTheJobOnTheCallersThread) {
+  WorkQueue pool(1, 0);
+  std::thread::id ran_on;
+  ASSERT_TRUE(pool.Post([&] { ran_on = std::this_thread::get_id(); }));
+  pool.Stop();
+  EXPECT_NE(ran_on, std::thread::id());
+  EXPECT_NE(ran_on, std::this_thread::get_id());
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
-// A small owned pool for short asynchronous work (fire-and-forget RPCs such as FreeObjects and
-// ReturnLease): closures run in FIFO order on up to `max_threads` threads, started on demand,
-// with at most `capacity` closures waiting. Replaces one detached thread per call: every
+// An owned pool for short asynchronous work (the core worker's fire-and-forget FreeObjects and
+// ReturnLease calls; the head's actor placements, kills and bundle releases): closures run in
+// FIFO order on up to `max_threads` threads, started on demand and kept until Stop. Every
 // thread belongs to this object, and Stop() runs what is queued and joins them.
 //
-// Contract: Post() blocks while `capacity` closures wait (back-pressure instead of unbounded
-// growth), so a closure must never wait for a lock or event held by a thread that posts.
-// After Stop() Post() runs nothing and returns false.
+// Contract: with `capacity` > 0, Post() blocks while that many closures wait (back-pressure
+// instead of unbounded growth), so a closure must never wait for a lock or event held by a
+// thread that posts; with `capacity` 0 the queue is unbounded and Post() never waits (callers
+// may hold locks). Post() never runs the closure on the caller's thread. A closure must end by
+// itself in bounded time (Stop waits for it). After Stop() Post() runs nothing and returns false.
 //
 // THREADS: Post() from any thread; the pool's threads run the closures with no lock held.
 // `mu_` guards the queue, the thread list and the flags; `work_cv_` wakes idle pool threads,
@@ -20,7 +22,7 @@
 
 #include "common/thread_annotations.h"
 
-namespace torus::core {
+namespace torus {
 
 class WorkQueue {
  public:
@@ -30,6 +32,7 @@ class WorkQueue {
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   bool Post(std::function<void()> fn) EXCLUDES(mu_);
+  size_t threads() const EXCLUDES(mu_);
   // Runs what is queued, then joins the threads. Idempotent.
   void Stop() EXCLUDES(mu_);
 
@@ -38,7 +41,7 @@ class WorkQueue {
 
   const int max_threads_;
   const size_t capacity_;
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar work_cv_;  // work queued, or stopping
   CondVar room_cv_;  // a queued closure was taken, or stopping
   std::deque<std::function<void()>> q_ GUARDED_BY(mu_);
