@@ -21,6 +21,23 @@
 #define TORUS_TSA(x)
 #endif
 
+// absl (included by gRPC) defines some of these names with the same meaning: ours win, so
+// that the include order does not matter.
+#undef CAPABILITY
+#undef SCOPED_CAPABILITY
+#undef GUARDED_BY
+#undef PT_GUARDED_BY
+#undef ACQUIRED_BEFORE
+#undef ACQUIRED_AFTER
+#undef REQUIRES
+#undef ACQUIRE
+#undef RELEASE
+#undef TRY_ACQUIRE
+#undef EXCLUDES
+#undef ASSERT_CAPABILITY
+#undef RETURN_CAPABILITY
+#undef NO_THREAD_SAFETY_ANALYSIS
+
 #define CAPABILITY(x) TORUS_TSA(capability(x))
 #define SCOPED_CAPABILITY TORUS_TSA(scoped_lockable)
 #define GUARDED_BY(x) TORUS_TSA(guarded_by(x))
