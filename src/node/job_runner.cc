@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -86,6 +87,7 @@ void JobRunner::Stop() {
       p.kill_at = std::min(p.kill_at, at);
     }
     cv_.notify_all();
+    waiter_.Wake();
   }
   for (pid_t p : pids) kill(-p, SIGTERM);
   // The reaper SIGKILLs what is left at kill_at, reaps, and returns once nothing is live.
@@ -173,6 +175,7 @@ grpc::Status JobRunner::StopProcess(grpc::ServerContext* ctx, const rpc::JobProc
   kill(-it->second.pid, SIGTERM);
   auto at = Clock::now() + std::chrono::milliseconds(grace);
   it->second.kill_at = std::min(it->second.kill_at, at);
+  waiter_.Wake();  // the reaper's sleep ends at the earliest kill deadline
   return grpc::Status::OK;
 }
 
@@ -261,6 +264,7 @@ grpc::Status JobRunner::PickPort(grpc::ServerContext* ctx, const rpc::Empty*, rp
 void JobRunner::ReapLoop() {
   while (true) {
     std::vector<std::pair<std::string, pid_t>> live;
+    auto next_kill = Clock::time_point::max();
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto now = Clock::now();
@@ -271,11 +275,13 @@ void JobRunner::ReapLoop() {
           kill(-p.pid, SIGKILL);
           p.kill_at = Clock::time_point::max();
         }
+        next_kill = std::min(next_kill, p.kill_at);
       }
       if (stopping_ && live.empty()) return;
       if (live.empty()) {
-        // Idle (the usual case, also for nodes embedded in drivers): sleep until a start.
-        cv_.wait_for(lock, std::chrono::milliseconds(200));
+        // Idle (the usual case, also for nodes embedded in drivers): sleep until a start or
+        // Stop() (both notify cv_ under mu_).
+        cv_.wait(lock);
         continue;
       }
     }
@@ -298,7 +304,14 @@ void JobRunner::ReapLoop() {
     if (!any) {
       std::vector<pid_t> pids;
       for (const auto& [id, pid] : live) pids.push_back(pid);
-      waiter_.Wait(pids, 100);  // until one exits (or a kill deadline may be due)
+      // Until one exits, a start or Stop() wakes the waiter, or the next kill deadline.
+      auto wait = std::chrono::milliseconds(1000);
+      if (next_kill != Clock::time_point::max()) {
+        wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(next_kill - Clock::now()) +
+                              std::chrono::milliseconds(1),
+                          std::chrono::milliseconds(1), wait);
+      }
+      waiter_.Wait(pids, static_cast<int>(wait.count()));
     }
   }
 }

@@ -3,8 +3,11 @@
 // group) with its stdout and stderr in one file under <session>/logs; the head tails it.
 //
 // THREADS: gRPC server threads run the handlers (TailProcess polls the output file and blocks
-// its thread while the process runs); one reaper thread waitpid()s this runner's processes and
-// sends SIGKILL when a stop's grace period ends. All state is guarded by mu_.
+// its thread while the process runs: the output file is polled every 20 ms, as appends to a
+// file signal nothing); one reaper thread waitpid()s this runner's processes (asleep on their
+// pidfds until one exits, a start or stop wakes it, or the next kill deadline), sends SIGKILL
+// when a stop's grace period ends, and sleeps on cv_ while none runs. Stop() joins it. All state
+// is guarded by mu_.
 #pragma once
 
 #include <sys/types.h>

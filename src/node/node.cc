@@ -36,8 +36,6 @@ using Clock = std::chrono::steady_clock;
 // A request spilled here that still waits may spill again after this long (never sooner, so a
 // request cannot bounce between nodes faster than this).
 constexpr auto kRespillAfter = std::chrono::milliseconds(1000);
-// How often the lease audit runs (LeaseAuditLoop).
-constexpr auto kLeaseAuditPeriod = std::chrono::milliseconds(500);
 
 std::string Key(const rpc::LeaseRequest& r) { return r.runtime_key(); }
 
@@ -62,22 +60,25 @@ Node::Node(NodeConfig cfg) : cfg_(WithDefaults(std::move(cfg))), ledger_(cfg_.no
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   hostname_ = host;
-  if (const char* v = getenv("TORUS_LEASE_CHECK_MS"); v && *v) {
-    char* end = nullptr;
-    long ms = strtol(v, &end, 10);
-    if (end && *end == '\0' && ms > 0) {
-      lease_check_age_ = std::chrono::milliseconds(ms);
-    } else {
-      TORUS_LOG(WARNING) << "TORUS_LEASE_CHECK_MS='" << v << "' is not a positive number of ms; using "
-                         << lease_check_age_.count();
-    }
-  }
+  heartbeat_ = std::make_unique<Heartbeat>(
+      Heartbeat::Config{cfg_.head_address, cfg_.token, cfg_.heartbeat_ms, cfg_.head_lost_ms},
+      Heartbeat::Hooks{[this](rpc::HeartbeatRequest* req) { return FillHeartbeat(req); },
+                       [this](const rpc::HeartbeatRequest& req, const rpc::HeartbeatReply& reply) {
+                         ApplyHeartbeat(req, reply);
+                       },
+                       [this](const grpc::Status& last) { GiveUp(last); }});
+  lease_audit_ = std::make_unique<LeaseAudit>(
+      cfg_.token, LeaseAudit::Hooks{[this](std::chrono::milliseconds age) { return AuditDue(age); },
+                                    [this](const LeaseAudit::Question& q, rpc::CheckLeaseReply::Use use) {
+                                      AuditAnswered(q, use);
+                                    }});
 }
 
 Node::~Node() {
   Stop();
   // Stop() run by the heartbeat thread itself (giving up) could not join that thread.
-  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  heartbeat_.reset();
+  if (shutdown_thread_.joinable()) shutdown_thread_.join();
 }
 
 Status Node::DetectTpu(ResourceMap* total) {
@@ -204,11 +205,16 @@ Status Node::Start() {
     return s;
   }
   job_runner_->SetSessionDir(cfg_.session_dir);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_.Configure({cfg_.node_id, address_, cfg_.bind_host, cfg_.token, cfg_.session_dir, cfg_.head_address,
+                     cfg_.torus_exe, cfg_.logs_dir, static_cast<int>(tpu_chip_ids_.size())});
+  }
   TORUS_LOG(INFO) << "node " << cfg_.node_id << " listening on " << address_ << " resources "
                   << ResourcesToString(ledger_.total());
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  heartbeat_->Start();
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
-  lease_audit_thread_ = std::thread([this] { LeaseAuditLoop(); });
+  lease_audit_->Start();
   return Status::Ok();
 }
 
@@ -236,7 +242,7 @@ Status Node::RegisterWithHead() {
     return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
   }
   if (cfg_.session_dir.empty()) cfg_.session_dir = reply.session_dir();
-  head_heartbeat_ms_ = reply.heartbeat_ms();
+  heartbeat_->SetHeadPacing(reply.heartbeat_ms());
   return Status::Ok();
 }
 
@@ -255,12 +261,7 @@ void Node::Stop() {
   std::vector<pid_t> pids;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, w] : workers_) {
-      if (w->pid > 0 && w->state != WorkerState::kDriver) {
-        w->kill_requested = true;
-        pids.push_back(w->pid);
-      }
-    }
+    pids = pool_.StopAll();
     objects_.clear();
     for (auto& p : pending_) {
       if (!p->done) GiveBackLocked(*p, Unavailable("node " + cfg_.node_id + " is shutting down"));
@@ -268,14 +269,17 @@ void Node::Stop() {
     cv_.notify_all();
   }
   for (pid_t p : pids) kill(p, SIGTERM);
-  auto deadline = Clock::now() + std::chrono::milliseconds(1500);
-  for (pid_t p : pids) {
-    while (Clock::now() < deadline) {
-      if (kill(p, 0) != 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {
+    // The reaper reaps them (and notifies cv_); what is left after 1.5 s gets SIGKILL.
+    auto deadline = Clock::now() + std::chrono::milliseconds(1500);
+    std::unique_lock<std::mutex> lock(mu_);
+    auto any_left = [&] {
+      return std::any_of(pids.begin(), pids.end(), [&](pid_t p) { return pool_.HasPid(p); });
+    };
+    while (any_left() && cv_.wait_until(lock, deadline) != std::cv_status::timeout) {
     }
-    kill(p, SIGKILL);
   }
+  for (pid_t p : pids) kill(p, SIGKILL);
   UnlinkSegmentsWithPrefix(shm_prefix_);
   shm_lock_.Release();
   if (head_) {
@@ -285,16 +289,10 @@ void Node::Stop() {
     auto ctx = NewContext(cfg_.token, 1000);
     (void)head_->UnregisterNode(ctx.get(), req, &e);
   }
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);  // a beat waiting on beat_cv_ sees stopping_
-  }
-  beat_cv_.notify_all();
   reaper_waiter_.Wake();
-  if (heartbeat_thread_.joinable() && heartbeat_thread_.get_id() != std::this_thread::get_id()) {
-    heartbeat_thread_.join();
-  }
+  heartbeat_->Stop();  // from the heartbeat thread itself (giving up): not joined here
   if (reaper_thread_.joinable()) reaper_thread_.join();
-  if (lease_audit_thread_.joinable()) lease_audit_thread_.join();
+  lease_audit_->Stop();
   UnregisterInProcessServer(address_);
   if (lane_) lane_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
@@ -311,27 +309,12 @@ grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterW
                                   rpc::RegisterWorkerReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = workers_.find(req->worker_id());
   if (req->is_driver()) {
-    auto w = std::make_unique<Worker>();
-    w->id = req->worker_id();
-    w->pid = req->pid();
-    w->address = req->address();
-    w->state = WorkerState::kDriver;
-    workers_[w->id] = std::move(w);
-  } else if (it == workers_.end()) {
+    pool_.AddDriver(req->worker_id(), req->pid(), req->address());
+  } else if (!pool_.Registered(req->worker_id(), req->address())) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         "worker " + req->worker_id() + " was not started by this node");
   } else {
-    Worker& w = *it->second;
-    w.address = req->address();
-    if (w.state == WorkerState::kStarting) {
-      w.state = WorkerState::kIdle;
-      w.idle_since = Clock::now();
-      if (w.reserved_for.empty() && --starting_by_key_[w.runtime_key] <= 0) {
-        starting_by_key_.erase(w.runtime_key);
-      }
-    }
     TrySchedule();
     cv_.notify_all();
   }
@@ -343,91 +326,6 @@ grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterW
   reply->set_arena_name(arena_name_);
   reply->set_arena_capacity(arena_ ? arena_->size() : 0);
   return grpc::Status::OK;
-}
-
-std::string Node::ChipKey(const std::string& key, const std::vector<int>& chips) {
-  if (chips.empty()) return key;
-  std::string k = key + "|tpu=";
-  for (int c : chips) k += std::to_string(c) + ",";
-  return k;
-}
-
-Status Node::StartWorker(const std::string& key, const std::string& exe,
-                         const std::vector<std::string>& code_path, const std::vector<int>& chips,
-                         const std::string& reserved_for, std::string* id_out,
-                         const Ledger::Bundle* bundle,
-                         const google::protobuf::Map<std::string, std::string>* env_vars) {
-  auto w = std::make_unique<Worker>();
-  w->id = RandomHex(14);
-  w->runtime_key = key;
-  w->reserved_for = reserved_for;
-  if (id_out) *id_out = w->id;
-  SpawnOptions opts;
-  std::string code;
-  for (const auto& p : code_path) code += (code.empty() ? "" : ":") + p;
-  if (code_path.empty()) {
-    opts.argv = {exe};
-  } else {
-    opts.argv = {cfg_.torus_exe, "worker"};
-    opts.env_set["TORUS_CODE_SEARCH_PATH"] = code;
-  }
-  opts.env_set["TORUS_WORKER_MODE"] = "1";
-  opts.env_set["TORUS_NODE_ADDRESS"] = address_;
-  opts.env_set["TORUS_BIND_HOST"] = cfg_.bind_host;  // workers listen where their node does
-  opts.env_set["TORUS_NODE_ID"] = cfg_.node_id;
-  opts.env_set["TORUS_WORKER_ID"] = w->id;
-  opts.env_set["TORUS_TOKEN"] = cfg_.token;
-  opts.env_set["TORUS_SESSION_DIR"] = cfg_.session_dir;
-  opts.env_set["TORUS_HEAD_ADDRESS"] = cfg_.head_address;
-  opts.env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
-  if (!chips.empty()) {
-    // docs/tpu.md section 7: which chips this worker may use.
-    std::map<std::string, std::string> env;
-    for (char** e = environ; *e; ++e) {
-      const char* eq = strchr(*e, '=');
-      if (eq) env[std::string(*e, eq - *e)] = eq + 1;
-    }
-    auto changes = tpu::ComputeChipVisibility(static_cast<int>(tpu_chip_ids_.size()), chips,
-                                              tpu::VisibilityOptOut(env));
-    for (const auto& [k, v] : changes.set) opts.env_set[k] = v;
-    for (const auto& k : changes.unset) opts.env_unset.push_back(k);
-  }
-  if (bundle) {
-    // A slice reservation's bundle: MEGASCALE_* always overwrite inherited values (section 7).
-    for (const auto& [k, v] : bundle->env) opts.env_set[k] = v;
-    for (const auto& k : bundle->env_unset) {
-      opts.env_set.erase(k);
-      opts.env_unset.push_back(k);
-    }
-  }
-  if (env_vars) {
-    // runtime_env env_vars (part of `key`); the runtime's own variables above take precedence.
-    for (const auto& [k, v] : *env_vars) opts.env_set.emplace(k, v);
-  }
-  std::string logs = cfg_.logs_dir.empty() ? cfg_.session_dir + "/logs" : cfg_.logs_dir;
-  std::string log = logs + "/worker-" + w->id.substr(0, 12);
-  opts.stdout_path = log + ".out";
-  opts.stderr_path = log + ".err";
-  auto pid = Spawn(opts);
-  if (!pid.ok()) return pid.status();
-  w->pid = *pid;
-  worker_by_pid_[w->pid] = w->id;
-  reaper_waiter_.Wake();
-  if (reserved_for.empty()) starting_by_key_[key]++;
-  TORUS_LOG(DEBUG) << "started worker " << w->id << " pid " << w->pid;
-  workers_[w->id] = std::move(w);
-  return Status::Ok();
-}
-
-Node::Worker* Node::FindIdleWorker(const std::string& key) {
-  Worker* best = nullptr;
-  for (auto& [id, w] : workers_) {
-    if (w->state == WorkerState::kIdle && w->runtime_key == key && !w->kill_requested &&
-        w->reserved_for.empty()) {
-      if (!best || w->idle_since > best->idle_since) best = w.get();  // most recently used
-    }
-  }
-  return best;
 }
 
 bool Node::AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const {
@@ -494,103 +392,113 @@ bool Node::TrySpillback(PendingLease& p) {
   return true;
 }
 
+bool Node::HoldResourcesLocked(PendingLease& p, bool* answered) {
+  *answered = false;
+  if (p.hold.held) return true;
+  if (!p.req.placement_group_id().empty()) {
+    std::string error;
+    if (TakeFromBundle(p, &error)) return true;
+    if (!error.empty()) {
+      GiveBackLocked(p, NotFound(error));
+      *answered = true;
+    }
+    return false;
+  }
+  if (MatchesLabels(p.selector, cfg_.labels) && ledger_.TakeFromNode(p.res, &p.hold)) {
+    p.infeasible = false;
+    return true;
+  }
+  if (TrySpillback(p)) {
+    *answered = true;
+    return false;
+  }
+  if (!AnyNodeCouldFit(p.res, p.selector)) {
+    if (!p.infeasible) {
+      TORUS_LOG(WARNING) << "infeasible request " << ResourcesToString(p.res) << " for "
+                         << p.req.description() << ": no node of the cluster has these resources"
+                         << (p.selector.empty() ? "" : " and matching labels")
+                         << "; it stays pending until such a node joins";
+    }
+    p.infeasible = true;
+  }
+  return false;
+}
+
+std::string Node::LeaseWorkerKey(const PendingLease& p) const {
+  std::string k = WorkerPool::ChipKey(Key(p.req), p.hold.chips);
+  return p.hold.bundle >= 0 ? ledger_.BundleEnvKey(k, p.hold.pg_id, p.hold.bundle) : k;
+}
+
+void Node::GrantLocked(PendingLease& p, Worker& w) {
+  w.state = WorkerState::kLeased;
+  w.lease_id = RandomHex(8);
+  w.leased_at = Clock::now();
+  w.lease_in_use = false;
+  w.hold = std::move(p.hold);  // the worker holds the resources now
+  p.hold = Hold{};
+  worker_by_lease_[w.lease_id] = w.id;
+  p.reply.set_granted(true);
+  p.reply.set_lease_id(w.lease_id);
+  p.reply.set_worker_id(w.id);
+  p.reply.set_worker_address(w.address);
+  p.reply.set_node_id(cfg_.node_id);
+  p.done = true;
+}
+
+bool Node::StartNeededWorkersLocked(const std::map<std::string, WorkerNeed>& need) {
+  bool any_done = false;
+  for (const auto& [key, n] : need) {
+    const PendingLease& e = *n.example;
+    WorkerSpawn spawn;
+    spawn.exe = e.req.executable();
+    spawn.code_path.assign(e.req.code_search_path().begin(), e.req.code_search_path().end());
+    spawn.chips = e.hold.chips;
+    if (e.hold.bundle >= 0) spawn.bundle = ledger_.FindBundle(e.hold.pg_id, e.hold.bundle);
+    spawn.env_vars = &e.req.env_vars();
+    for (int i = pool_.Starting(key); i < n.count; ++i) {
+      if (auto w = pool_.Start(key, spawn); !w.ok()) {
+        TORUS_LOG(ERROR) << "cannot start worker: " << w.status().ToString();
+        for (auto& p : pending_) {
+          if (!p->done && LeaseWorkerKey(*p) == key) {
+            GiveBackLocked(*p, Internal(w.status().message()));
+            any_done = true;
+          }
+        }
+        return any_done;
+      }
+    }
+  }
+  return any_done;
+}
+
 void Node::TrySchedule() {
   bool any_done = false;
-  std::map<std::string, int> need_workers;
-  std::map<std::string, const rpc::LeaseRequest*> example;
-  std::map<std::string, std::vector<int>> chips_of;
-  std::map<std::string, const Ledger::Bundle*> bundle_of;
-  auto lease_key = [this](const PendingLease& p) {
-    std::string k = ChipKey(Key(p.req), p.hold.chips);
-    return p.hold.bundle >= 0 ? ledger_.BundleEnvKey(k, p.hold.pg_id, p.hold.bundle) : k;
-  };
+  std::map<std::string, WorkerNeed> need;  // worker key -> leases waiting for one
   for (auto it = pending_.begin(); it != pending_.end();) {
     PendingLease& p = **it;
+    bool answered = false;
     if (p.done) {
       it = pending_.erase(it);
       continue;
     }
-    if (!p.hold.held && !p.req.placement_group_id().empty()) {
-      std::string error;
-      if (!TakeFromBundle(p, &error)) {
-        if (error.empty()) {
-          ++it;
-          continue;
-        }
-        GiveBackLocked(p, NotFound(error));
-        any_done = true;
-        it = pending_.erase(it);
-        continue;
-      }
-    }
-    if (!p.hold.held) {
-      if (MatchesLabels(p.selector, cfg_.labels) && ledger_.TakeFromNode(p.res, &p.hold)) {
-        p.infeasible = false;
-      } else {
-        if (TrySpillback(p)) {
-          any_done = true;
-          it = pending_.erase(it);
-          continue;
-        }
-        if (!AnyNodeCouldFit(p.res, p.selector)) {
-          if (!p.infeasible) {
-            TORUS_LOG(WARNING) << "infeasible request " << ResourcesToString(p.res) << " for "
-                               << p.req.description()
-                               << ": no node of the cluster has these resources"
-                               << (p.selector.empty() ? "" : " and matching labels")
-                               << "; it stays pending until such a node joins";
-          }
-          p.infeasible = true;
-        }
-        ++it;
-        continue;
-      }
-    }
-    std::string wkey = lease_key(p);
-    Worker* w = FindIdleWorker(wkey);
-    if (!w) {
-      need_workers[wkey]++;
-      example[wkey] = &p.req;
-      chips_of[wkey] = p.hold.chips;
-      if (p.hold.bundle >= 0) bundle_of[wkey] = ledger_.FindBundle(p.hold.pg_id, p.hold.bundle);
-      ++it;
+    if (!HoldResourcesLocked(p, &answered)) {
+      any_done |= answered;
+      it = answered ? pending_.erase(it) : std::next(it);
       continue;
     }
-    w->state = WorkerState::kLeased;
-    w->lease_id = RandomHex(8);
-    w->leased_at = Clock::now();
-    w->lease_in_use = false;
-    w->hold = std::move(p.hold);  // the worker holds the resources now
-    p.hold = Hold{};
-    worker_by_lease_[w->lease_id] = w->id;
-    p.reply.set_granted(true);
-    p.reply.set_lease_id(w->lease_id);
-    p.reply.set_worker_id(w->id);
-    p.reply.set_worker_address(w->address);
-    p.reply.set_node_id(cfg_.node_id);
-    p.done = true;
-    any_done = true;
-    it = pending_.erase(it);
-  }
-  for (const auto& [key, n] : need_workers) {
-    int starting = starting_by_key_.count(key) ? starting_by_key_[key] : 0;
-    for (int i = starting; i < n; ++i) {
-      const auto* r = example[key];
-      std::vector<std::string> code(r->code_search_path().begin(), r->code_search_path().end());
-      if (auto s = StartWorker(key, r->executable(), code, chips_of[key], "", nullptr, bundle_of[key],
-                               &r->env_vars());
-          !s.ok()) {
-        TORUS_LOG(ERROR) << "cannot start worker: " << s.ToString();
-        for (auto& p : pending_) {
-          if (lease_key(*p) == key && !p->done) {
-            GiveBackLocked(*p, Internal(s.message()));
-            any_done = true;
-          }
-        }
-        break;
-      }
+    std::string wkey = LeaseWorkerKey(p);
+    if (Worker* w = pool_.FindIdle(wkey)) {
+      GrantLocked(p, *w);
+      any_done = true;
+      it = pending_.erase(it);
+      continue;
     }
+    WorkerNeed& n = need[wkey];
+    ++n.count;
+    n.example = &p;
+    ++it;
   }
+  if (StartNeededWorkersLocked(need)) any_done = true;
   if (any_done) cv_.notify_all();
 }
 
@@ -653,10 +561,10 @@ grpc::Status Node::ReturnLease(grpc::ServerContext* ctx, const rpc::ReturnLeaseR
 bool Node::EndLeaseLocked(const std::string& lease_id, bool worker_dead) {
   auto it = worker_by_lease_.find(lease_id);
   if (it == worker_by_lease_.end()) return false;  // already returned, or the worker died
-  auto wit = workers_.find(it->second);
+  Worker* found = pool_.Find(it->second);
   worker_by_lease_.erase(it);
-  if (wit == workers_.end()) return false;
-  Worker& w = *wit->second;
+  if (!found) return false;
+  Worker& w = *found;
   ledger_.Return(&w.hold);
   w.lease_id.clear();
   w.lease_in_use = false;
@@ -690,53 +598,34 @@ void Node::GiveBackLocked(PendingLease& p, const Status& why) {
   }
 }
 
-void Node::LeaseAuditLoop() {
-  while (!stopping_) {
-    {
-      std::unique_lock<std::mutex> lock(stop_mu_);
-      beat_cv_.wait_for(lock, kLeaseAuditPeriod, [this] { return stopping_.load(); });
+std::vector<LeaseAudit::Question> Node::AuditDue(std::chrono::milliseconds check_age) {
+  std::vector<LeaseAudit::Question> questions;
+  if (stopping_) return questions;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto now = Clock::now();
+  for (auto& [id, w] : pool_.workers()) {
+    if (w->state == WorkerState::kLeased && !w->lease_in_use && !w->address.empty() &&
+        now - w->leased_at >= check_age) {
+      questions.push_back({id, w->address, w->lease_id});
     }
-    if (stopping_) break;
-    AuditLeases();
   }
+  // Queued requests that have waited may spill again (TrySpillback), and only time tells.
+  if (!pending_.empty()) TrySchedule();
+  return questions;
 }
 
-void Node::AuditLeases() {
-  struct Question {
-    std::string worker_id, address, lease_id;
-  };
-  std::vector<Question> questions;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto now = Clock::now();
-    for (auto& [id, w] : workers_) {
-      if (w->state == WorkerState::kLeased && !w->lease_in_use && !w->address.empty() &&
-          now - w->leased_at >= lease_check_age_) {
-        questions.push_back({id, w->address, w->lease_id});
-      }
-    }
-    // Queued requests that have waited may spill again (TrySpillback), and only time tells.
-    if (!pending_.empty()) TrySchedule();
-  }
-  for (const auto& q : questions) {
-    rpc::CheckLeaseRequest req;
-    req.set_lease_id(q.lease_id);
-    rpc::CheckLeaseReply reply;
-    auto ctx = NewContext(cfg_.token, 1000);
-    auto st = rpc::CoreWorker::NewStub(GetChannel(q.address))->CheckLease(ctx.get(), req, &reply);
-    if (!st.ok()) continue;  // a dead worker is the reaper's; a busy one is asked again
-    std::lock_guard<std::mutex> lock(mu_);
-    auto wit = workers_.find(q.worker_id);
-    if (wit == workers_.end() || wit->second->lease_id != q.lease_id) continue;
-    if (reply.use() == rpc::CheckLeaseReply::IN_USE) {
-      wit->second->lease_in_use = true;
-    } else if (reply.use() == rpc::CheckLeaseReply::REVOKED) {
-      TORUS_LOG(WARNING) << "took back lease " << q.lease_id << " of worker " << q.worker_id
-                         << ": its holder never used it within " << lease_check_age_.count()
-                         << " ms (the grant's reply was lost)";
-      EndLeaseLocked(q.lease_id, false);
-      TrySchedule();
-    }
+void Node::AuditAnswered(const LeaseAudit::Question& q, rpc::CheckLeaseReply::Use use) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Worker* w = pool_.Find(q.worker_id);
+  if (!w || w->lease_id != q.lease_id) return;
+  if (use == rpc::CheckLeaseReply::IN_USE) {
+    w->lease_in_use = true;
+  } else if (use == rpc::CheckLeaseReply::REVOKED) {
+    TORUS_LOG(WARNING) << "took back lease " << q.lease_id << " of worker " << q.worker_id
+                       << ": its holder never used it within " << lease_audit_->check_age().count()
+                       << " ms (the grant's reply was lost)";
+    EndLeaseLocked(q.lease_id, false);
+    TrySchedule();
   }
 }
 
@@ -744,9 +633,9 @@ grpc::Status Node::NotifyBlocked(grpc::ServerContext* ctx, const rpc::BlockedReq
                                  rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = workers_.find(req->worker_id());
-  if (it == workers_.end()) return grpc::Status::OK;
-  Worker& w = *it->second;
+  Worker* found = pool_.Find(req->worker_id());
+  if (!found) return grpc::Status::OK;
+  Worker& w = *found;
   if (w.state != WorkerState::kLeased && w.state != WorkerState::kActor) return grpc::Status::OK;
   if (req->blocked() && !w.hold.blocked) {
     ledger_.Block(&w.hold);
@@ -779,56 +668,63 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
       reply->mutable_error()->set_message(s.message());
       return grpc::Status::OK;
     }
-    key = ChipKey(key, hold.chips);
+    key = WorkerPool::ChipKey(key, hold.chips);
     if (hold.bundle >= 0) key = ledger_.BundleEnvKey(key, hold.pg_id, hold.bundle);
-    auto give_back = [&] { ledger_.Return(&hold); };
-    Worker* w = FindIdleWorker(key);
-    if (!w) {
-      // A worker started for this actor alone: task leases never take it meanwhile.
-      std::vector<std::string> code(req->code_search_path().begin(), req->code_search_path().end());
-      std::string started;
-      if (auto s = StartWorker(key, req->executable(), code, hold.chips, req->creation().actor_id(), &started,
-                               hold.bundle >= 0 ? ledger_.FindBundle(hold.pg_id, hold.bundle) : nullptr,
-                               &req->creation().env_vars());
-          !s.ok()) {
-        give_back();
-        reply->mutable_error()->set_code(static_cast<int>(StatusCode::kInternal));
-        reply->mutable_error()->set_message(s.message());
-        return grpc::Status::OK;
-      }
-      auto deadline = Clock::now() + std::chrono::seconds(60);
-      while (true) {
-        auto it = workers_.find(started);
-        std::string why;
-        if (it == workers_.end() || it->second->pid <= 0) {
-          why = "the actor's worker process exited before it registered (see its log)";
-        } else if (it->second->state == WorkerState::kIdle) {
-          w = it->second.get();
-          w->reserved_for.clear();
-          break;
-        } else if (stopping_ || cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
-          why = "actor worker did not start within 60 s";
-        }
-        if (!why.empty()) {
-          give_back();
-          reply->mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
-          reply->mutable_error()->set_message(why);
-          return grpc::Status::OK;
-        }
-      }
-    }
+    Worker* w = ActorWorkerLocked(lock, *req, key, hold, reply);
+    if (!w) return grpc::Status::OK;
     w->state = WorkerState::kActor;
     w->actor_id = req->creation().actor_id();
     w->hold = std::move(hold);
     worker_id = w->id;
     worker_address = w->address;
   }
-  // Run the constructor on the dedicated worker.
+  RunConstructor(*req, worker_id, worker_address, reply);
+  return grpc::Status::OK;
+}
+
+Worker* Node::ActorWorkerLocked(std::unique_lock<std::mutex>& lock, const rpc::StartActorRequest& req,
+                                const std::string& key, Hold& hold, rpc::StartActorReply* reply) {
+  auto fail = [&](StatusCode code, const std::string& why) -> Worker* {
+    ledger_.Return(&hold);
+    reply->mutable_error()->set_code(static_cast<int>(code));
+    reply->mutable_error()->set_message(why);
+    return nullptr;
+  };
+  if (Worker* w = pool_.FindIdle(key)) return w;
+  // A worker started for this actor alone: task leases never take it meanwhile.
+  WorkerSpawn spawn;
+  spawn.exe = req.executable();
+  spawn.code_path.assign(req.code_search_path().begin(), req.code_search_path().end());
+  spawn.chips = hold.chips;
+  spawn.reserved_for = req.creation().actor_id();
+  if (hold.bundle >= 0) spawn.bundle = ledger_.FindBundle(hold.pg_id, hold.bundle);
+  spawn.env_vars = &req.creation().env_vars();
+  auto started = pool_.Start(key, spawn);
+  if (!started.ok()) return fail(StatusCode::kInternal, started.status().message());
+  const std::string id = (*started)->id;
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (true) {
+    Worker* w = pool_.Find(id);  // the worker may exit (and leave the pool) while we wait
+    if (!w || w->pid <= 0) {
+      return fail(StatusCode::kUnavailable, "the actor's worker process exited before it registered (see its log)");
+    }
+    if (w->state == WorkerState::kIdle) {
+      w->reserved_for.clear();
+      return w;
+    }
+    if (stopping_ || cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return fail(StatusCode::kUnavailable, "actor worker did not start within 60 s");
+    }
+  }
+}
+
+void Node::RunConstructor(const rpc::StartActorRequest& req, const std::string& worker_id,
+                          const std::string& worker_address, rpc::StartActorReply* reply) {
   auto stub = rpc::CoreWorker::NewStub(GetChannel(worker_address));
   auto cctx = NewContext(cfg_.token);
   auto stream = stub->PushTasks(cctx.get());
   rpc::TaskBatch batch;
-  *batch.add_tasks() = req->creation();
+  *batch.add_tasks() = req.creation();
   rpc::ResultBatch results;
   bool ok = stream->Write(batch) && stream->Read(&results);
   stream->WritesDone();
@@ -839,31 +735,30 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
     reply->mutable_error()->set_code(static_cast<int>(StatusCode::kWorkerDied));
     reply->mutable_error()->set_message("actor worker died while running the constructor" +
                                         (st.ok() ? std::string() : ": " + st.error_message()));
-    return grpc::Status::OK;
+    return;
   }
   const auto& r = results.results(0);
   if (r.is_error()) {
     *reply->mutable_error() = r.error();
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = workers_.find(worker_id);
-    if (it != workers_.end() && it->second->pid > 0) {
-      it->second->kill_requested = true;
-      kill(it->second->pid, SIGKILL);
+    Worker* w = pool_.Find(worker_id);
+    if (w && w->pid > 0) {
+      w->kill_requested = true;
+      kill(w->pid, SIGKILL);
     }
-    return grpc::Status::OK;
+    return;
   }
   reply->set_ok(true);
-  return grpc::Status::OK;
 }
 
 grpc::Status Node::KillWorker(grpc::ServerContext* ctx, const rpc::KillWorkerRequest* req,
                               rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = workers_.find(req->worker_id());
-  if (it == workers_.end() || it->second->state == WorkerState::kDriver) return grpc::Status::OK;
-  it->second->kill_requested = true;
-  if (it->second->pid > 0) kill(it->second->pid, req->force() ? SIGKILL : SIGTERM);
+  Worker* w = pool_.Find(req->worker_id());
+  if (!w || w->state == WorkerState::kDriver) return grpc::Status::OK;
+  w->kill_requested = true;
+  if (w->pid > 0) kill(w->pid, req->force() ? SIGKILL : SIGTERM);
   return grpc::Status::OK;
 }
 
@@ -872,15 +767,19 @@ grpc::Status Node::GetWorkerExit(grpc::ServerContext* ctx, const rpc::WorkerExit
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::unique_lock<std::mutex> lock(mu_);
   // The caller usually sees the broken connection before our reaper sees the exit: wait a bit.
-  cv_.wait_for(lock, std::chrono::milliseconds(1000),
-               [&] { return exits_.count(req->worker_id()) > 0; });
-  auto it = exits_.find(req->worker_id());
-  reply->set_known(it != exits_.end() || workers_.count(req->worker_id()));
-  if (it != exits_.end()) {
+  std::string description;
+  int code = 0;
+  auto deadline = Clock::now() + std::chrono::milliseconds(1000);
+  bool exited = pool_.LookupExit(req->worker_id(), &description, &code);
+  while (!exited && cv_.wait_until(lock, deadline) != std::cv_status::timeout) {
+    exited = pool_.LookupExit(req->worker_id(), &description, &code);
+  }
+  if (!exited) exited = pool_.LookupExit(req->worker_id(), &description, &code);
+  reply->set_known(exited || pool_.Known(req->worker_id()));
+  if (exited) {
     reply->set_exited(true);
-    reply->set_description(it->second);
-    auto c = exit_codes_.find(req->worker_id());
-    if (c != exit_codes_.end()) reply->set_code(c->second);
+    reply->set_description(description);
+    if (code != 0) reply->set_code(code);
   }
   return grpc::Status::OK;
 }
@@ -891,17 +790,11 @@ void Node::HandleWorkerExit(pid_t pid, int status) {
   bool intentional = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto pit = worker_by_pid_.find(pid);
-    if (pit == worker_by_pid_.end()) return;
-    worker_id = pit->second;
-    worker_by_pid_.erase(pit);
-    auto it = workers_.find(worker_id);
-    if (it == workers_.end()) return;
-    Worker& w = *it->second;
+    std::unique_ptr<Worker> gone = pool_.TakeExited(pid);
+    if (!gone) return;
+    Worker& w = *gone;
+    worker_id = w.id;
     intentional = w.kill_requested;
-    if (w.state == WorkerState::kStarting && w.reserved_for.empty()) {
-      if (--starting_by_key_[w.runtime_key] <= 0) starting_by_key_.erase(w.runtime_key);
-    }
     if (w.state == WorkerState::kStarting && !intentional) {
       TORUS_LOG(ERROR) << "worker " << w.id << " (pid " << pid << ") " << desc
                        << " before registering; see its log in " << cfg_.session_dir << "/logs";
@@ -911,18 +804,12 @@ void Node::HandleWorkerExit(pid_t pid, int status) {
     if (!w.lease_id.empty()) worker_by_lease_.erase(w.lease_id);
     if (w.state == WorkerState::kActor) actor_id = w.actor_id;
     ledger_.Return(&w.hold);
+    int code = 0;
     if (!w.end_reason.empty()) {
       desc = w.end_reason;
-      if (desc.rfind("SliceLost", 0) == 0) exit_codes_[worker_id] = static_cast<int>(StatusCode::kSliceLost);
+      if (desc.rfind("SliceLost", 0) == 0) code = static_cast<int>(StatusCode::kSliceLost);
     }
-    workers_.erase(it);
-    exits_[worker_id] = desc;
-    exit_order_.push_back(worker_id);
-    while (exit_order_.size() > 10000) {
-      exit_codes_.erase(exit_order_.front());
-      exits_.erase(exit_order_.front());
-      exit_order_.pop_front();
-    }
+    pool_.RecordExit(worker_id, desc, code);
     TrySchedule();
     cv_.notify_all();
   }
@@ -946,7 +833,7 @@ void Node::ReaperLoop() {
     std::vector<pid_t> pids;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [pid, id] : worker_by_pid_) pids.push_back(pid);
+      pids = pool_.Pids();
     }
     bool any = false;
     for (pid_t pid : pids) {
@@ -962,9 +849,13 @@ void Node::ReaperLoop() {
     auto [any, pids] = reap_once();
     if (!any) reaper_waiter_.Wait(pids, 1000);
   }
+  // After Stop(): reap what is left for up to 2 s, asleep until one exits.
   auto deadline = Clock::now() + std::chrono::seconds(2);
-  while (Clock::now() < deadline && !reap_once().second.empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  while (true) {
+    auto [any, pids] = reap_once();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (pids.empty() || left.count() <= 0) break;
+    if (!any) reaper_waiter_.Wait(pids, static_cast<int>(left.count()));
   }
 }
 
@@ -993,99 +884,68 @@ std::vector<rpc::PendingDemand> Node::PendingDemands() {
   return out;
 }
 
-void Node::HeartbeatLoop() {
-  int failures = 0;
-  auto last_ok = Clock::now();
-  while (!stopping_) {
-    int period_ms = std::max<int>(cfg_.heartbeat_ms, static_cast<int>(head_heartbeat_ms_.load()));
-    rpc::HeartbeatRequest req;
-    req.set_node_id(cfg_.node_id);
-    req.set_heartbeat_ms(static_cast<uint32_t>(period_ms));
-    std::vector<pid_t> to_kill;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ToProto(ledger_.available(), req.mutable_available());
-      req.set_ledger_seq(ledger_.seq());
-      for (auto& d : PendingDemands()) *req.add_pending() = d;
-      req.set_view_version(view_version_);
-      req.set_want_view(!pending_.empty());
-      // Stop idle workers beyond the CPU count once they have idled long enough.
-      int idle = 0;
-      for (auto& [id, w] : workers_) idle += w->state == WorkerState::kIdle;
-      auto cpu = ledger_.total().find("CPU");
-      int keep = static_cast<int>(cpu != ledger_.total().end() ? cpu->second : 1);
-      auto now = Clock::now();
-      for (auto& [id, w] : workers_) {
-        if (idle <= keep) break;
-        if (w->state == WorkerState::kIdle && !w->kill_requested &&
-            now - w->idle_since > std::chrono::milliseconds(cfg_.idle_worker_keep_ms)) {
-          w->kill_requested = true;
-          to_kill.push_back(w->pid);
-          --idle;
-        }
-      }
-    }
-    for (pid_t p : to_kill) kill(p, SIGTERM);
-    rpc::HeartbeatReply reply;
-    // Over the head's lane when it has one: a gRPC heartbeat cost the two processes together
-    // several times the CPU, and 64 nodes send 640 a second.
-    auto st = LaneUnary(cfg_.head_address, cfg_.token, 2000, "/torus.rpc.Head/Heartbeat",
-                        &rpc::Head::Service::Heartbeat, &rpc::Head::Stub::Heartbeat, req, &reply);
-    if (!st.ok()) {
-      if (++failures % 50 == 1) {
-        TORUS_LOG(WARNING) << "heartbeat to head " << cfg_.head_address
-                           << " failed: " << st.error_message();
-      }
-      if (Clock::now() - last_ok >= std::chrono::milliseconds(cfg_.head_lost_ms)) {
-        GiveUp(st);
-        return;
-      }
-    } else {
-      failures = 0;
-      last_ok = Clock::now();
-      head_heartbeat_ms_ = reply.heartbeat_ms();
-      if (reply.unknown_node()) {
-        TORUS_LOG(WARNING) << "head does not know this node; registering again";
-        (void)RegisterWithHead();
-      } else if (reply.view_version() != req.view_version()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (reply.view_delta()) {
-          // Only the nodes that changed since our version: replace, add or drop those.
-          std::set<std::string> gone(reply.removed_node_ids().begin(), reply.removed_node_ids().end());
-          std::map<std::string, const rpc::NodeRecord*> changed;
-          for (const auto& n : reply.nodes()) changed[n.node_id()] = &n;
-          std::vector<rpc::NodeRecord> next;
-          next.reserve(view_.size() + changed.size());
-          for (auto& n : view_) {
-            if (gone.count(n.node_id())) continue;
-            auto c = changed.find(n.node_id());
-            if (c == changed.end()) {
-              next.push_back(std::move(n));
-            } else {
-              next.push_back(*c->second);
-              changed.erase(c);
-            }
-          }
-          for (const auto& n : reply.nodes()) {
-            if (changed.count(n.node_id())) next.push_back(n);
-          }
-          view_ = std::move(next);
-        } else {
-          rpc::ListReply snapshot;
-          if (snapshot.ParseFromString(reply.view_snapshot())) {
-            view_.assign(std::make_move_iterator(snapshot.mutable_nodes()->begin()),
-                         std::make_move_iterator(snapshot.mutable_nodes()->end()));
-          }
-        }
-        view_version_ = reply.view_version();
-        TrySchedule();
-      }
-    }
-    period_ms = std::max<int>(cfg_.heartbeat_ms, static_cast<int>(head_heartbeat_ms_.load()));
-    // One timed wait, not 10 ms naps: an idle node should not wake 100 times a second.
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    beat_cv_.wait_for(lock, std::chrono::milliseconds(period_ms), [this] { return stopping_.load(); });
+bool Node::FillHeartbeat(rpc::HeartbeatRequest* req) {
+  if (stopping_) return false;
+  req->set_node_id(cfg_.node_id);
+  std::vector<pid_t> to_kill;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ToProto(ledger_.available(), req->mutable_available());
+    req->set_ledger_seq(ledger_.seq());
+    for (auto& d : PendingDemands()) *req->add_pending() = d;
+    req->set_view_version(view_version_);
+    req->set_want_view(!pending_.empty());
+    // Stop idle workers beyond the CPU count once they have idled long enough.
+    auto cpu = ledger_.total().find("CPU");
+    int keep = static_cast<int>(cpu != ledger_.total().end() ? cpu->second : 1);
+    to_kill = pool_.PickIdleToStop(keep, std::chrono::milliseconds(cfg_.idle_worker_keep_ms));
   }
+  for (pid_t p : to_kill) kill(p, SIGTERM);
+  return true;
+}
+
+void Node::ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::HeartbeatReply& reply) {
+  if (reply.unknown_node()) {
+    TORUS_LOG(WARNING) << "head does not know this node; registering again";
+    (void)RegisterWithHead();
+    return;
+  }
+  if (reply.view_version() == req.view_version()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reply.view_delta()) {
+    ApplyViewDeltaLocked(reply);
+  } else {
+    rpc::ListReply snapshot;
+    if (snapshot.ParseFromString(reply.view_snapshot())) {
+      view_.assign(std::make_move_iterator(snapshot.mutable_nodes()->begin()),
+                   std::make_move_iterator(snapshot.mutable_nodes()->end()));
+    }
+  }
+  view_version_ = reply.view_version();
+  TrySchedule();
+}
+
+void Node::ApplyViewDeltaLocked(const rpc::HeartbeatReply& reply) {
+  // Only the nodes that changed since our version: replace, add or drop those.
+  std::set<std::string> gone(reply.removed_node_ids().begin(), reply.removed_node_ids().end());
+  std::map<std::string, const rpc::NodeRecord*> changed;
+  for (const auto& n : reply.nodes()) changed[n.node_id()] = &n;
+  std::vector<rpc::NodeRecord> next;
+  next.reserve(view_.size() + changed.size());
+  for (auto& n : view_) {
+    if (gone.count(n.node_id())) continue;
+    auto c = changed.find(n.node_id());
+    if (c == changed.end()) {
+      next.push_back(std::move(n));
+    } else {
+      next.push_back(*c->second);
+      changed.erase(c);
+    }
+  }
+  for (const auto& n : reply.nodes()) {
+    if (changed.count(n.node_id())) next.push_back(n);
+  }
+  view_ = std::move(next);
 }
 
 void Node::GiveUp(const grpc::Status& last) {
@@ -1195,7 +1055,7 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
   reply->set_arena_capacity(arena_->size());
   reply->set_shm_objects(objects_.size());
   int idle = 0, n = 0;
-  for (const auto& [id, w] : workers_) {
+  for (const auto& [id, w] : pool_.workers()) {
     if (w->state == WorkerState::kDriver) continue;
     ++n;
     idle += w->state == WorkerState::kIdle;
@@ -1301,7 +1161,7 @@ void Node::ReleaseLocked(const rpc::BundlesRequest& req, std::vector<pid_t>* to_
   std::vector<int> released = ledger_.Release(req.pg_id(), BundleIndices(req));
   // Work running in a released bundle ends with it; its resources came back with the bundle's.
   for (int index : released) {
-    for (auto& [id, w] : workers_) {
+    for (auto& [id, w] : pool_.workers()) {
       if (w->hold.pg_id == req.pg_id() && w->hold.bundle == index) {
         w->kill_requested = true;
         w->end_reason = req.reason();
@@ -1325,7 +1185,9 @@ void Node::ReleaseLocked(const rpc::BundlesRequest& req, std::vector<pid_t>* to_
 
 grpc::Status Node::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::thread([this] { Stop(); }).detach();
+  // Stop() shuts the server down, which waits for this call: it runs on a thread of its own,
+  // started once and joined by the destructor.
+  std::call_once(shutdown_once_, [this] { shutdown_thread_ = std::thread([this] { Stop(); }); });
   return grpc::Status::OK;
 }
 

@@ -2,17 +2,20 @@
 // processes, lease grants (with spillback to other nodes), the shared-memory object directory
 // of this host, and heartbeats to the head.
 //
-// THREADS
+// THREADS (every thread is owned and joined: Stop() joins the reaper, the heartbeat and the
+// lease audit; the destructor joins the Shutdown RPC's Stop() thread and a heartbeat that gave up)
 //  - gRPC sync-server threads run the handlers. RequestLease and StartActor may block (on cv_)
-//    until a worker is available; everything they touch is guarded by mu_.
-//  - heartbeat thread: reports available resources and pending demands to the head every
-//    heartbeat_ms, receives the cluster view (used for spillback), reaps long-idle workers.
-//  - reaper thread: waitpid() on worker processes; a death releases the worker's resources and,
-//    for an actor, is reported to the head (on a detached thread, never under mu_).
-//  - lease audit thread: twice a second, asks each worker whose lease was granted more than
-//    TORUS_LEASE_CHECK_MS (default 3000) ago and is not yet known to be in use whether its holder
-//    came (CoreWorker.CheckLease, outside mu_), and takes back leases whose grant never reached
-//    their holder; also lets queued requests that waited spill again (TrySchedule).
+//    until a worker is available; everything they touch is guarded by mu_: the Ledger
+//    (node/ledger.h), the WorkerPool (node/worker_pool.h), pending leases, objects, the view.
+//  - heartbeat thread (Heartbeat, node/heartbeat.h): reports available resources and pending
+//    demands to the head every heartbeat_ms, receives the cluster view (used for spillback),
+//    stops long-idle workers; its hooks FillHeartbeat/ApplyHeartbeat take mu_.
+//  - reaper thread: waitpid() on worker processes (asleep on their pidfds); a death releases the
+//    worker's resources and, for an actor, is reported to the head (by the reaper, never under mu_).
+//  - lease audit thread (LeaseAudit, node/lease_audit.h): twice a second, asks each worker whose
+//    lease was granted more than TORUS_LEASE_CHECK_MS (default 3000) ago and is not yet known to
+//    be in use whether its holder came (CoreWorker.CheckLease, outside mu_), and takes back leases
+//    whose grant never reached their holder; also lets queued requests that waited spill again.
 //
 // LEASES
 //  A lease ends when its holder returns it (ReturnLease), when the worker's task stream from the
@@ -47,7 +50,10 @@
 #include "common/shm_owner.h"
 #include "node/arena.h"
 #include "node/job_runner.h"
+#include "node/heartbeat.h"
+#include "node/lease_audit.h"
 #include "node/ledger.h"
+#include "node/worker_pool.h"
 #include "common/status.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -132,23 +138,6 @@ class Node final : public rpc::Node::Service {
   grpc::Status LaneBundles(bool prepare, std::string_view in, std::string* out);
 
  private:
-  enum class WorkerState { kStarting, kIdle, kLeased, kActor, kDriver };
-  struct Worker {
-    std::string id;
-    pid_t pid = 0;
-    std::string address;
-    std::string runtime_key;
-    WorkerState state = WorkerState::kStarting;
-    std::string lease_id;
-    std::string actor_id;
-    Hold hold;  // resources and chips held by its lease or actor
-    bool kill_requested = false;
-    std::string end_reason;  // why the node ended it ("SliceLost: ..."), reported to its users
-    std::chrono::steady_clock::time_point idle_since;
-    std::string reserved_for;  // actor id: started for that actor, not for task leases
-    std::chrono::steady_clock::time_point leased_at;  // when lease_id was granted
-    bool lease_in_use = false;  // the worker said a stream of the holder carries lease_id
-  };
   struct PendingLease {
     rpc::LeaseRequest req;
     ResourceMap res;
@@ -173,6 +162,27 @@ class Node final : public rpc::Node::Service {
   Status SizeArenaAndMemory(ResourceMap* total);
   // All private helpers below require mu_ held unless said otherwise.
   void TrySchedule();
+  // TrySchedule's steps. Where p's resources come from: false when it must wait, or (with
+  // *answered) when it has its answer (an error, or another node to go to).
+  bool HoldResourcesLocked(PendingLease& p, bool* answered);
+  // The worker pool key of a lease: its runtime key, chips and bundle environment.
+  std::string LeaseWorkerKey(const PendingLease& p) const;
+  // Grants p's lease on idle worker w.
+  void GrantLocked(PendingLease& p, Worker& w);
+  // Starts the workers the waiting leases need (`need`: key -> count); a start that fails
+  // answers every lease of that key with the error. True when some lease got its answer.
+  struct WorkerNeed {
+    int count = 0;
+    const PendingLease* example = nullptr;
+  };
+  bool StartNeededWorkersLocked(const std::map<std::string, WorkerNeed>& need);
+  // StartActor's steps: the worker of a new actor (an idle one of its key, else a fresh one,
+  // waited for up to 60 s), or null with reply's error set (its hold then given back).
+  Worker* ActorWorkerLocked(std::unique_lock<std::mutex>& lock, const rpc::StartActorRequest& req,
+                            const std::string& key, Hold& hold, rpc::StartActorReply* reply);
+  // Runs the actor's constructor on its worker (no lock), filling reply.
+  void RunConstructor(const rpc::StartActorRequest& req, const std::string& worker_id,
+                      const std::string& worker_address, rpc::StartActorReply* reply);
   bool TrySpillback(PendingLease& p);
   bool AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const;
   // Takes a placement-group lease's resources from its bundle. False: must wait (or, with
@@ -182,26 +192,23 @@ class Node final : public rpc::Node::Service {
   // chips, or once granted its lease (the worker idles again). Marks it done, with `why` as its
   // reply's error unless ok. Require mu_.
   void GiveBackLocked(PendingLease& p, const Status& why);
-  Worker* FindIdleWorker(const std::string& key);
-  Status StartWorker(const std::string& key, const std::string& exe,
-                     const std::vector<std::string>& code_path,
-                     const std::vector<int>& chips = {}, const std::string& reserved_for = "",
-                     std::string* id_out = nullptr, const Ledger::Bundle* bundle = nullptr,
-                     const google::protobuf::Map<std::string, std::string>* env_vars = nullptr);
-  // Worker key for a lease/actor holding `chips`: workers are started with their chips' env.
-  static std::string ChipKey(const std::string& key, const std::vector<int>& chips);
   // Ends lease `lease_id` if a worker still holds it: its resources go back, the worker idles
   // (or, with worker_dead, is killed). False when no worker holds it. Require mu_.
   bool EndLeaseLocked(const std::string& lease_id, bool worker_dead);
   // Undoes the grant of `p` after its requester went away: the worker idles again. Require mu_.
   void UngrantLocked(PendingLease& p);
-  void LeaseAuditLoop();
-  // One audit round: asks workers about old unconfirmed leases and ends the unused ones. No lock.
-  void AuditLeases();
+  // The lease audit's hooks (no lock held; they take mu_): the leases to ask about, and what
+  // a worker said about one (REVOKED: the lease is taken back).
+  std::vector<LeaseAudit::Question> AuditDue(std::chrono::milliseconds check_age);
+  void AuditAnswered(const LeaseAudit::Question& q, rpc::CheckLeaseReply::Use use);
   void HandleWorkerExit(pid_t pid, int status);
   // Logs why and stops the node, from the heartbeat thread.
   void GiveUp(const grpc::Status& last);
-  void HeartbeatLoop();
+  // The heartbeat's hooks (no lock held; they take mu_). FillHeartbeat also SIGTERMs idle
+  // workers beyond the CPU count; false once the node is stopping.
+  bool FillHeartbeat(rpc::HeartbeatRequest* req);
+  void ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::HeartbeatReply& reply);
+  void ApplyViewDeltaLocked(const rpc::HeartbeatReply& reply);  // require mu_
   void ReaperLoop();
   Status RegisterWithHead();  // no lock
   std::vector<rpc::PendingDemand> PendingDemands();
@@ -224,33 +231,26 @@ class Node final : public rpc::Node::Service {
   std::condition_variable cv_;
   // guarded by mu_
   Ledger ledger_;
-  std::unordered_map<std::string, std::unique_ptr<Worker>> workers_;  // by worker id
-  std::unordered_map<pid_t, std::string> worker_by_pid_;
   ChildExitWaiter reaper_waiter_;  // ReaperLoop sleeps here until a worker exits or starts
+  WorkerPool pool_{&reaper_waiter_};
   std::unordered_map<std::string, std::string> worker_by_lease_;
   std::list<std::shared_ptr<PendingLease>> pending_;
-  std::map<std::string, std::string> exits_;  // worker id -> how it ended
-  std::map<std::string, int> exit_codes_;      // worker id -> StatusCode when ended for a reason
-  std::deque<std::string> exit_order_;
   std::map<std::string, StoredObject> objects_;  // by key
   std::unique_ptr<ArenaAllocator> arena_alloc_;
   std::vector<rpc::NodeRecord> view_;            // other nodes, from the head
   uint64_t view_version_ = 0;
-  // The head's heartbeat pacing (RegisterNodeReply/HeartbeatReply.heartbeat_ms); the node beats
-  // at the longer of it and cfg_.heartbeat_ms.
-  std::atomic<uint32_t> head_heartbeat_ms_{0};
-  std::map<std::string, int> starting_by_key_;
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> gave_up_{false};
   std::mutex stop_mu_;
   bool stopped_ = false;
   std::condition_variable stopped_cv_;
-  std::condition_variable beat_cv_;  // with stop_mu_: the heartbeat period, cut short by Stop
-  std::thread heartbeat_thread_;
   std::thread reaper_thread_;
-  std::thread lease_audit_thread_;
-  std::chrono::milliseconds lease_check_age_{3000};  // TORUS_LEASE_CHECK_MS
+  std::once_flag shutdown_once_;
+  std::thread shutdown_thread_;  // runs Stop() for the Shutdown RPC; joined by the destructor
+  // Declared last: destroyed (stopped and joined) first, before the state their hooks use.
+  std::unique_ptr<LeaseAudit> lease_audit_;
+  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 }  // namespace torus

@@ -1,0 +1,127 @@
+// WorkerPool: the node's worker processes. Starts them (`torus worker` or the driver's own
+// executable in worker mode, with the node's, the chips' and the bundle's environment), keys
+// them by what they can run (runtime key + chips + bundle environment: a worker only ever runs
+// work whose key it was started with), finds idle ones (most recently used first), picks long
+// idle ones to stop, and remembers how the last 10,000 ended (GetWorkerExit).
+//
+// It decides nothing about resources (the Ledger's) or leases (the Node's): a Worker's `hold`
+// and lease fields are written by the node.
+//
+// THREADS: not thread-safe on its own. The node owns one WorkerPool guarded by its mutex
+// (the pool is a member GUARDED_BY it); every method is called with it held. Start() wakes
+// the reaper's ChildExitWaiter (thread-safe, not guarded) so a new worker's exit is seen.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/process.h"
+#include "common/status.h"
+#include "node/ledger.h"
+#include "proto/torus.pb.h"
+
+namespace torus {
+
+enum class WorkerState { kStarting, kIdle, kLeased, kActor, kDriver };
+
+struct Worker {
+  std::string id;
+  pid_t pid = 0;
+  std::string address;
+  std::string runtime_key;
+  WorkerState state = WorkerState::kStarting;
+  std::string lease_id;
+  std::string actor_id;
+  Hold hold;  // resources and chips held by its lease or actor
+  bool kill_requested = false;
+  std::string end_reason;  // why the node ended it ("SliceLost: ..."), reported to its users
+  std::chrono::steady_clock::time_point idle_since;
+  std::string reserved_for;  // actor id: started for that actor, not for task leases
+  std::chrono::steady_clock::time_point leased_at;  // when lease_id was granted
+  bool lease_in_use = false;  // the worker said a stream of the holder carries lease_id
+};
+
+// What a worker process is started with, beyond its key.
+struct WorkerSpawn {
+  std::string exe;
+  std::vector<std::string> code_path;  // non-empty: `torus worker` with this search path
+  std::vector<int> chips;              // its TPU_VISIBLE_CHIPS
+  std::string reserved_for;            // actor id: task leases never take it
+  const Ledger::Bundle* bundle = nullptr;  // its MEGASCALE_* environment
+  const google::protobuf::Map<std::string, std::string>* env_vars = nullptr;  // runtime_env
+};
+
+// What every worker of this node is told (constant once the node has registered).
+struct WorkerPoolConfig {
+  std::string node_id;
+  std::string node_address;
+  std::string bind_host;
+  std::string token;
+  std::string session_dir;
+  std::string head_address;
+  std::string torus_exe;
+  std::string logs_dir;  // "" = <session_dir>/logs
+  int num_chips = 0;     // this host's chips (chip visibility)
+};
+
+class WorkerPool {
+ public:
+  // `reaper` (not owned, outlives the pool): woken when a worker starts.
+  explicit WorkerPool(ChildExitWaiter* reaper) : reaper_(reaper) {}
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Set once at the node's Start, before any worker starts.
+  void Configure(WorkerPoolConfig cfg) { cfg_ = std::move(cfg); }
+
+  // Worker key for work holding `chips`: workers are started with their chips' env.
+  static std::string ChipKey(const std::string& key, const std::vector<int>& chips);
+
+  // Spawns a worker for `key`; it counts as starting until Registered (unless reserved).
+  StatusOr<Worker*> Start(const std::string& key, const WorkerSpawn& spawn);
+  // The worker's first call: it idles (true), or it was not started here (false).
+  bool Registered(const std::string& id, const std::string& address);
+  void AddDriver(const std::string& id, pid_t pid, const std::string& address);
+  // The most recently idle worker of `key` that is free for leases, or null.
+  Worker* FindIdle(const std::string& key);
+  Worker* Find(const std::string& id);
+  // Workers of `key` being started for leases.
+  int Starting(const std::string& key) const;
+  // Idle workers above `keep` idle longer than `keep_for`: marked to stop, their pids returned.
+  std::vector<pid_t> PickIdleToStop(int keep, std::chrono::milliseconds keep_for);
+  // Marks every worker (not drivers) to stop; returns their pids.
+  std::vector<pid_t> StopAll();
+
+  // Pids of this pool's own processes (the reaper waits on these only).
+  std::vector<pid_t> Pids() const;
+  // True while `pid` is one of them (not yet reaped).
+  bool HasPid(pid_t pid) const { return by_pid_.count(pid) > 0; }
+  // The worker `pid` belonged to, removed from the table (null when not ours).
+  std::unique_ptr<Worker> TakeExited(pid_t pid);
+  // Records how worker `id` ended (and a StatusCode when the node ended it for a reason).
+  void RecordExit(const std::string& id, const std::string& description, int code);
+  // How worker `id` ended; false when it has not (or is too old to remember).
+  bool LookupExit(const std::string& id, std::string* description, int* code) const;
+  bool Known(const std::string& id) const { return workers_.count(id) > 0; }
+
+  const std::unordered_map<std::string, std::unique_ptr<Worker>>& workers() const { return workers_; }
+
+ private:
+  ChildExitWaiter* const reaper_;
+  WorkerPoolConfig cfg_;
+  std::unordered_map<std::string, std::unique_ptr<Worker>> workers_;  // by worker id
+  std::unordered_map<pid_t, std::string> by_pid_;
+  std::map<std::string, int> starting_by_key_;
+  std::map<std::string, std::string> exits_;  // worker id -> how it ended
+  std::map<std::string, int> exit_codes_;      // worker id -> StatusCode when ended for a reason
+  std::deque<std::string> exit_order_;
+};
+
+}  // namespace torus
