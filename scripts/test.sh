@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs dependencies, builds the release and the
+# The whole test suite, from a fresh machine: installs dependencies, checks the layers' includes
+# and the size budget, builds the release and the
 # ASan+UBSan configurations once each, checks the lock annotations with clang (tsa.sh), runs
 # unit tests in both, the object and borrowing multi-process tests under ASan+UBSan, and every
 # multi-process test in the release build.
@@ -35,6 +36,8 @@ stage() {
 }
 
 stage "dependencies" scripts/deps.sh
+stage "layers (#include order)" scripts/check_layers.sh
+stage "sizes (files <= 800 lines, functions <= 80)" scripts/check_sizes.sh
 stage "build release" scripts/build.sh release
 stage "build asan" scripts/build.sh asan
 stage "tsa (clang -Wthread-safety)" scripts/tsa.sh build

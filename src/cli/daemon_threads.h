@@ -1,6 +1,5 @@
 // The threads of a `torus head` / `torus node` daemon's main() beyond those the Head and Node
-// objects own: the signal thread and the head's malloc trimmer. Header-only (the torus binary's
-// sources are listed in CMakeLists.txt).
+// objects own: the signal thread and the head's malloc trimmer.
 //
 // Threading: each class owns one thread, started by its constructor and joined by its destructor
 // (called on main's thread). SignalThread's callback runs on its own thread; MallocTrimmer's

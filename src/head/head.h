@@ -147,7 +147,7 @@ class Head final : public rpc::Head::Service, private PgCluster {
   std::unique_ptr<LaneServer> lane_;  // placement-group calls from drivers (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<JobManager> job_manager_;  // submitted jobs (docs/jobs.md), served on our port
-  static constexpr size_t kMaxWorkThreads = 64;
+  static constexpr size_t kMaxWorkThreads = 256;  // actor constructors run on these while they place
   WorkQueue work_{kMaxWorkThreads, 0};  // unbounded queue: Post never waits  // before pg_manager_, which submits to it
 
   Mutex mu_;
