@@ -29,14 +29,19 @@ std::vector<int> Ledger::TakeChips(const ResourceMap& res) {
   return out;
 }
 
-bool Ledger::TakeFromNode(const ResourceMap& res, Hold* h) {
-  if (!Fits(res, available_)) return false;
-  Subtract(available_, res);
+void Ledger::Take(ResourceMap* from, const ResourceMap& res, const std::string& pg_id, int bundle,
+                  Hold* h) {
+  Subtract(*from, res);
   h->res = res;
-  h->pg_id.clear();
-  h->bundle = -1;
+  h->pg_id = pg_id;
+  h->bundle = bundle;
   h->chips = TakeChips(res);
   h->held = true;
+}
+
+bool Ledger::TakeFromNode(const ResourceMap& res, Hold* h) {
+  if (!Fits(res, available_)) return false;
+  Take(&available_, res, "", -1, h);
   return true;
 }
 
@@ -54,12 +59,7 @@ Ledger::BundleTake Ledger::TakeFromBundle(const std::string& pg_id, int index, c
     if (!b.committed) continue;
     if (Fits(res, b.total)) any_could = true;
     if (Fits(res, b.available)) {
-      Subtract(b.available, res);
-      h->res = res;
-      h->pg_id = pg_id;
-      h->bundle = idx;
-      h->chips = TakeChips(res);
-      h->held = true;
+      Take(&b.available, res, pg_id, idx, h);
       return BundleTake::kTaken;
     }
   }
@@ -78,12 +78,7 @@ Status Ledger::TakeForActor(const std::string& pg_id, int index, const ResourceM
       for (auto& [idx, b] : pit->second) {
         if ((index < 0 || idx == index) && Fits(res, b.available)) {
           // Inside a bundle, only what the actor asked for.
-          Subtract(b.available, res);
-          h->res = res;
-          h->pg_id = pg_id;
-          h->bundle = idx;
-          h->chips = TakeChips(res);
-          h->held = true;
+          Take(&b.available, res, pg_id, idx, h);
           return Status::Ok();
         }
       }
@@ -97,12 +92,7 @@ Status Ledger::TakeForActor(const std::string& pg_id, int index, const ResourceM
     return Status(StatusCode::kResourceExhausted, "node " + node_id_ + " has " + ResourcesToString(available_) +
                              " available, needs " + ResourcesToString(placement));
   }
-  Subtract(available_, res);
-  h->res = res;
-  h->pg_id.clear();
-  h->bundle = -1;
-  h->chips = TakeChips(res);
-  h->held = true;
+  Take(&available_, res, "", -1, h);
   return Status::Ok();
 }
 

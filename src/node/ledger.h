@@ -120,6 +120,8 @@ class Ledger {
 
  private:
   std::vector<int> TakeChips(const ResourceMap& res);
+  // Moves `res` from *from (the node's or a bundle's available) into *h, with its chips.
+  void Take(ResourceMap* from, const ResourceMap& res, const std::string& pg_id, int bundle, Hold* h);
 
   const std::string node_id_;
   ResourceMap total_;
