@@ -22,8 +22,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 BUILD="${TORUS_BUILD:-build}"
+case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac  # relative to the repo, or absolute
 # The binaries' RUNPATH names build/: load the chosen build's libtorus (nodes inherit this).
-export LD_LIBRARY_PATH="$PWD/$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 T=$BUILD/torus
 B=$BUILD/bench/gang_bench
 export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-gang.XXXXXX)}"
