@@ -119,6 +119,18 @@ TEST_F(HardeningCliStart, ReservedLabelsAreRefusedNamingTheKey) {
   EXPECT_TRUE(c.ClusterProcesses().empty()) << "a refused start left processes behind";
 }
 
+// Threads /proc lists for `pid` (0 once it is reaped). A SIGKILLed process's main thread can be
+// a zombie while its other threads are still exiting.
+int LiveThreads(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
 // Issue 13 item 7: a SIGKILLed node's arena stayed in /dev/shm; `torus stop` left it too.
 TEST_F(HardeningCliStart, KilledNodesSharedMemoryIsRemovedByNextStartAndByStop) {
   TestCluster c("shmleak");
@@ -127,7 +139,11 @@ TEST_F(HardeningCliStart, KilledNodesSharedMemoryIsRemovedByNextStartAndByStop) 
     std::string prefix = "torus." + n.node_id.substr(0, 12) + ".";
     EXPECT_FALSE(ShmSegments(prefix).empty()) << "the node has no arena to leak";
     c.KillNode(n);
-    EXPECT_TRUE(WaitUntil([&] { return !ProcessRunning(n.pid); }, std::chrono::seconds(10)));
+    // Dead means every thread gone, not only the main one a zombie: the node's arena lock (an
+    // flock) is released when its last thread has exited, and only then may the next start
+    // clean up.
+    EXPECT_TRUE(WaitUntil([&] { return !ProcessRunning(n.pid) && LiveThreads(n.pid) <= 1; },
+                          std::chrono::seconds(10)));
     return prefix;
   };
   std::string first = kill_node(c.AddNode({}));
