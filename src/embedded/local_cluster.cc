@@ -31,7 +31,8 @@ std::string FindTorusBinary() {
   if (dladdr(reinterpret_cast<void*>(&FindTorusBinary), &info) && info.dli_fname) {
     namespace fs = std::filesystem;
     fs::path lib = fs::weakly_canonical(info.dli_fname).parent_path();
-    for (auto p : {lib / "torus", lib.parent_path() / "bin" / "torus"}) {
+    // Build tree, `cmake --install` prefix, the Python wheel (torus/_bin/torus).
+    for (auto p : {lib / "torus", lib.parent_path() / "bin" / "torus", lib / "_bin" / "torus"}) {
       if (access(p.c_str(), X_OK) == 0) return p.string();
     }
   }
