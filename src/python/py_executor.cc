@@ -27,6 +27,12 @@ struct CurrentTask {
 const rpc::TaskSpec* CurrentTaskSpec() { return t_current; }
 const rpc::TaskSpec* ActorCreationSpec() { return g_creation.load(std::memory_order_acquire); }
 
+// Called by C++ code (include/torus/api/xlang.h): functions and classes by "py:module:name",
+// methods of such actors by "xlang:method".
+bool IsCrossLanguage(const std::string& name) {
+  return name.rfind("py:", 0) == 0 || name.rfind("xlang:", 0) == 0;
+}
+
 PyExecutor::PyExecutor(nb::object execute) : execute_(execute.release().ptr()) {}
 
 StatusOr<std::string> PyExecutor::Invoke(const rpc::TaskSpec& spec,
@@ -67,6 +73,11 @@ StatusOr<std::string> PyExecutor::Invoke(const rpc::TaskSpec& spec,
   nb::bytes value = nb::cast<nb::bytes>(result[0]);
   std::string bytes(value.c_str(), value.size());
   if (status == 2) throw core::ExitActorSignal{};
+  if (status == 1 && IsCrossLanguage(spec.function())) {
+    // A C++ caller cannot read a pickled exception: the executor returned its text, which
+    // becomes the task's error (RayTaskException in C++).
+    throw std::runtime_error(bytes);
+  }
   if (kind == 1) {
     if (status == 1) {
       // The constructor raised: the actor is dead; its callers see this text (the formatted
