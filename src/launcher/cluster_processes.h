@@ -1,6 +1,6 @@
 // The processes of a cluster started by `torus up` (docs/launcher.md): each carries
 // TORUS_UP_SESSION=<session dir> in its environment (kMarkerVar), by which `down` finds them
-// after any crash; the launcher's pid files hold just the pid.
+// after any crash.
 //
 // Threading: plain functions reading /proc and signalling processes; no shared state, callable
 // from any thread. TerminateAll blocks for up to its grace period plus one second.
@@ -28,7 +28,8 @@ bool HasEnvEntry(pid_t pid, const std::string& entry);
 // Live processes (not this one) started for the cluster of `session`.
 std::vector<pid_t> SessionProcesses(const std::string& session);
 
-// The pid in a launcher pid file, or 0.
+// The pid in a pid file ("PID STARTTIME" as PidFileContent writes, or "PID" as `torus up`
+// wrote before), or 0.
 pid_t ReadPid(const std::string& path);
 
 // SIGTERM, then SIGKILL after `grace`. Returns how many were alive at the start.
