@@ -25,6 +25,9 @@ bool Alive(pid_t pid);
 // The NUL-separated initial environment of a process contains `entry` ("K=V").
 bool HasEnvEntry(pid_t pid, const std::string& entry);
 
+// Live processes (not this one) whose initial environment contains `entry` ("K=V").
+std::vector<pid_t> ProcessesWithEnv(const std::string& entry);
+
 // Live processes (not this one) started for the cluster of `session`.
 std::vector<pid_t> SessionProcesses(const std::string& session);
 
