@@ -6,8 +6,6 @@
 //
 // Usage (TORUS_ADDRESS names a running cluster): fanout_floor [--rounds R] [--iters N]
 // Prints one JSON line per measurement, like gang_bench.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,20 +17,7 @@
 #include "common/rpc.h"
 #include "common/session.h"
 #include "proto/torus.grpc.pb.h"
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-void Report(const std::string& name, std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  auto q = [&](double p) { return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))]; };
-  printf("{\"name\": \"%s\", \"median_us\": %.1f, \"p10_us\": %.1f, \"p90_us\": %.1f, \"n\": %zu}\n",
-         name.c_str(), q(0.5), q(0.1), q(0.9), us.size());
-  fflush(stdout);
-}
-
-}  // namespace
+#include "report.h"
 
 int main(int argc, char** argv) {
   int rounds = 1, iters = 100;
@@ -80,13 +65,10 @@ int main(int argc, char** argv) {
       }
     }
   };
-  for (int i = 0; i < 3; ++i) round();  // connections and lanes up
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = Clock::now();
+  // The warm-ups bring the connections and lanes up.
+  auto us = torus::bench::Time(iters, [&] {
     for (int r = 0; r < rounds; ++r) round();
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  Report("fanout_floor_" + std::to_string(reqs.size()) + "_nodes_" + std::to_string(rounds) + "_rounds", us);
+  });
+  torus::bench::Report("fanout_floor_" + std::to_string(reqs.size()) + "_nodes_" + std::to_string(rounds) + "_rounds", us);
   return 0;
 }

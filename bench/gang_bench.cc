@@ -7,38 +7,18 @@
 #include <ray/api.h>
 #include <torus/tpu.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-namespace {
-using Clock = std::chrono::steady_clock;
+#include "report.h"
 
-void Report(const std::string& name, std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  auto q = [&](double p) { return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))]; };
-  printf("{\"name\": \"%s\", \"median_us\": %.1f, \"p10_us\": %.1f, \"p90_us\": %.1f, \"n\": %zu}\n",
-         name.c_str(), q(0.5), q(0.1), q(0.9), us.size());
-  fflush(stdout);
-}
-
-// Times `op` `iters` times (after 3 warm-ups), in microseconds.
-std::vector<double> Time(int iters, const std::function<void()>& op) {
-  for (int i = 0; i < 3; ++i) op();
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = Clock::now();
-    op();
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  return us;
-}
-}  // namespace
+using torus::bench::Clock;
+using torus::bench::Report;
+using torus::bench::Time;
 
 int main(int argc, char** argv) {
   std::string sweep, topology, accel;

@@ -29,6 +29,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "launcher/cluster_processes.h"
 #include "proto/torus.grpc.pb.h"
 
 extern char** environ;
@@ -223,31 +224,7 @@ bool ProcessRunning(pid_t pid) {
   return state != 'Z' && state != 'X';
 }
 
-std::vector<pid_t> ProcessesWithEnv(const std::string& entry) {
-  std::vector<pid_t> out;
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end != 0 || pid <= 0 || pid == getpid()) continue;
-    std::string env = ReadFileOr("/proc/" + std::string(e->d_name) + "/environ");
-    size_t start = 0;
-    bool found = false;
-    while (start < env.size()) {
-      size_t nul = env.find('\0', start);
-      if (nul == std::string::npos) nul = env.size();
-      if (env.compare(start, nul - start, entry) == 0) {
-        found = true;
-        break;
-      }
-      start = nul + 1;
-    }
-    if (found && ProcessRunning(static_cast<pid_t>(pid))) out.push_back(static_cast<pid_t>(pid));
-  }
-  closedir(d);
-  return out;
-}
+std::vector<pid_t> ProcessesWithEnv(const std::string& entry) { return torus::launcher::ProcessesWithEnv(entry); }
 
 std::string DescribeProcess(pid_t pid) {
   std::string cmd = ReadFileOr("/proc/" + std::to_string(pid) + "/cmdline");

@@ -61,7 +61,8 @@ RunResult RunChild(const std::string& name, const std::map<std::string, std::str
 // True when `pid` exists and is not a zombie.
 bool ProcessRunning(pid_t pid);
 // Live processes (not zombies, not this one) whose initial environment contains `entry`
-// ("KEY=value").
+// ("KEY=value"): what `torus down` finds a launched cluster's processes by.
+// (launcher::ProcessesWithEnv.)
 std::vector<pid_t> ProcessesWithEnv(const std::string& entry);
 // "pid 123 (cmdline...)".
 std::string DescribeProcess(pid_t pid);

@@ -67,6 +67,10 @@ Args ParseArgs(int argc, char** argv, int from, const std::set<std::string>& boo
   Args a;
   for (int i = from; i < argc; ++i) {
     std::string s = argv[i];
+    if (s == "--") {
+      a.after_dashes.assign(argv + i + 1, argv + argc);
+      break;
+    }
     if (s.rfind("--", 0) == 0) {
       std::string k = s.substr(2), v = "1";
       auto eq = k.find('=');

@@ -18,10 +18,11 @@
 namespace torus {
 
 // A command line after the subcommand: positional words and --k v / --k=v flags (booleans map
-// to "1").
+// to "1"), and the words after a lone "--", taken as they are (`torus job submit ... -- CMD`).
 struct Args {
   std::vector<std::string> positional;
   std::map<std::string, std::string> flags;
+  std::vector<std::string> after_dashes;
   bool Has(const std::string& k) const { return flags.count(k) > 0; }
   std::string Get(const std::string& k, const std::string& def = "") const {
     auto it = flags.find(k);
@@ -30,7 +31,8 @@ struct Args {
 };
 
 // argv[from..argc) as Args. A flag named in `bool_flags` takes no value; any other takes the
-// next word as its value unless written --k=v (or it is the last word: then it is "1").
+// next word as its value unless written --k=v (or it is the last word: then it is "1"). A lone
+// "--" ends the flags: every word after it goes to after_dashes.
 Args ParseArgs(int argc, char** argv, int from, const std::set<std::string>& bool_flags);
 
 // Writes "torus: <msg>" to stderr and exits with status 1.

@@ -39,40 +39,7 @@ const char* kJobUsage =
     "       torus job stop ID\n"
     "       torus job list [--format json]\n";
 
-struct JobArgs {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
-  std::vector<std::string> command;  // after --
-};
-
-JobArgs ParseJobArgs(int argc, char** argv) {
-  static const std::set<std::string> kBool = {"no-wait", "follow", "help"};
-  JobArgs a;
-  for (int i = 2; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s == "--") {
-      for (int k = i + 1; k < argc; ++k) a.command.push_back(argv[k]);
-      break;
-    }
-    if (s.rfind("--", 0) == 0) {
-      std::string k = s.substr(2), v = "1";
-      auto eq = k.find('=');
-      if (eq != std::string::npos) {
-        v = k.substr(eq + 1);
-        k = k.substr(0, eq);
-      } else if (!kBool.count(k)) {
-        if (i + 1 >= argc) Die("--" + k + " needs a value");
-        v = argv[++i];
-      }
-      a.flags[k] = v;
-    } else {
-      a.positional.push_back(s);
-    }
-  }
-  return a;
-}
-
-int IntFlag(const JobArgs& a, const std::string& k, int def) {
+int IntFlag(const Args& a, const std::string& k, int def) {
   auto it = a.flags.find(k);
   if (it == a.flags.end()) return def;
   try {
@@ -90,18 +57,9 @@ struct Conn {
   std::unique_ptr<rpc::Jobs::Stub> jobs;
 };
 
-Conn Connect(const JobArgs& a) {
+Conn Connect(const Args& a) {
   Conn c;
-  auto it = a.flags.find("address");
-  c.address = it != a.flags.end() ? it->second : AddressFromEnv();
-  if (c.address.empty()) {
-    std::string s = LatestSession();
-    if (!s.empty()) {
-      auto r = ReadFile(s + "/head_address");
-      if (r.ok()) c.address = *r;
-    }
-  }
-  while (!c.address.empty() && (c.address.back() == '\n' || c.address.back() == ' ')) c.address.pop_back();
+  c.address = ResolveAddress(a);
   if (c.address.empty()) Die("no cluster: pass --address, set TORUS_ADDRESS, or run torus start --head");
   auto tok = FindToken();
   if (!tok.ok()) Die(tok.status().message());
@@ -208,11 +166,11 @@ void WarnIfNoSuchSlice(Conn& c, const rpc::JobSubmitRequest& job) {
             << std::endl;
 }
 
-int Submit(const JobArgs& a) {
-  if (a.command.empty()) Die("job submit needs a command after --\n" + std::string(kJobUsage));
+int Submit(const Args& a) {
+  if (a.after_dashes.empty()) Die("job submit needs a command after --\n" + std::string(kJobUsage));
   Conn c = Connect(a);
   rpc::JobSubmitRequest req;
-  for (const auto& s : a.command) req.add_entrypoint(s);
+  for (const auto& s : a.after_dashes) req.add_entrypoint(s);
   std::string wd = a.flags.count("working-dir") ? a.flags.at("working-dir") : std::filesystem::current_path().string();
   std::error_code ec;
   auto abs = std::filesystem::absolute(wd, ec);
@@ -249,7 +207,7 @@ int Submit(const JobArgs& a) {
   return ExitCodeOf(r);
 }
 
-int Status_(const JobArgs& a) {
+int Status_(const Args& a) {
   if (a.positional.size() < 2) Die("usage: torus job status ID [--format json]");
   Conn c = Connect(a);
   rpc::JobRecord r = Get(c, a.positional[1]);
@@ -268,7 +226,7 @@ int Status_(const JobArgs& a) {
   return 0;
 }
 
-int Stop(const JobArgs& a) {
+int Stop(const Args& a) {
   if (a.positional.size() < 2) Die("usage: torus job stop ID");
   Conn c = Connect(a);
   rpc::JobIdRequest req;
@@ -289,7 +247,7 @@ int Stop(const JobArgs& a) {
   return Terminal(r.state()) ? 0 : 1;
 }
 
-int List(const JobArgs& a) {
+int List(const Args& a) {
   Conn c = Connect(a);
   rpc::JobListReply reply;
   auto ctx = NewContext(c.token, 10000);
@@ -325,7 +283,8 @@ const std::map<std::string, std::vector<std::string>> kJobFlags = {
 };
 
 int RunJobCommand(int argc, char** argv) {
-  JobArgs a = ParseJobArgs(argc, argv);
+  static const std::set<std::string> kBool = {"no-wait", "follow", "help"};
+  Args a = ParseArgs(argc, argv, 2, kBool);
   std::string sub = a.positional.empty() ? "" : a.positional[0];
   auto known = kJobFlags.find(sub);
   RequireKnownFlags("job" + (sub.empty() ? "" : " " + sub), a.flags,

@@ -42,6 +42,7 @@
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/session.h"
+#include "common/session_daemons.h"
 #include "common/shm.h"
 #include "common/shm_owner.h"
 #include "launcher/cluster_processes.h"
@@ -175,7 +176,7 @@ struct Supervisor {
     h.pid = *pid;
     h.started_at = Clock::now();
     h.restart_at = {};
-    return WriteFile(session + "/pids/node-" + h.name + ".pid", std::to_string(h.pid));
+    return WriteFile(session + "/pids/node-" + h.name + ".pid", PidFileContent(h.pid));
   }
 
   void OnExit(size_t i, int status) {
@@ -596,16 +597,8 @@ json PlanState(const launcher::ClusterSpec& spec, const std::vector<launcher::Ho
 // address) and writes its pid file; a failure fails the launch.
 pid_t SpawnClusterDaemon(const std::string& session, const std::string& name,
                          const std::vector<std::string>& argv) {
-  SpawnOptions o;
-  o.argv = argv;
-  o.stdout_path = session + "/logs/" + name + ".out";
-  o.stderr_path = session + "/logs/" + name + ".err";
-  o.new_session = true;
-  o.env_set[kMarkerVar] = session;
-  o.env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
-  auto pid = Spawn(o);
+  auto pid = SpawnSessionDaemon(session, name, argv, {{kMarkerVar, session}}, {"TORUS_ADDRESS", "RAY_ADDRESS"});
   if (!pid.ok()) FailUp(session, pid.status().message());
-  (void)WriteFile(session + "/pids/" + name + ".pid", std::to_string(*pid));
   return *pid;
 }
 

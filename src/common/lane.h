@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/rpc.h"
+#include "common/thread_annotations.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -236,7 +237,7 @@ class LaneServer final : public rpc::Lane::Service {
   int Start(const std::string& bind_host);
   // Closes the port and every connection, and waits up to `max_wait` for handlers in progress.
   // False if some still run: the server must then outlive them (the caller leaks it).
-  bool Stop(std::chrono::milliseconds max_wait = std::chrono::milliseconds::max());
+  bool Stop(std::chrono::milliseconds max_wait = std::chrono::milliseconds::max()) EXCLUDES(mu_);
   int port() const { return port_; }
   const std::string& unix_name() const { return unix_name_; }
 
@@ -250,11 +251,11 @@ class LaneServer final : public rpc::Lane::Service {
   // Reads what has come of p's hello; false once p is settled (admitted or closed).
   bool ReadHello(PendingHello& p);
   // An authenticated connection: answers the hello and starts its thread, or says "full".
-  void Admit(int fd, std::string early);
-  void JoinFinished();
+  void Admit(int fd, std::string early) EXCLUDES(mu_);
+  void JoinFinished() EXCLUDES(mu_);
   void LogRefusals(bool force);
   // Serves calls on an authenticated connection; `early` holds bytes read after the hello.
-  void Serve(int fd, std::string early, uint64_t id);
+  void Serve(int fd, std::string early, uint64_t id) EXCLUDES(mu_);
 
   const std::string token_;
   const std::string what_;
@@ -269,14 +270,15 @@ class LaneServer final : public rpc::Lane::Service {
   std::string unix_name_;
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::unordered_set<int> conns_;  // open authenticated connection fds
-  int threads_ = 0;                      // connection threads still running
-  bool full_logged_ = false;
-  uint64_t next_conn_id_ = 0;
-  std::unordered_map<uint64_t, std::thread> serving_;  // connection threads, joined when finished
-  std::vector<uint64_t> finished_;                      // ids of threads that have ended
+  Mutex mu_;
+  CondVar cv_;                                   // threads_ fell
+  std::unordered_set<int> conns_ GUARDED_BY(mu_);  // open authenticated connection fds
+  int threads_ GUARDED_BY(mu_) = 0;              // connection threads still running
+  bool full_logged_ GUARDED_BY(mu_) = false;
+  uint64_t next_conn_id_ GUARDED_BY(mu_) = 0;
+  // Connection threads, joined when finished.
+  std::unordered_map<uint64_t, std::thread> serving_ GUARDED_BY(mu_);
+  std::vector<uint64_t> finished_ GUARDED_BY(mu_);  // ids of threads that have ended
   // Acceptor only: refusals since the last log line (logged at most every 10 s).
   size_t hello_late_ = 0, hello_dropped_ = 0, hello_garbled_ = 0;
   std::chrono::steady_clock::time_point refusals_logged_{};

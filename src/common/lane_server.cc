@@ -33,9 +33,9 @@ LaneServer::LaneServer(std::string token, std::string what) : token_(std::move(t
 
 LaneServer::~LaneServer() {
   Stop();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return threads_ == 0; });
-  lock.unlock();
+  MutexLock lock(mu_);
+  while (threads_ > 0) cv_.Wait(lock);
+  lock.Unlock();
   JoinFinished();
 }
 
@@ -93,7 +93,7 @@ int LaneServer::Start(const std::string& bind_host) {
 
 bool LaneServer::Stop(std::chrono::milliseconds max_wait) {
   if (stopping_.exchange(true)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return threads_ == 0;
   }
   if (wake_fd_ >= 0) {
@@ -106,18 +106,21 @@ bool LaneServer::Stop(std::chrono::milliseconds max_wait) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (int fd : conns_) shutdown(fd, SHUT_RDWR);
   // Handlers in progress finish first (the services they call outlive this).
   auto until = max_wait == std::chrono::milliseconds::max() ? Clock::time_point::max() : Clock::now() + max_wait;
+  auto warn_at = Clock::now() + std::chrono::seconds(5);
   while (threads_ > 0) {
-    auto step = std::min(until, Clock::now() + std::chrono::seconds(5));
-    if (!cv_.wait_until(lock, step, [this] { return threads_ == 0; })) {
-      if (Clock::now() >= until) return false;
+    cv_.WaitUntil(lock, std::min(until, warn_at));
+    if (threads_ == 0) break;
+    if (Clock::now() >= until) return false;
+    if (Clock::now() >= warn_at) {
       TORUS_LOG(WARNING) << what_ << " lane: still waiting for " << threads_ << " call(s) to finish";
+      warn_at = Clock::now() + std::chrono::seconds(5);
     }
   }
-  lock.unlock();
+  lock.Unlock();
   JoinFinished();
   return true;
 }
@@ -224,7 +227,7 @@ bool LaneServer::ReadHello(PendingHello& p) {
 
 void LaneServer::Admit(int fd, std::string early) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // connection threads block
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (conns_.size() >= kLaneMaxConnections) {
     // Said, not just closed: the client then uses gRPC with this server for a while.
     if (!full_logged_) TORUS_LOG(WARNING) << what_ << " lane: " << kLaneMaxConnections
@@ -249,7 +252,7 @@ void LaneServer::Admit(int fd, std::string early) {
 void LaneServer::JoinFinished() {
   std::vector<std::thread> done;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (uint64_t id : finished_) {
       auto it = serving_.find(id);
       if (it == serving_.end()) continue;
@@ -341,12 +344,12 @@ void LaneServer::Serve(int fd, std::string early, uint64_t id) {
       break;
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   conns_.erase(fd);
   close(fd);
   --threads_;
   finished_.push_back(id);
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool LaneServerStream::Read(google::protobuf::MessageLite* m) {

@@ -52,7 +52,7 @@ std::string SelfExecutable();
 
 // ---- Pid files of daemons (<session>/pids/*.pid): "PID STARTTIME\n", STARTTIME being field 22
 // of /proc/PID/stat (clock ticks after boot), which tells a recycled pid from the daemon's.
-// Files holding only "PID" (older versions, `torus up`) are read too. Thread-safe.
+// Files holding only "PID" (older versions, also of `torus up`) are read too. Thread-safe.
 
 // Field 22 of /proc/PID/stat, or 0 when the process is gone.
 uint64_t ProcessStartTime(pid_t pid);

@@ -97,6 +97,7 @@ std::shared_ptr<grpc::Channel> GetChannel(const std::string& address) {
   auto* channels = g_channels;
   auto it = channels->find(address);
   if (it != channels->end()) return it->second;
+#ifndef TORUS_TSAN_BUILD
   if (auto ls = g_local_servers->find(address); ls != g_local_servers->end()) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
@@ -105,6 +106,12 @@ std::shared_ptr<grpc::Channel> GetChannel(const std::string& address) {
     (*channels)[address] = ch;
     return ch;
   }
+#else
+  // Under ThreadSanitizer the server is reached over loopback TCP instead: gRPC's in-process
+  // transport hands the slice a message was serialised into from the writing thread to the
+  // reading one under gRPC's own locks, which TSan cannot see (gRPC is not instrumented), so it
+  // reported the serialiser's writes and the parser's reads of that buffer as races.
+#endif
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);

@@ -10,9 +10,13 @@
 namespace torus {
 
 StatusOr<pid_t> SpawnSessionDaemon(const std::string& session, const std::string& name,
-                                   const std::vector<std::string>& argv) {
+                                   const std::vector<std::string>& argv,
+                                   const std::map<std::string, std::string>& env_set,
+                                   const std::vector<std::string>& env_unset) {
   SpawnOptions o;
   o.argv = argv;
+  o.env_set = env_set;
+  o.env_unset = env_unset;
   o.stdout_path = session + "/logs/" + name + ".out";
   o.stderr_path = session + "/logs/" + name + ".err";
   o.new_session = true;

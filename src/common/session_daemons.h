@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,9 +27,12 @@ struct SessionDaemon {
 };
 
 // Spawns `argv` in a new session (setsid) with stdout/stderr in <session>/logs/<name>.{out,err}
-// and writes <session>/pids/<name>.pid.
+// and writes <session>/pids/<name>.pid ("PID STARTTIME", PidFileContent). `env_set` and
+// `env_unset` change the environment it inherits (`torus up` marks its daemons with them).
 StatusOr<pid_t> SpawnSessionDaemon(const std::string& session, const std::string& name,
-                                   const std::vector<std::string>& argv);
+                                   const std::vector<std::string>& argv,
+                                   const std::map<std::string, std::string>& env_set = {},
+                                   const std::vector<std::string>& env_unset = {});
 
 // The live daemons of `session`. Stale pid files (process gone, pid reused) are removed; files
 // that hold nonsense or name another process are removed too, and each gets a line in *refused

@@ -1929,15 +1929,12 @@ std::vector<std::shared_ptr<TaskRecord>> CoreWorker::DetachConn(Conn* conn) {
     auto it = actors_.find(conn->actor_id);
     if (it != actors_.end() && it->second->conn == conn) it->second->conn = nullptr;
   }
-  // Hand the Conn to housekeeping to be joined (we are running on its reader thread).
+  // Hand the Conn to housekeeping to be joined (we are running on its reader thread); once
+  // shutting down, Shutdown() joins what is in dead_conns_ when it takes conns_.
   for (auto it = conns_.begin(); it != conns_.end(); ++it) {
     if (it->get() == conn) {
-      if (!shutting_down_) {
-        dead_conns_.push_back(std::move(*it));
-        WakeHousekeeping();
-      } else {
-        it->release();  // Shutdown() owns the join now
-      }
+      dead_conns_.push_back(std::move(*it));
+      if (!shutting_down_) WakeHousekeeping();
       conns_.erase(it);
       break;
     }

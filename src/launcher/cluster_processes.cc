@@ -37,9 +37,10 @@ bool HasEnvEntry(pid_t pid, const std::string& entry) {
   return false;
 }
 
-std::vector<pid_t> SessionProcesses(const std::string& session) {
+std::vector<pid_t> SessionProcesses(const std::string& session) { return ProcessesWithEnv(Marker(session)); }
+
+std::vector<pid_t> ProcessesWithEnv(const std::string& entry) {
   std::vector<pid_t> out;
-  const std::string entry = Marker(session);
   DIR* d = opendir("/proc");
   if (!d) return out;
   while (dirent* e = readdir(d)) {

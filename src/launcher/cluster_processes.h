@@ -1,6 +1,6 @@
 // The processes of a cluster started by `torus up` (docs/launcher.md): each carries
 // TORUS_UP_SESSION=<session dir> in its environment (kMarkerVar), by which `down` finds them
-// after any crash; the launcher's pid files hold just the pid.
+// after any crash.
 //
 // Threading: plain functions reading /proc and signalling processes; no shared state, callable
 // from any thread. TerminateAll blocks for up to its grace period plus one second.
@@ -25,10 +25,14 @@ bool Alive(pid_t pid);
 // The NUL-separated initial environment of a process contains `entry` ("K=V").
 bool HasEnvEntry(pid_t pid, const std::string& entry);
 
+// Live processes (not this one) whose initial environment contains `entry` ("K=V").
+std::vector<pid_t> ProcessesWithEnv(const std::string& entry);
+
 // Live processes (not this one) started for the cluster of `session`.
 std::vector<pid_t> SessionProcesses(const std::string& session);
 
-// The pid in a launcher pid file, or 0.
+// The pid in a pid file ("PID STARTTIME" as PidFileContent writes, or "PID" as `torus up`
+// wrote before), or 0.
 pid_t ReadPid(const std::string& path);
 
 // SIGTERM, then SIGKILL after `grace`. Returns how many were alive at the start.

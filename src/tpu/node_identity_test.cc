@@ -522,7 +522,15 @@ TEST(HttpMetadataFetcherTest, FetchesAttributesFromALoopbackServer) {
             std::string::npos);
 }
 
+// ThreadSanitizer cannot run getaddrinfo_a: glibc starts the lookup's helper thread with its
+// internal pthread_create, which TSan's interceptor never sees, so that thread has no TSan state
+// and the first allocation in it (nss_database_state_get -> malloc) dereferences a null cache:
+// SIGSEGV inside libtsan. The resolver is glibc's own code and the rest of the fetcher is tested
+// with numeric addresses, so only this test is skipped there.
 TEST(HttpMetadataFetcherTest, ResolvesHostNames) {
+#ifdef TORUS_TSAN_BUILD  // CMakeLists.txt, TORUS_TSAN
+  GTEST_SKIP() << "getaddrinfo_a's glibc-internal helper thread crashes ThreadSanitizer";
+#endif
   // "localhost" is not numeric, so it goes through the resolver thread; if it resolves to ::1
   // first, the refused IPv6 attempt falls through to 127.0.0.1.
   FakeHttpServer server({{"/attrs/instance-id", Ok("named")}});
