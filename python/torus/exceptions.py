@@ -141,7 +141,7 @@ class RayTaskError(RayError):
             elif line.startswith("  File ") and any(m in line for m in _INTERNAL_FRAME_MARKERS):
                 skip_source = True
             elif skip_source and line.startswith("    "):
-                skip_source = False
+                pass  # the hidden frame's source line and its caret line
             else:
                 skip_source = False
                 out.append(line)

@@ -199,7 +199,7 @@ def test_function_exported_once(torus_local):
     keys = [k for k in worker.exported if k.startswith("fn:")]
     assert len(keys) == len(set(keys))
     assert add._key in worker.exported
-    assert torus._core.kv_get("fn", add._key)
+    assert worker.core().kv_get("fn", add._key)
 
 
 def test_runtime_context_in_driver_and_task(torus_local):

@@ -105,9 +105,11 @@ def _encode_error(e: BaseException, function_name: str, actor=None, actor_id=Non
     if isinstance(e, _DependencyFailed):
         err = e.err
     else:
-        tb = traceback.format_exception(type(e), e, e.__traceback__)
         # Drop this module's frames: the user's code is what matters.
-        tb_text = "".join(tb)
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        tb_text = "".join(traceback.format_exception(type(e), e, tb))
         err = RayTaskError(function_name, tb_text, e, pid=os.getpid(),
                            actor_repr=repr(actor) if actor is not None else None,
                            actor_id=actor_id)
