@@ -51,7 +51,6 @@ class CppActorClass:
 
     def remote(self, *args):
         from torus._private import options as _o
-        from torus.actor import ActorHandle
         worker.ensure_initialized()
         o = _o.actor_options(self._opts, self._class, False)
         o["language"] = "CPP"

@@ -1,7 +1,6 @@
 """TPU slice reservation on a `torus up` cluster (a simulated v6e 4x4 slice: 4 hosts x 4 chips),
 with the issue's canonical program run unchanged through `python -m torus.ray`."""
 import json
-from pathlib import Path
 
 import pytest
 

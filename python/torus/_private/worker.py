@@ -24,6 +24,7 @@ _core_mod = None
 _namespace: Optional[str] = None
 _job_env: Dict[str, str] = {}
 exported: Dict[str, bool] = {}   # function keys exported to this cluster's KV
+_atexit_registered = False
 
 
 def core():
@@ -94,14 +95,6 @@ class RayContext(dict):
         shutdown()
 
 
-_KNOWN_INIT_KW = {
-    "num_cpus", "num_gpus", "resources", "labels", "object_store_memory", "local_mode",
-    "ignore_reinit_error", "include_dashboard", "dashboard_host", "dashboard_port",
-    "job_config", "configure_logging", "logging_level", "logging_format", "log_to_driver",
-    "_temp_dir", "_system_config", "runtime_env", "namespace", "address", "logging_config",
-}
-
-
 def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resources=None,
          labels=None, object_store_memory=None, local_mode: bool = False,
          ignore_reinit_error: bool = False, namespace: Optional[str] = None,
@@ -167,6 +160,11 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
         _namespace = namespace
         _job_env = env_vars
         exported.clear()
+        global _atexit_registered
+        if not _atexit_registered:  # stop the runtime while the interpreter is still whole
+            import atexit
+            atexit.register(shutdown, True)
+            _atexit_registered = True
         return RayContext(_context_dict())
 
 

@@ -13,7 +13,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from torus._private import worker
-from torus.util.placement_group import (PlacementGroup, _create, placement_group,
+from torus.util.placement_group import (PlacementGroup, _create,
                                         remove_placement_group)
 from torus.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
