@@ -112,6 +112,7 @@ class Cluster:
         elif self.kind == "start":
             self.torus("stop", check=False, timeout=120)
         self.kind = ""
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 @contextlib.contextmanager
