@@ -16,6 +16,8 @@ def id_hex(object_id) -> str:
     if isinstance(object_id, (bytes, bytearray)):
         return bytes(object_id).hex()
     s = str(object_id)
+    if "@" in s:  # a full object id: "<hex>@<owner host:port>" (src/core/reference_counter.h)
+        s = s.split("@", 1)[0]
     return s if s and set(s) <= _HEX else s.encode().hex()
 
 
