@@ -156,7 +156,11 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
             core().init(address, namespace or "", env_vars, worker_command(),
                         _temp_dir or "", head_args, False)
         except Exception as e:
-            raise map_core_error(e) from None
+            mapped = map_core_error(e)
+            if address and isinstance(mapped, exc.RaySystemError):
+                raise ConnectionError(f"Could not connect to the Torus cluster at "
+                                      f"'{address}': {e}") from None
+            raise mapped from None
         _namespace = namespace
         _job_env = env_vars
         exported.clear()
