@@ -23,6 +23,7 @@ class RemoteFunction:
         self._key = None
         self._pickled = None
         self._lock = threading.Lock()
+        self._opts_cache = {}
         functools.update_wrapper(self, function, updated=())
 
     def __call__(self, *args, **kwargs):
@@ -49,10 +50,11 @@ class RemoteFunction:
         _opts.validate(task_options, _opts.TASK_OPTIONS, "remote functions")
         merged = {**self._default_options, **task_options}
         parent = self
+        cache = {}
 
         class FuncWrapper:
             def remote(self, *args, **kwargs):
-                return parent._remote(args, kwargs, merged)
+                return parent._remote(args, kwargs, merged, cache)
 
             def bind(self, *a, **k):
                 raise NotImplementedError("Ray DAG (.bind) is not implemented by Torus")
@@ -60,15 +62,24 @@ class RemoteFunction:
         return FuncWrapper()
 
     def remote(self, *args, **kwargs):
-        return self._remote(args, kwargs, self._default_options)
+        return self._remote(args, kwargs, self._default_options, self._opts_cache)
 
     def bind(self, *args, **kwargs):
         raise NotImplementedError("Ray DAG (.bind) is not implemented by Torus")
 
-    def _remote(self, args, kwargs, opts):
+    def _remote(self, args, kwargs, opts, cache):
         from torus.object_ref import ObjectRef
         worker.ensure_initialized()
-        core_opts = _opts.task_options(opts, self._function_name)
+        # The core options of one set of options are computed once (per runtime: a new cluster
+        # may differ); a soft node affinity is looked at on every call.
+        gen = worker.generation()
+        core_opts = cache.get(gen)
+        if core_opts is None:
+            core_opts = _opts.task_options(opts, self._function_name)
+            strat = opts.get("scheduling_strategy")
+            if not getattr(strat, "soft", False):
+                cache.clear()
+                cache[gen] = core_opts
         key = self._export()
         encoded, keep = worker.encode_args(args, kwargs)
         try:
