@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The include direction of src/'s layers (CMakeLists.txt "layers"), checked on #include lines:
 #   proto <- common <- tpu <- {launcher, head, node, core} <- embedded <- cli
+#                                                   core <- python (the extension torus._core)
 # A file in src/<folder>/ may include "<folder>/...", the layers below it, the public headers
 # (include/torus, include/ray) and the generated "proto/..."; anything else is a layer violation.
 # The link step checks the same order on symbols (TORUS_CHECK_LAYERS). Exit 1 on a violation.
@@ -14,6 +15,7 @@ allowed() {  # $1: folder -> the folders it may include
     launcher|head|node|core) echo "$1 tpu common" ;;
     embedded) echo "embedded core head node tpu common" ;;
     cli) echo "cli embedded launcher head node core tpu common" ;;
+    python) echo "python core tpu common" ;;
     *) return 1 ;;
   esac
 }

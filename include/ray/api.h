@@ -3,8 +3,9 @@
 // unchanged against Torus. Every ray:: name is the torus:: entity of the same name; qualified
 // lookup in `ray` follows the using-directive below (ray::internal finds torus::internal).
 //
-// Not provided: cross-language calls (ray::PyFunction, ray::PyActorClass, ray::JavaFunction,
-// ...), metrics (ray/api/metric.h), and the individual <ray/api/*.h> headers.
+// Cross-language calls into Python (ray::PyFunction, ray::PyActorClass, ray::PyActorMethod,
+// ray::ActorHandleXlang) are in torus/api/xlang.h. Not provided: Java (ray::JavaFunction, ...),
+// metrics (ray/api/metric.h), and the individual <ray/api/*.h> headers.
 #pragma once
 
 #include <torus/api.h>

@@ -56,3 +56,4 @@
 #include "torus/api/task_options.h"
 #include "torus/api/type_traits.h"
 #include "torus/api/wait_result.h"
+#include "torus/api/xlang.h"

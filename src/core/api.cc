@@ -16,32 +16,12 @@
 #include "common/rpc.h"
 #include "common/session.h"
 #include "core/core_worker.h"
-#include "core/embedded_cluster.h"
+#include "core/process_runtime.h"
 #include "core/ray_flags.h"
 #include "core/worker_main.h"
 #include "torus/api.h"
 
 namespace torus {
-
-namespace {
-
-// Process-wide runtime state; guarded by g_mu.
-struct Global {
-  std::unique_ptr<core::EmbeddedCluster> embedded;  // embedded cluster only
-  std::unique_ptr<core::CoreWorker> core;
-};
-std::mutex g_mu;
-Global* g = new Global();  // never destroyed: usable from atexit handlers
-std::atomic<internal::Runtime*> g_runtime{nullptr};
-
-void StopEmbedded() {
-  if (g->embedded) g->embedded->Stop();
-  g->embedded.reset();
-}
-
-void ShutdownAtExit() { Shutdown(); }
-
-}  // namespace
 
 namespace internal {
 RefCollector*& ActiveRefCollector() {
@@ -51,12 +31,6 @@ RefCollector*& ActiveRefCollector() {
 RefCollector*& ResultRefCollector() {
   thread_local RefCollector* result = nullptr;
   return result;
-}
-Runtime* GetRuntime() { return g_runtime.load(std::memory_order_acquire); }
-Runtime& RequireRuntime() {
-  Runtime* r = GetRuntime();
-  if (!r) throw RayException("ray::Init() has not been called (or ray::Shutdown() already was)");
-  return *r;
 }
 
 void ValidateResources(const std::unordered_map<std::string, double>& resources) {
@@ -74,39 +48,6 @@ void ValidateBundles(const std::vector<std::unordered_map<std::string, double>>&
 }  // namespace internal
 
 namespace {
-
-// Starts the embedded default cluster (a private head and node inside this process) and sets
-// *address and *token. Throws RayException; requires g_mu.
-void StartEmbedded(const RayConfig& config, const core::RayFlags& flags, std::string* address,
-                   std::string* token) {
-  g->embedded = core::StartEmbeddedCluster({config.head_args, flags.logs_dir});
-  *address = g->embedded->head_address();
-  *token = g->embedded->token();
-}
-
-// The address of a live node of the cluster at `address` on this host (or any live node).
-std::string FindNodeToAttach(const std::string& address, const std::string& token) {
-  auto stub = rpc::Head::NewStub(GetChannel(address));
-  rpc::ListReply reply;
-  auto ctx = NewContext(token, 10000);
-  auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
-  if (!st.ok()) {
-    throw internal::RayException("cannot reach the Torus head at " + address + ": " +
-                                 st.error_message());
-  }
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  std::string node_address;
-  for (const auto& n : reply.nodes()) {
-    if (!n.alive()) continue;
-    if (node_address.empty() || n.hostname() == host) node_address = n.address();
-    if (n.hostname() == host) break;
-  }
-  if (node_address.empty()) {
-    throw internal::RayException("the cluster at " + address + " has no live node to attach to");
-  }
-  return node_address;
-}
 
 // Checks what Init is given before anything starts; prints one line per setting Torus ignores.
 void CheckConfig(const RayConfig& config, const core::RayFlags& flags, bool joining) {
@@ -134,43 +75,19 @@ void CheckConfig(const RayConfig& config, const core::RayFlags& flags, bool join
 
 void InitWith(RayConfig& config, const core::RayFlags& flags) {
   if (std::getenv("TORUS_WORKER_MODE")) RunWorkerMain();  // never returns
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g->core) throw internal::RayException("ray::Init() was already called in this process");
-  std::string address = config.address.empty() ? AddressFromEnv() : config.address;
-  CheckConfig(config, flags, !address.empty());
-  core::CoreWorkerOptions opts;
-  if (config.runtime_env) {
-    opts.job_env_vars = internal::EnvVarsOfSerialized(config.runtime_env->Serialize());
+  if (internal::GetRuntime()) {
+    throw internal::RayException("ray::Init() was already called in this process");
   }
-  opts.default_detached = config.default_actor_lifetime == ActorLifetime::DETACHED;
-  SetLogComponent("driver");
-  SetDefaultLogLevel(LogLevel::WARNING);
-  std::string token;
-  if (address.empty()) {
-    StartEmbedded(config, flags, &address, &token);
-  } else {
-    auto tok = FindToken();
-    if (!tok.ok()) throw internal::RayException(tok.status().ToString());
-    token = *tok;
-  }
-  opts.is_driver = true;
-  opts.node_address =
-      g->embedded ? g->embedded->node_address() : FindNodeToAttach(address, token);
-  opts.head_address = address;
-  opts.token = token;
-  opts.job_id = RandomHex(4);
-  opts.ray_namespace = config.ray_namespace.empty() ? RandomHex(8) : config.ray_namespace;
-  opts.code_search_path = config.code_search_path;
-  if (const char* b = std::getenv("TORUS_BIND_HOST"); b && *b) opts.bind_host = b;
-  auto cw = core::CoreWorker::Create(opts);
-  if (!cw.ok()) {
-    StopEmbedded();
-    throw internal::RayException("ray::Init failed: " + cw.status().ToString());
-  }
-  g->core = std::move(*cw);
-  g_runtime.store(g->core.get(), std::memory_order_release);
-  static std::once_flag once;
-  std::call_once(once, [] { std::atexit(ShutdownAtExit); });
+  core::DriverOptions o;
+  o.address = config.address;
+  CheckConfig(config, flags, !(o.address.empty() ? AddressFromEnv() : o.address).empty());
+  if (config.runtime_env) o.job_env_vars = internal::EnvVarsOfSerialized(config.runtime_env->Serialize());
+  o.default_detached = config.default_actor_lifetime == ActorLifetime::DETACHED;
+  o.ray_namespace = config.ray_namespace;
+  o.code_search_path = config.code_search_path;
+  o.head_args = config.head_args;
+  o.logs_dir = flags.logs_dir;
+  core::InitDriver(o);
 }
 
 }  // namespace
@@ -190,15 +107,7 @@ void Init(RayConfig& config) { InitWith(config, core::RayFlags{}); }
 
 bool IsInitialized() { return internal::GetRuntime() != nullptr; }
 
-void Shutdown() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_runtime.store(nullptr, std::memory_order_release);
-  if (g->core) {
-    g->core->Shutdown();
-    g->core.reset();
-  }
-  StopEmbedded();
-}
+void Shutdown() { core::ShutdownDriver(); }
 
 std::string GetNamespace() { return internal::RequireRuntime().GetNamespace(); }
 
@@ -312,27 +221,7 @@ PlacementGroup GetPlacementGroup(const std::string& name) {
       }
     }
   }
-  core::CoreWorkerOptions opts;
-  opts.is_driver = false;
-  opts.worker_id = env("TORUS_WORKER_ID");
-  opts.node_address = env("TORUS_NODE_ADDRESS");
-  opts.head_address = env("TORUS_HEAD_ADDRESS");
-  opts.token = env("TORUS_TOKEN");
-  opts.code_search_path = paths;
-  if (!env("TORUS_BIND_HOST").empty()) opts.bind_host = env("TORUS_BIND_HOST");
-  opts.on_ready = [](core::CoreWorker* w) { g_runtime.store(w, std::memory_order_release); };
-  auto cw = core::CoreWorker::Create(opts);
-  if (!cw.ok()) {
-    TORUS_LOG(ERROR) << "worker cannot start: " << cw.status().ToString();
-    _exit(1);
-  }
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g->core = std::move(*cw);
-    g_runtime.store(g->core.get(), std::memory_order_release);
-  }
-  g->core->CaptureOutput();
-  g->core->RunWorkerLoop();
+  core::RunWorker(nullptr, paths);
 }
 
 }  // namespace torus

@@ -88,6 +88,8 @@ struct TaskRecordFields {
   std::vector<std::string> pinned; // refs pinned until the task ends
   std::vector<int> dep_arg_index;  // which args are deps
   int missing = 0;
+  bool cancelled = false;          // Cancel(): fail as cancelled, never retry
+  bool retry_exceptions = false;   // retry when the value is a Python exception value
   Conn* conn = nullptr;
   Clock::time_point sent_at;
 };
@@ -340,6 +342,19 @@ StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Create(CoreWorkerOptions opts)
   return cw;
 }
 
+void CoreWorker::SetUpExecution() {
+  python_command_ = PythonWorkerCommand(opts_.python_worker_command);
+  python_runtime_key_ = "cmd:";
+  for (const auto& a : python_command_) python_runtime_key_ += a + '\0';
+  if (!opts_.is_driver) {
+    std::unique_ptr<Executor> executor;
+    if (opts_.make_executor) executor = opts_.make_executor();
+    if (!executor) executor = std::make_unique<CppExecutor>(executable_);
+    task_executor_ = std::make_unique<TaskExecutor>(static_cast<TaskExecutor::Host*>(this),
+                                                    std::move(executor));
+  }
+}
+
 Status CoreWorker::Connect() {
   executable_ = SelfExecutable();
   if (opts_.code_search_path.empty()) {
@@ -348,10 +363,7 @@ Status CoreWorker::Connect() {
     runtime_key_ = "code:";
     for (const auto& p : opts_.code_search_path) runtime_key_ += ":" + p;
   }
-  if (!opts_.is_driver) {
-    task_executor_ = std::make_unique<TaskExecutor>(static_cast<TaskExecutor::Host*>(this),
-                                                    std::make_unique<CppExecutor>(executable_));
-  }
+  SetUpExecution();
   int port = 0;
   std::vector<grpc::Service*> services = {this};
   if (task_executor_) {
@@ -984,6 +996,7 @@ void CoreWorker::ThrowIfError(const std::string& id, const ObjectEntry& e) {
     case StatusCode::kWorkerDied: throw internal::RayWorkerException(msg);
     case StatusCode::kNotFound: throw internal::RayFunctionNotFound(msg);
     case StatusCode::kSliceLost: throw internal::RaySliceLostException(msg);
+    case StatusCode::kCancelled: throw internal::TaskCancelledException(msg);
     default: throw internal::UnreconstructableException(msg);
   }
 }
@@ -1465,11 +1478,15 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   spec.set_job_id(JobId());
   spec.set_ray_namespace(GetNamespace());
   spec.set_name(options.name.empty() ? function_name : options.name);
+  const bool python = options.language == internal::Language::kPython;
+  if (python) spec.set_language(rpc::PYTHON);
   std::map<std::string, std::string> selector(options.label_selector.begin(),
                                               options.label_selector.end());
   std::string key = SchedulingKey(options, selector, &spec);
+  if (python) key += "|py";
   // Negative means "retry forever", as in Ray.
   t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
+  t->retry_exceptions = options.retry_exceptions;
   SetJobConfig(options.serialized_runtime_env, &spec);
   const std::string env_key = EnvVarsKey(spec.env_vars());  // no sharing across env_vars
   key += env_key;
@@ -1480,7 +1497,10 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   std::vector<std::string> refs;
   PrepareArgs(args, &spec, &refs);
   auto& q = queues_[key];
-  if (!q) q = NewSchedulingQueue(key, spec, options, selector, runtime_key_ + env_key);
+  if (!q) {
+    q = NewSchedulingQueue(key, spec, options, selector,
+                           (python ? python_runtime_key_ : runtime_key_) + env_key);
+  }
   TrackArgs(t, refs);
   SetTaskState(spec, t->missing ? "PENDING_ARGS" : "PENDING");
   if (t->missing == 0) {
@@ -1536,7 +1556,11 @@ std::unique_ptr<SchedulingQueue> CoreWorker::NewSchedulingQueue(
   lt.set_runtime_key(runtime_key);
   *lt.mutable_env_vars() = spec.env_vars();
   lt.set_executable(executable_);
-  for (const auto& p : opts_.code_search_path) lt.add_code_search_path(p);
+  if (spec.language() == rpc::PYTHON) {
+    for (const auto& a : python_command_) lt.add_worker_command(a);
+  } else {
+    for (const auto& p : opts_.code_search_path) lt.add_code_search_path(p);
+  }
   lt.set_job_id(opts_.job_id);
   lt.set_owner_address(address_);
   lt.set_description("task " + spec.function());
@@ -1619,6 +1643,10 @@ void CoreWorker::OnObjectReady(const std::string& id) {
       }
     }
     if (!t) continue;
+    if (t->cancelled && t->actor_id.empty()) {
+      FailTask(*t, StatusCode::kCancelled, CancelMessage(*t));
+      continue;
+    }
     FillResolvedArgs(*t);
     if (!t->actor_id.empty()) {
       auto ait = actors_.find(t->actor_id);
@@ -1788,6 +1816,15 @@ void CoreWorker::ReturnLease(Conn* conn, bool worker_dead) {
   });
 }
 
+namespace {
+// A Python task's raised exception, stored as its value (docs/python.md "Values": 0xC1 'E').
+// Such values are small, hence inline.
+bool IsExceptionValue(const rpc::ObjectLocation& v) {
+  const std::string& d = v.inline_data();
+  return !v.in_shm() && d.size() >= 2 && d[0] == '\xc1' && d[1] == 'E';
+}
+}  // namespace
+
 void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulingQueue* q = nullptr;
@@ -1804,6 +1841,19 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
       double x = static_cast<double>(r.exec_us());
       auto [avg, fresh] = exec_avg_us_.try_emplace(t->spec.function(), x);
       if (!fresh) avg->second = 0.8 * avg->second + 0.2 * x;
+    }
+    if (t->cancelled) {
+      FailTask(*t, StatusCode::kCancelled, CancelMessage(*t));
+      continue;
+    }
+    if (t->retry_exceptions && !r.is_error() && t->spec.attempt() < t->max_retries &&
+        IsExceptionValue(r.value())) {
+      auto again = std::make_shared<TaskRecord>(*t);  // the writer may still read the sent spec
+      again->spec.set_attempt(again->spec.attempt() + 1);
+      again->conn = nullptr;
+      SetTaskState(again->spec, "PENDING");
+      Enqueue(again);
+      continue;
     }
     ReleaseTaskPins(*t);
     SetTaskState(t->spec, r.is_error() ? "FAILED" : "FINISHED", conn->worker_id,
@@ -1955,6 +2005,10 @@ void CoreWorker::RetryLostTasks(const std::vector<std::shared_ptr<TaskRecord>>& 
 
 void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*,
                              StatusCode code) {
+  if (t->cancelled) {
+    FailTask(*t, StatusCode::kCancelled, CancelMessage(*t));
+    return;
+  }
   if (t->spec.attempt() < t->max_retries) {
     // A fresh record: the broken connection's writer may still be reading the sent spec.
     t = std::make_shared<TaskRecord>(*t);
@@ -1976,6 +2030,64 @@ void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& w
                std::to_string(t->spec.attempt() + 1) + " attempt(s)");
 }
 
+// ------------------------------------------------------------------------------- cancel
+
+std::string CoreWorker::CancelMessage(const TaskRecord& t) {
+  return "task " + t.spec.name() + " (" + t.spec.task_id() + ") was cancelled";
+}
+
+bool CoreWorker::Cancel(const std::string& object_id, bool force) {
+  std::string kill_worker, kill_node;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto drop = [&](std::deque<std::shared_ptr<TaskRecord>>& q) {
+      for (auto it = q.begin(); it != q.end(); ++it) {
+        if ((*it)->spec.return_id() != object_id) continue;
+        auto t = *it;
+        q.erase(it);
+        FailTask(*t, StatusCode::kCancelled, CancelMessage(*t));
+        return true;
+      }
+      return false;
+    };
+    // Not sent yet: queued for a lease, or an actor call waiting for its actor.
+    for (auto& [key, q] : queues_) {
+      if (drop(q->tasks)) return true;
+    }
+    for (auto& [id, a] : actors_) {
+      if (drop(a->waiting)) return true;
+    }
+    // Waiting for its arguments: it is enqueued once they are ready, and then fails at once.
+    for (auto& [dep, t] : waiting_on_) {
+      if (t->spec.return_id() == object_id && !t->cancelled) {
+        t->cancelled = true;
+        return true;
+      }
+    }
+    // Running: its value is dropped when it comes; `force` kills the worker (not an actor's).
+    for (auto& c : conns_) {
+      for (auto& [n, t] : c->in_flight) {
+        if (t->spec.return_id() != object_id) continue;
+        t->cancelled = true;
+        if (force && c->actor_id.empty()) {
+          kill_worker = c->worker_id;
+          kill_node = c->node_address;
+        }
+        break;
+      }
+      if (!kill_worker.empty()) break;
+    }
+    if (kill_worker.empty()) return refs_.Find(object_id) != nullptr;
+  }
+  rpc::KillWorkerRequest req;
+  req.set_worker_id(kill_worker);
+  req.set_force(true);
+  rpc::Empty e;
+  auto ctx = NewContext(opts_.token, 5000);
+  (void)NodeStub(kill_node)->KillWorker(ctx.get(), req, &e);
+  return true;
+}
+
 // ------------------------------------------------------------------------------- actors
 
 std::string CoreWorker::CreateActor(const std::string& factory_name,
@@ -1994,6 +2106,8 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   spec->set_actor_id(actor_id);
   spec->set_actor_creation(true);
   spec->set_function(factory_name);
+  const bool python = options.language == internal::Language::kPython;
+  if (python) spec->set_language(rpc::PYTHON);
   spec->set_owner_address(address_);
   spec->set_driver_address(DriverAddress());
   spec->set_job_id(JobId());
@@ -2033,7 +2147,11 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   req.set_max_restarts(options.max_restarts);
   req.set_detached(options.lifetime_set ? options.detached : spec->default_detached());
   req.set_executable(executable_);
-  for (const auto& p : opts_.code_search_path) req.add_code_search_path(p);
+  if (python) {
+    for (const auto& a : python_command_) req.add_worker_command(a);
+  } else {
+    for (const auto& p : opts_.code_search_path) req.add_code_search_path(p);
+  }
   ResourceMap res(options.resources.begin(), options.resources.end());
   if (auto it = res.find("TPU"); it != res.end()) {
     if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
@@ -2041,6 +2159,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
     }
   }
   ToProto(res, req.mutable_resources());
+  *spec->mutable_resources() = req.resources();  // what the actor holds, for its runtime context
   rpc::CreateActorReply reply;
   auto ctx = NewContext(opts_.token, 30000);
   auto st = head_->CreateActor(ctx.get(), req, &reply);
@@ -2058,6 +2177,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   t->actor_id = actor_id;
   rpc::TaskSpec& spec = t->spec;
   spec.set_function(method_name);
+  if (options.language == internal::Language::kPython) spec.set_language(rpc::PYTHON);
   spec.set_actor_id(actor_id);
   spec.set_owner_address(address_);
   spec.set_driver_address(DriverAddress());

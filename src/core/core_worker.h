@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -72,10 +73,20 @@ struct CoreWorkerOptions {
   // from workers gets them too.
   bool default_detached = false;                         // default_actor_lifetime
   std::map<std::string, std::string> job_env_vars;        // runtime_env env_vars
+  // The command line of a Python worker (interpreter, bootstrap, import path) for the Python
+  // tasks and actors this process submits; empty: TORUS_PYTHON_WORKER_COMMAND (a JSON list)
+  // or `python3 -m torus._private.worker_main`.
+  std::vector<std::string> python_worker_command;
+  // Workers: the language executor to run tasks with; null: the C++ one (RAY_REMOTE).
+  std::function<std::unique_ptr<Executor>()> make_executor;
   // Called once connected, before any pushed work runs (workers publish the runtime here, so the
   // first task can already use the API).
   std::function<void(CoreWorker*)> on_ready;
 };
+
+// The Python worker command: `given`, else TORUS_PYTHON_WORKER_COMMAND (a JSON list), else
+// `python3 -m torus._private.worker_main` (head_calls.cc).
+std::vector<std::string> PythonWorkerCommand(const std::vector<std::string>& given);
 
 class Conn;
 class LogForwarder;
@@ -123,6 +134,25 @@ class CoreWorker final : public internal::Runtime,
   // Drivers: their own; workers: those of the work they are running.
   std::string GetNamespace() override;
   std::string JobId();
+  // Cancels the task whose result is `object_id` (Ray's cancel): a task not yet running never
+  // runs; a running one's value is dropped, and with `force` its worker is killed (not an
+  // actor's). Get then throws TaskCancelledException. False when the object is unknown here.
+  bool Cancel(const std::string& object_id, bool force);
+  // Workers: the actor this process hosts ("" if none).
+  std::string CurrentActorId() const {
+    return task_executor_ ? task_executor_->actor_id() : std::string();
+  }
+  const std::string& head_address() const { return opts_.head_address; }
+  const std::string& node_address() const { return opts_.node_address; }
+  const std::string& session_dir() const { return session_dir_; }
+  bool is_driver() const { return opts_.is_driver; }
+  // The head's key-value store (head/kv_store.h). Throw RayException when the head fails.
+  bool KvPut(const std::string& ns, const std::string& key, const std::string& value, bool overwrite);
+  std::optional<std::string> KvGet(const std::string& ns, const std::string& key);
+  bool KvDel(const std::string& ns, const std::string& key);
+  std::vector<std::string> KvKeys(const std::string& ns, const std::string& prefix);
+  // The head's listing of nodes (and actors, jobs, groups).
+  rpc::ListReply ListCluster();
 
   std::string CreatePlacementGroup(const internal::PlacementGroupSpec& spec) override;
   void RemovePlacementGroup(const std::string& id) override;
@@ -158,6 +188,8 @@ class CoreWorker final : public internal::Runtime,
  private:
   explicit CoreWorker(CoreWorkerOptions opts);
   Status Connect();
+  // The runtime keys of C++ and Python work, and in workers the task executor. Part of Connect.
+  void SetUpExecution();
 
   std::string NewObjectId();
   std::string PutBytes(std::string bytes, std::vector<std::string> nested);
@@ -254,6 +286,7 @@ class CoreWorker final : public internal::Runtime,
   void PumpActor(ActorQueue& a);
   void ResolveActor(const std::string& actor_id, int min_restarts);
   void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
+  static std::string CancelMessage(const TaskRecord& t);
   // Sets the job's settings in `spec`: the default actor lifetime and, with_env, env_vars (the
   // parent's, i.e. the job's in a driver or the running task's/actor's in a worker, with
   // those of `serialized_runtime_env` merged over them). Throws RayRuntimeEnvException.
@@ -279,6 +312,8 @@ class CoreWorker final : public internal::Runtime,
   std::shared_ptr<Mapping> arena_;  // this node's object store, mapped read-write
   std::string executable_;
   std::string runtime_key_;
+  std::vector<std::string> python_command_;  // opts_.python_worker_command or the default
+  std::string python_runtime_key_;           // "cmd:" + python_command_
   std::unique_ptr<LaneServer> lane_;  // workers: PushTasks over the lane (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;

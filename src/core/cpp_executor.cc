@@ -10,7 +10,8 @@ const std::string& NilBytes() {
 }  // namespace
 
 StatusOr<std::string> CppExecutor::Invoke(const rpc::TaskSpec& spec,
-                                          const std::vector<internal::ArgView>& args) {
+                                          const std::vector<internal::ArgView>& args,
+                                          const std::vector<std::shared_ptr<internal::Buffer>>&) {
   const auto& registry = internal::FunctionRegistry::Instance();
   if (spec.actor_creation()) {
     const auto* f = registry.FindFactory(spec.function());

@@ -11,6 +11,7 @@
 // the creation task, which runs before any method call.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,11 @@ class Executor {
   // Runs `spec` (a function, an actor's creation or one of its methods) on `args` and returns
   // the packed result (creation: msgpack nil). NotFound when nothing of that name is
   // registered. User code's exceptions (and ExitActorSignal) propagate to the caller.
-  virtual StatusOr<std::string> Invoke(const rpc::TaskSpec& spec,
-                                       const std::vector<internal::ArgView>& args) = 0;
+  // args[i] is valid during the call; owners[i], when not null, is the shared-memory buffer
+  // args[i] views, which an executor may keep to use the bytes after the call (zero copy).
+  virtual StatusOr<std::string> Invoke(
+      const rpc::TaskSpec& spec, const std::vector<internal::ArgView>& args,
+      const std::vector<std::shared_ptr<internal::Buffer>>& owners) = 0;
 };
 
 // Thrown through user code by ray::ExitActor(); deliberately not a std::exception.

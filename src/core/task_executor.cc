@@ -119,7 +119,8 @@ struct ArgBorrows {
 
 }  // namespace
 
-// Runs tasks of a threaded actor on a pool of max_concurrency threads. Joined when it goes.
+// Runs tasks of a threaded actor on up to max_concurrency threads, started as calls arrive
+// (an async Python actor allows 1000 but rarely needs them). Joined when it goes.
 class TaskPool {
  public:
   using Done = std::function<void(rpc::TaskResult)>;
@@ -134,12 +135,16 @@ class TaskPool {
   }
   void Resize(int n) {
     std::lock_guard<std::mutex> lock(mu_);
-    while (static_cast<int>(threads_.size()) < n) threads_.emplace_back([this] { Loop(); });
+    max_threads_ = n;
   }
   void Submit(rpc::TaskSpec spec, Done done) {
     std::lock_guard<std::mutex> lock(mu_);
     q_.emplace_back(std::move(spec), std::move(done));
-    cv_.notify_one();
+    if (idle_ < q_.size() && static_cast<int>(threads_.size()) < max_threads_) {
+      threads_.emplace_back([this] { Loop(); });
+    } else {
+      cv_.notify_one();
+    }
   }
 
  private:
@@ -148,7 +153,9 @@ class TaskPool {
       std::pair<rpc::TaskSpec, Done> item;
       {
         std::unique_lock<std::mutex> lock(mu_);
+        idle_++;
         cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
+        idle_--;
         if (q_.empty()) return;
         item = std::move(q_.front());
         q_.pop_front();
@@ -163,6 +170,8 @@ class TaskPool {
   std::condition_variable cv_;
   std::deque<std::pair<rpc::TaskSpec, Done>> q_;
   std::vector<std::thread> threads_;
+  int max_threads_ = 0;
+  size_t idle_ = 0;  // threads waiting for a call
   bool stop_ = false;
 };
 
@@ -263,11 +272,14 @@ void TaskExecutor::ReadArgs(const rpc::TaskSpec& spec,
                             std::vector<std::shared_ptr<internal::Buffer>>* keep,
                             std::vector<internal::ArgView>* views) {
   views->reserve(spec.args_size());
+  keep->reserve(spec.args_size());
   for (const auto& a : spec.args()) {
     if (!a.is_ref()) {
       views->push_back({a.value().data(), a.value().size()});
+      keep->push_back(nullptr);
     } else if (a.location_known() && !a.location().in_shm()) {
       views->push_back({a.location().inline_data().data(), a.location().inline_data().size()});
+      keep->push_back(nullptr);
     } else if (a.location_known()) {
       auto b = host_->Materialize(a.location(), a.ref_id());
       if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
@@ -292,7 +304,7 @@ bool TaskExecutor::Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, st
       actor_id_ = spec.actor_id();
       actor_restarted_ = spec.restarted();
     }
-    auto out = executor_->Invoke(spec, views);
+    auto out = executor_->Invoke(spec, views, keep);
     if (!out.ok()) {
       Fail(result, out.status().code(), out.status().message());
       return false;

@@ -409,6 +409,7 @@ void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
     *req.mutable_creation() = spec.creation();
     req.mutable_creation()->set_restarted(it->second.rec.num_restarts() > 0);
     req.set_executable(spec.executable());
+    req.mutable_worker_command()->CopyFrom(spec.worker_command());
     req.mutable_code_search_path()->CopyFrom(spec.code_search_path());
     *req.mutable_resources() = spec.resources();
     req.set_placement_group_id(spec.placement_group_id());

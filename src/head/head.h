@@ -38,6 +38,7 @@
 #include "head/slice_index.h"
 #include "common/work_queue.h"
 #include "head/jobs.h"
+#include "head/kv_store.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -104,6 +105,10 @@ class Head final : public rpc::Head::Service, private PgCluster {
                                  rpc::GetPlacementGroupReply*) override;
   grpc::Status QuerySlices(grpc::ServerContext*, const rpc::SliceQueryRequest*,
                            rpc::SliceQueryReply*) override;
+  grpc::Status KvPut(grpc::ServerContext*, const rpc::KvPutRequest*, rpc::KvPutReply*) override;
+  grpc::Status KvGet(grpc::ServerContext*, const rpc::KvGetRequest*, rpc::KvGetReply*) override;
+  grpc::Status KvDel(grpc::ServerContext*, const rpc::KvGetRequest*, rpc::KvPutReply*) override;
+  grpc::Status KvKeys(grpc::ServerContext*, const rpc::KvGetRequest*, rpc::KvKeysReply*) override;
 
  private:
   // PgCluster: what the placement-group manager asks of the node table and the actors
@@ -180,6 +185,7 @@ class Head final : public rpc::Head::Service, private PgCluster {
   std::map<std::pair<std::string, std::string>, std::string> named_actors_ GUARDED_BY(mu_);  // (ns, name) -> id
   std::map<std::string, rpc::JobRequest> jobs_ GUARDED_BY(mu_);
   SliceIndex slice_index_ GUARDED_BY(mu_);
+  KvStore kv_;  // its own lock
   // Placement groups and slice reservations; shares mu_.
   PlacementGroupManager pg_manager_;
 

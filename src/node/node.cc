@@ -451,6 +451,7 @@ bool Node::StartNeededWorkersLocked(const std::map<std::string, WorkerNeed>& nee
     const PendingLease& e = *n.example;
     WorkerSpawn spawn;
     spawn.exe = e.req.executable();
+    spawn.command.assign(e.req.worker_command().begin(), e.req.worker_command().end());
     spawn.code_path.assign(e.req.code_search_path().begin(), e.req.code_search_path().end());
     spawn.chips = e.hold.chips;
     if (e.hold.bundle >= 0) spawn.bundle = ledger_.FindBundle(e.hold.pg_id, e.hold.bundle);
@@ -655,9 +656,16 @@ grpc::Status Node::StartActor(grpc::ServerContext* ctx, const rpc::StartActorReq
     reply->mutable_error()->set_message(s.message());
     return grpc::Status::OK;
   }
-  std::string key = req->code_search_path_size() ? "code:" : "exe:";
-  key += req->executable();
-  for (const auto& p : req->code_search_path()) key += ":" + p;
+  // The same key as the core worker's runtime_key for this command (core_worker.cc).
+  std::string key;
+  if (req->worker_command_size()) {
+    key = "cmd:";
+    for (const auto& a : req->worker_command()) key += a + '\0';
+  } else {
+    key = req->code_search_path_size() ? "code:" : "exe:";
+    key += req->executable();
+    for (const auto& p : req->code_search_path()) key += ":" + p;
+  }
   key += EnvVarsKey(req->creation().env_vars());
   std::string worker_id, worker_address;
   {
@@ -694,6 +702,7 @@ Worker* Node::ActorWorkerLocked(std::unique_lock<std::mutex>& lock, const rpc::S
   // A worker started for this actor alone: task leases never take it meanwhile.
   WorkerSpawn spawn;
   spawn.exe = req.executable();
+  spawn.command.assign(req.worker_command().begin(), req.worker_command().end());
   spawn.code_path.assign(req.code_search_path().begin(), req.code_search_path().end());
   spawn.chips = hold.chips;
   spawn.reserved_for = req.creation().actor_id();

@@ -69,7 +69,9 @@ StatusOr<Worker*> WorkerPool::Start(const std::string& key, const WorkerSpawn& s
   SpawnOptions opts;
   std::string code;
   for (const auto& p : spawn.code_path) code += (code.empty() ? "" : ":") + p;
-  if (spawn.code_path.empty()) {
+  if (!spawn.command.empty()) {
+    opts.argv = spawn.command;
+  } else if (spawn.code_path.empty()) {
     opts.argv = {spawn.exe};
   } else {
     opts.argv = {cfg_.torus_exe, "worker"};

@@ -52,6 +52,9 @@ struct Worker {
 struct WorkerSpawn {
   std::string exe;
   std::vector<std::string> code_path;  // non-empty: `torus worker` with this search path
+  // Non-empty: the whole command line (Python workers: the interpreter and its bootstrap);
+  // exe and code_path are then unused.
+  std::vector<std::string> command;
   std::vector<int> chips;              // its TPU_VISIBLE_CHIPS
   std::string reserved_for;            // actor id: task leases never take it
   const Ledger::Bundle* bundle = nullptr;  // its MEGASCALE_* environment

@@ -68,4 +68,10 @@ class RayTimeoutException : public RayException {
   using RayException::RayException;
 };
 
+// Torus extension: the task was cancelled (Runtime::Cancel) before it produced its value.
+class TaskCancelledException : public RayException {
+ public:
+  using RayException::RayException;
+};
+
 }  // namespace torus::internal

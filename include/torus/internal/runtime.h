@@ -38,10 +38,18 @@ struct TaskArg {
 // A label selector term, Ray syntax: value is "v", "!v", "in(a,b)", "!in(a,b)", "exists()"...
 using LabelSelector = std::unordered_map<std::string, std::string>;
 
+// The language of a task's code: Cpp names a RAY_REMOTE registration; Python a function or
+// class a Python driver exported (docs/python.md), run by a Python worker.
+enum class Language { kCpp = 0, kPython = 1 };
+
 struct TaskOptions {
+  Language language = Language::kCpp;
   std::string name;                                   // for listings and logs only
   std::unordered_map<std::string, double> resources;  // empty: {CPU: 1} for tasks
   int max_retries = 3;                                // retries after a worker death
+  // Python tasks: also retry (within max_retries) when the task raised (its value is an
+  // exception value, docs/python.md "Values").
+  bool retry_exceptions = false;
   std::string placement_group_id;                     // empty: none
   int bundle_index = -1;
   LabelSelector label_selector;
@@ -49,6 +57,7 @@ struct TaskOptions {
 };
 
 struct ActorOptions {
+  Language language = Language::kCpp;
   std::string name;  // empty: anonymous
   std::string ray_namespace;
   std::unordered_map<std::string, double> resources;  // empty: {CPU: 1} to place, 0 while alive

@@ -1,0 +1,218 @@
+#include "core/process_runtime.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "common/ids.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/rpc.h"
+#include "common/session.h"
+#include "core/core_worker.h"
+#include "core/embedded_cluster.h"
+#include "torus/api/exceptions.h"
+
+namespace torus {
+namespace internal {
+// The API's view of the runtime (runtime.h); set and cleared here only.
+std::atomic<Runtime*>& RuntimeSlot() {
+  static std::atomic<Runtime*> slot{nullptr};
+  return slot;
+}
+Runtime* GetRuntime() { return RuntimeSlot().load(std::memory_order_acquire); }
+Runtime& RequireRuntime() {
+  Runtime* r = GetRuntime();
+  if (!r) throw RayException("ray::Init() has not been called (or ray::Shutdown() already was)");
+  return *r;
+}
+}  // namespace internal
+
+namespace core {
+namespace {
+
+// Process-wide runtime state; guarded by g_mu.
+struct Global {
+  std::unique_ptr<EmbeddedCluster> embedded;  // private cluster only
+  std::unique_ptr<CoreWorker> core;
+};
+std::mutex g_mu;
+Global* g = new Global();  // never destroyed: usable from atexit handlers
+
+void Publish(CoreWorker* w) { internal::RuntimeSlot().store(w, std::memory_order_release); }
+
+void StopEmbedded() {
+  if (g->embedded) g->embedded->Stop();
+  g->embedded.reset();
+}
+
+void ShutdownAtExit() { ShutdownDriver(); }
+
+// "auto": the head of the latest session on this machine.
+std::string AutoAddress() {
+  auto latest = FindLatestSession();
+  if (!latest.ok() || latest->empty()) {
+    throw internal::RayException(
+        "address=\"auto\": no running Torus cluster found on this machine (" +
+        (latest.ok() ? "no session under " + SessionRoot() : latest.status().message()) +
+        "); start one with `torus start --head` or leave the address empty for a private cluster");
+  }
+  auto addr = ReadFile(*latest + "/head_address");
+  if (!addr.ok()) {
+    throw internal::RayException("address=\"auto\": the latest session " + *latest +
+                                 " has no head address: " + addr.status().message());
+  }
+  std::string a = *addr;
+  while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
+  return a;
+}
+
+// The latest session's head when it answers with its token, else "".
+std::string RunningAddress() {
+  std::string address;
+  try {
+    address = AutoAddress();
+  } catch (const internal::RayException&) {
+    return "";
+  }
+  auto tok = FindToken();
+  if (!tok.ok()) return "";
+  auto stub = rpc::Head::NewStub(GetChannel(address));
+  rpc::ListReply reply;
+  auto ctx = NewContext(*tok, 2000);
+  return stub->List(ctx.get(), rpc::Empty(), &reply).ok() ? address : "";
+}
+
+// The address of a live node of the cluster at `address` on this host (or any live node).
+std::string FindNodeToAttach(const std::string& address, const std::string& token) {
+  auto stub = rpc::Head::NewStub(GetChannel(address));
+  rpc::ListReply reply;
+  auto ctx = NewContext(token, 10000);
+  auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
+  if (!st.ok()) {
+    throw internal::RayException("cannot reach the Torus head at " + address + ": " +
+                                 st.error_message());
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string node_address;
+  for (const auto& n : reply.nodes()) {
+    if (!n.alive()) continue;
+    if (node_address.empty() || n.hostname() == host) node_address = n.address();
+    if (n.hostname() == host) break;
+  }
+  if (node_address.empty()) {
+    throw internal::RayException("the cluster at " + address + " has no live node to attach to");
+  }
+  return node_address;
+}
+
+}  // namespace
+
+void InitDriver(const DriverOptions& o) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g->core) throw internal::RayException("ray::Init() was already called in this process");
+  std::string address = o.address.empty() ? AddressFromEnv() : o.address;
+  if (address.empty() && o.join_running) address = RunningAddress();
+  if (address == "auto") address = AutoAddress();
+  if (address.rfind("ray://", 0) == 0) {
+    throw internal::RayException("address " + address +
+                                 ": Ray Client (ray://) is not supported by Torus; give the "
+                                 "head's host:port");
+  }
+  CoreWorkerOptions opts;
+  opts.job_env_vars = o.job_env_vars;
+  opts.default_detached = o.default_detached;
+  SetLogComponent(o.log_component);
+  SetDefaultLogLevel(LogLevel::WARNING);
+  std::string token;
+  if (address.empty() || address == "local") {
+    g->embedded = StartEmbeddedCluster({o.head_args, o.logs_dir});
+    address = g->embedded->head_address();
+    token = g->embedded->token();
+  } else {
+    auto tok = FindToken();
+    if (!tok.ok()) throw internal::RayException(tok.status().ToString());
+    token = *tok;
+  }
+  opts.is_driver = true;
+  try {
+    opts.node_address = g->embedded ? g->embedded->node_address() : FindNodeToAttach(address, token);
+  } catch (...) {
+    StopEmbedded();
+    throw;
+  }
+  opts.head_address = address;
+  opts.token = token;
+  opts.job_id = RandomHex(4);
+  opts.ray_namespace = o.ray_namespace.empty() ? RandomHex(8) : o.ray_namespace;
+  opts.code_search_path = o.code_search_path;
+  opts.python_worker_command = o.python_worker_command;
+  if (const char* b = std::getenv("TORUS_BIND_HOST"); b && *b) opts.bind_host = b;
+  auto cw = CoreWorker::Create(opts);
+  if (!cw.ok()) {
+    StopEmbedded();
+    throw internal::RayException("ray::Init failed: " + cw.status().ToString());
+  }
+  g->core = std::move(*cw);
+  Publish(g->core.get());
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(ShutdownAtExit); });
+}
+
+void ShutdownDriver() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Publish(nullptr);
+  if (g->core) {
+    g->core->Shutdown();
+    g->core.reset();
+  }
+  StopEmbedded();
+}
+
+std::string EmbeddedHeadAddress() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g->embedded ? g->embedded->head_address() : "";
+}
+
+CoreWorker* Current() { return static_cast<CoreWorker*>(internal::GetRuntime()); }
+
+[[noreturn]] void RunWorker(std::function<std::unique_ptr<Executor>()> make_executor,
+                            std::vector<std::string> code_search_path) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  SetLogComponent("worker");
+  auto env = [](const char* k) {
+    const char* v = std::getenv(k);
+    return std::string(v ? v : "");
+  };
+  CoreWorkerOptions opts;
+  opts.is_driver = false;
+  opts.worker_id = env("TORUS_WORKER_ID");
+  opts.node_address = env("TORUS_NODE_ADDRESS");
+  opts.head_address = env("TORUS_HEAD_ADDRESS");
+  opts.token = env("TORUS_TOKEN");
+  opts.code_search_path = std::move(code_search_path);
+  opts.make_executor = std::move(make_executor);
+  if (!env("TORUS_BIND_HOST").empty()) opts.bind_host = env("TORUS_BIND_HOST");
+  opts.on_ready = [](CoreWorker* w) { Publish(w); };
+  auto cw = CoreWorker::Create(opts);
+  if (!cw.ok()) {
+    TORUS_LOG(ERROR) << "worker cannot start: " << cw.status().ToString();
+    _exit(1);
+  }
+  CoreWorker* w;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g->core = std::move(*cw);
+    w = g->core.get();
+    Publish(w);
+  }
+  w->CaptureOutput();
+  w->RunWorkerLoop();
+}
+
+}  // namespace core
+}  // namespace torus

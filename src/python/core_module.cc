@@ -1,0 +1,233 @@
+// torus._core: the Python binding of the core worker (docs/python.md, "The _core interface").
+// A thin layer: it converts Python values to the runtime's types and back, releases the GIL
+// around every call that may block, and maps the runtime's exceptions to Python ones. Pickling,
+// the value layout and the Ray API live in the Python package (python/torus).
+//
+// THREADS: any Python thread may call in; the core worker is thread-safe. The GIL is released
+// while the runtime works, so other Python threads run meanwhile.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "core/core_worker.h"
+#include "core/process_runtime.h"
+#include "python/binding_util.h"
+#include "python/py_executor.h"
+#include "python/value.h"
+#include "torus/api/exceptions.h"
+#include "torus/api/serializer.h"
+
+namespace nb = nanobind;
+
+namespace torus::python {
+namespace {
+
+// ---------------------------------------------------------------------------- lifecycle
+
+void Init(const std::string& address, const std::string& ray_namespace,
+          const std::map<std::string, std::string>& job_env_vars,
+          const std::vector<std::string>& worker_command, const std::string& logs_dir,
+          const std::vector<std::string>& head_args, bool default_detached,
+          const std::vector<std::string>& code_search_path) {
+  core::DriverOptions o;
+  o.address = address;
+  o.join_running = true;  // ray.init(): a running cluster on this machine before a private one
+  o.ray_namespace = ray_namespace;
+  o.job_env_vars = job_env_vars;
+  o.python_worker_command = worker_command;
+  o.logs_dir = logs_dir;
+  o.head_args = head_args;
+  o.default_detached = default_detached;
+  o.code_search_path = code_search_path;  // C++ workers for cross-language calls
+  nb::gil_scoped_release unlocked;
+  core::InitDriver(o);
+}
+
+void Shutdown() {
+  nb::gil_scoped_release unlocked;
+  core::ShutdownDriver();
+}
+
+[[noreturn]] void RunWorker(nb::object execute) {
+  // The executor is created on the core worker's thread before any task runs; it keeps its own
+  // reference to `execute`.
+  PyObject* fn = execute.release().ptr();
+  nb::gil_scoped_release unlocked;
+  core::RunWorker([fn]() -> std::unique_ptr<core::Executor> {
+    nb::gil_scoped_acquire gil;
+    return std::make_unique<PyExecutor>(nb::borrow(fn));
+  });
+}
+
+nb::dict Context() {
+  core::CoreWorker& w = Require();
+  nb::dict d;
+  d["job_id"] = w.JobId();
+  d["node_id"] = w.node_id();
+  d["worker_id"] = w.worker_id();
+  d["namespace"] = w.GetNamespace();
+  d["head_address"] = w.head_address();
+  d["node_address"] = w.node_address();
+  d["address"] = w.address();
+  d["session_dir"] = w.session_dir();
+  d["is_driver"] = w.is_driver();
+  d["actor_id"] = w.CurrentActorId();
+  d["was_restarted"] = w.is_driver() ? false : w.WasCurrentActorRestarted();
+  // The running task (workers, on the thread running it) and the resources granted to it: a
+  // task's own, or in an actor its creation's (held while the actor lives).
+  const rpc::TaskSpec* task = CurrentTaskSpec();
+  const rpc::TaskSpec* creation = ActorCreationSpec();
+  d["task_id"] = task ? task->task_id() : std::string();
+  d["task_name"] = task ? task->name() : std::string();
+  const rpc::TaskSpec* holder = creation ? creation : task;
+  nb::dict assigned;
+  if (holder) {
+    for (const auto& [k, v] : holder->resources().amounts()) assigned[k.c_str()] = v;
+  }
+  d["assigned_resources"] = assigned;
+  d["placement_group_id"] = std::string();  // not carried in the task spec yet
+  d["actor_name"] = creation ? creation->name() : std::string();
+  return d;
+}
+
+// ---------------------------------------------------------------------------- objects
+
+// One part of a value: `size` bytes to copy to `offset`, from a Python buffer held meanwhile.
+struct Part {
+  size_t offset = 0;
+  Py_buffer view{};
+  bool held = false;
+  ~Part() {
+    if (held) PyBuffer_Release(&view);
+  }
+};
+
+std::string Put(size_t size, nb::list parts, const std::vector<std::string>& nested) {
+  core::CoreWorker& w = Require();
+  std::vector<std::unique_ptr<Part>> held;
+  held.reserve(parts.size());
+  for (nb::handle h : parts) {
+    auto t = nb::cast<nb::tuple>(h);
+    auto p = std::make_unique<Part>();
+    p->offset = nb::cast<size_t>(t[0]);
+    if (PyObject_GetBuffer(t[1].ptr(), &p->view, PyBUF_SIMPLE) != 0) throw nb::python_error();
+    p->held = true;
+    if (p->offset + static_cast<size_t>(p->view.len) > size) {
+      throw nb::value_error("put: a part ends past the value's size");
+    }
+    held.push_back(std::move(p));
+  }
+  nb::gil_scoped_release unlocked;
+  return w.PutWith(
+      size,
+      [&](char* dst) {
+        if (internal::RefCollector* c = internal::ActiveRefCollector()) {
+          for (const auto& id : nested) c->ids.push_back(id);
+        }
+        for (const auto& p : held) {
+          const char* src = static_cast<const char*>(p->view.buf);
+          size_t n = static_cast<size_t>(p->view.len);
+          if (n >= internal::kParallelCopyMinBytes) {
+            internal::CopyLarge(dst + p->offset, src, n);
+          } else {
+            std::memcpy(dst + p->offset, src, n);
+          }
+        }
+      },
+      /*may_hold_refs=*/!nested.empty());
+}
+
+nb::list Get(const std::vector<std::string>& ids, int timeout_ms) {
+  core::CoreWorker& w = Require();
+  std::vector<std::shared_ptr<internal::Buffer>> bufs;
+  {
+    nb::gil_scoped_release unlocked;
+    bufs = w.Get(ids, timeout_ms);
+  }
+  nb::list out;
+  for (auto& b : bufs) out.append(nb::cast(Value{std::move(b)}));
+  return out;
+}
+
+std::vector<bool> Wait(const std::vector<std::string>& ids, int num_returns, int timeout_ms) {
+  core::CoreWorker& w = Require();
+  nb::gil_scoped_release unlocked;
+  return w.Wait(ids, num_returns, timeout_ms);
+}
+
+void AddRef(const std::string& id) {
+  if (auto* rt = internal::GetRuntime()) rt->AddLocalReference(id);
+}
+
+void RemoveRef(const std::string& id) {
+  // Called from ObjectRef.__del__, also while the interpreter shuts down: never raise.
+  internal::Runtime* rt = internal::GetRuntime();
+  if (!rt) return;
+  try {
+    rt->RemoveLocalReference(id);
+  } catch (const std::exception&) {
+  }
+}
+
+// ---------------------------------------------------------------------------- tasks, actors
+
+std::string SubmitTask(const std::string& function, nb::list args, nb::dict options) {
+  core::CoreWorker& w = Require();
+  auto a = ToArgs(args);
+  auto o = ToTaskOptions(options);
+  nb::gil_scoped_release unlocked;
+  return w.SubmitTask(function, std::move(a), o);
+}
+
+std::string CreateActor(const std::string& cls, nb::list args, nb::dict options) {
+  core::CoreWorker& w = Require();
+  auto a = ToArgs(args);
+  auto o = ToActorOptions(options);
+  nb::gil_scoped_release unlocked;
+  return w.CreateActor(cls, std::move(a), o);
+}
+
+std::string SubmitActorTask(const std::string& actor_id, const std::string& method, nb::list args,
+                            nb::dict options) {
+  core::CoreWorker& w = Require();
+  auto a = ToArgs(args);
+  auto o = ToTaskOptions(options);
+  nb::gil_scoped_release unlocked;
+  return w.SubmitActorTask(actor_id, method, std::move(a), o);
+}
+
+}  // namespace
+}  // namespace torus::python
+
+NB_MODULE(_core, m) {
+  using namespace torus::python;
+  m.doc() = "The core worker of Torus for Python (docs/python.md).";
+  BindValue(m);
+  BindExceptions(m);
+  m.def("init", &Init, nb::arg("address"), nb::arg("namespace"), nb::arg("job_env_vars"),
+        nb::arg("worker_command"), nb::arg("logs_dir") = "",
+        nb::arg("head_args") = std::vector<std::string>{}, nb::arg("default_detached") = false,
+        nb::arg("code_search_path") = std::vector<std::string>{});
+  m.def("shutdown", &Shutdown);
+  m.def("is_initialized", [] { return torus::internal::GetRuntime() != nullptr; });
+  m.def("run_worker", &RunWorker);
+  m.def("context", &Context);
+  m.def("put", &Put, nb::arg("size"), nb::arg("parts"), nb::arg("nested_ids"));
+  m.def("get", &Get, nb::arg("ids"), nb::arg("timeout_ms"));
+  m.def("wait", &Wait, nb::arg("ids"), nb::arg("num_returns"), nb::arg("timeout_ms"));
+  m.def("add_ref", &AddRef);
+  m.def("remove_ref", &RemoveRef);
+  m.def("submit_task", &SubmitTask);
+  m.def("cancel", [](const std::string& id, bool force) {
+    torus::core::CoreWorker& w = Require();
+    nb::gil_scoped_release unlocked;
+    return w.Cancel(id, force);
+  }, nb::arg("object_id"), nb::arg("force") = false);
+  m.def("create_actor", &CreateActor);
+  m.def("submit_actor_task", &SubmitActorTask);
+  BindCluster(m);
+}

@@ -1,0 +1,86 @@
+#include "python/py_executor.h"
+
+#include <nanobind/stl/string.h>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "python/value.h"
+#include "torus/api/exceptions.h"
+#include "torus/api/serializer.h"
+
+namespace nb = nanobind;
+
+namespace torus::python {
+
+namespace {
+thread_local const rpc::TaskSpec* t_current = nullptr;
+std::atomic<const rpc::TaskSpec*> g_creation{nullptr};
+
+struct CurrentTask {
+  explicit CurrentTask(const rpc::TaskSpec* s) : prev(t_current) { t_current = s; }
+  ~CurrentTask() { t_current = prev; }
+  const rpc::TaskSpec* prev;
+};
+}  // namespace
+
+const rpc::TaskSpec* CurrentTaskSpec() { return t_current; }
+const rpc::TaskSpec* ActorCreationSpec() { return g_creation.load(std::memory_order_acquire); }
+
+PyExecutor::PyExecutor(nb::object execute) : execute_(execute.release().ptr()) {}
+
+StatusOr<std::string> PyExecutor::Invoke(const rpc::TaskSpec& spec,
+                                         const std::vector<internal::ArgView>& args,
+                                         const std::vector<std::shared_ptr<internal::Buffer>>& owners) {
+  nb::gil_scoped_acquire gil;
+  nb::list py_args;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i < owners.size() && owners[i]) {
+      py_args.append(nb::cast(Value{owners[i]}));  // shared memory: a view, no copy
+    } else {
+      py_args.append(nb::bytes(args[i].data, args[i].size));
+    }
+  }
+  int kind = spec.actor_creation() ? 1 : (spec.actor_id().empty() ? 0 : 2);
+  CurrentTask current(&spec);
+  nb::object out = nb::borrow(execute_)(kind, spec.function(), spec.actor_id(), py_args,
+                                        spec.max_concurrency());
+  // Python errors inside the executor itself (not user code, which it encodes) propagate as
+  // nb::python_error, a std::exception the TaskExecutor reports as the task's failure.
+  auto result = nb::cast<nb::tuple>(out);
+  if (result.size() != 3) throw internal::RayException("executor returned a malformed result");
+  int status = nb::cast<int>(result[1]);
+  nb::list nested = nb::cast<nb::list>(result[2]);
+  if (nested.size() > 0) {
+    // The result packs refs: hold them until the submitter registered as their borrower (the
+    // task executor's result collector drops the holds after replying).
+    internal::Runtime* rt = internal::GetRuntime();
+    internal::RefCollector* c = internal::ResultRefCollector();
+    for (nb::handle h : nested) {
+      std::string id = nb::cast<std::string>(h);
+      if (c && rt) {
+        rt->AddLocalReference(id);
+        c->ids.push_back(std::move(id));
+      }
+    }
+  }
+  nb::bytes value = nb::cast<nb::bytes>(result[0]);
+  std::string bytes(value.c_str(), value.size());
+  if (status == 2) throw core::ExitActorSignal{};
+  if (kind == 1) {
+    if (status == 1) {
+      // The constructor raised: the actor is dead; its callers see this text (the formatted
+      // exception and traceback the executor returns for a creation) in ActorDiedError.
+      throw std::runtime_error(bytes.empty() || bytes[0] == '\xc1'
+                                   ? std::string("the actor's constructor raised an exception")
+                                   : bytes);
+    }
+    static rpc::TaskSpec creation;  // one actor per worker process, created once
+    creation.CopyFrom(spec);
+    creation.clear_args();
+    g_creation.store(&creation, std::memory_order_release);
+  }
+  return bytes;
+}
+
+}  // namespace torus::python
