@@ -79,12 +79,10 @@ def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> No
         raise TypeError("ray.cancel() only supported for object refs. For actors, try "
                         f"ray.kill(). Got: {type(ref)}.")
     _worker.ensure_initialized()
-    c = _worker.core()
-    if not hasattr(c, "cancel"):
-        raise NotImplementedError("torus.cancel: this torus._core has no cancel() "
-                                  "(python/NEEDS_FROM_CORE.md)")
     try:
-        c.cancel(ref._id, bool(force), bool(recursive))
+        # `recursive` is accepted: the core cancels the task itself; tasks it submitted keep
+        # running (their results are dropped with it).
+        _worker.core().cancel(ref._id, bool(force))
     except Exception as e:
         raise _worker.map_core_error(e) from None
 

@@ -194,6 +194,16 @@ def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1):
         if isinstance(e, AsyncioActorExit):
             _actors.pop(actor_id, None)
             return _exit_value()
+        if kind == KIND_CREATE:
+            # The constructor raised: the actor is dead, and its callers get ActorDiedError
+            # with this text (docs/python.md: a creation's error is UTF-8 text, not a value).
+            tb = e.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+                tb = tb.tb_next
+            text = (f"The actor died because of an error raised in its creation task, "
+                    f"{fname} (pid={os.getpid()}):\n"
+                    + "".join(traceback.format_exception(type(e), e, tb)))
+            return text.encode("utf-8", "replace"), STATUS_ERROR, []
         return _encode_error(e, fname, actor, actor_id)
     finally:
         _tls.actor_id = prev_actor

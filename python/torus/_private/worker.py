@@ -124,10 +124,11 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
             raise RuntimeError("Maybe you called torus.init twice by accident? This error can "
                                "be suppressed by passing in 'ignore_reinit_error=True' or by "
                                "calling 'torus.shutdown()' prior to 'torus.init()'.")
+        # None: TORUS_ADDRESS / RAY_ADDRESS, else a running cluster of this machine's latest
+        # session, else a private one (the core decides, docs/python.md); "auto": the running
+        # cluster or an error; "local": always a private cluster.
         if address is None:
             address = os.environ.get("TORUS_ADDRESS") or os.environ.get("RAY_ADDRESS") or ""
-        if address == "local":
-            address = ""
         if address.startswith("ray://") or address.startswith("torus://"):
             raise NotImplementedError(f"torus.init(address='{address}'): Ray Client "
                                       "(ray://) is not implemented by Torus; connect with "
@@ -136,7 +137,7 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
             raise NotImplementedError("torus.init with a dashboard (http) address is not "
                                       "implemented by Torus")
         head_args: List[str] = []
-        if address == "":
+        if address in ("", "local"):
             if num_cpus is not None:
                 head_args += ["--num-cpus", str(num_cpus)]
             if num_gpus is not None:
@@ -241,6 +242,8 @@ def map_core_error(e: BaseException) -> BaseException:
 
     if is_("GetTimeoutError"):
         return exc.GetTimeoutError(msg)
+    if is_("FunctionNotFoundError"):
+        return exc.RaySystemError(msg)
     if is_("TaskCancelledError"):
         return exc.TaskCancelledError(error_message=msg)
     if is_("ActorDiedError"):
