@@ -145,7 +145,7 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
             if resources:
                 head_args += ["--resources", json.dumps(resources)]
             if labels:
-                head_args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
+                head_args += ["--labels", json.dumps({str(k): str(v) for k, v in labels.items()})]
             if object_store_memory is not None:
                 head_args += ["--object-store-memory", str(int(object_store_memory))]
         elif any(v is not None for v in (num_cpus, num_gpus, resources, labels,
