@@ -50,12 +50,22 @@ def current_actor_id():
 
 
 def _load(key: str):
-    """A function or class from the head's KV (namespace `fn`), fetched once per process."""
+    """A function or class from the head's KV (namespace `fn`), fetched once per process;
+    `py:<module>:<name>` (a call from C++, include/torus/api/xlang.h) is imported by name."""
     obj = _cache.get(key)
     if obj is not None:
         return obj
     with _cache_lock:
         obj = _cache.get(key)
+        if obj is None and key.startswith("py:"):
+            import importlib
+            _, module, name = key.split(":", 2)
+            obj = importlib.import_module(module)
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            # A @remote function or class: the plain one underneath.
+            obj = getattr(obj, "_function", None) or getattr(obj, "_cls", None) or obj
+            _cache[key] = obj
         if obj is None:
             from torus._private import worker
             data = worker.core().kv_get("fn", key)
@@ -95,7 +105,9 @@ class _DependencyFailed(Exception):
         self.err = err
 
 
-def _encode_result(value) -> Tuple[bytes, int, List[Any]]:
+def _encode_result(value, xlang: bool = False) -> Tuple[bytes, int, List[Any]]:
+    if xlang:  # the caller is C++: msgpack, as in Ray's cross-language calls
+        return serialization.msgpack_dumps(value), STATUS_OK, []
     data, nested = serialization.serialize_to_bytes(value)
     return data, STATUS_OK, nested
 
@@ -137,7 +149,7 @@ def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1):
             fn = _load(name)
             fname = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}"
             a, kw = _decode_args(args)
-            return _encode_result(fn(*a, **kw))
+            return _encode_result(fn(*a, **kw), name.startswith("py:"))
         if kind == KIND_CREATE:
             _tls.actor_id = actor_id
             cls = _load(name)
@@ -165,6 +177,9 @@ def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1):
                 raise ActorExit()
             if name == "__ray_ready__":
                 return _encode_result(True)
+            xlang = name.startswith("xlang:")
+            if xlang:
+                name = name[len("xlang:"):]
             m = getattr(actor, name)
             a, kw = _decode_args(args)
             if rec.loop is not None:
@@ -175,11 +190,11 @@ def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1):
                         return m(*a, **kw)
                     coro = _sync()
                 fut = asyncio.run_coroutine_threadsafe(_with_actor(coro, actor_id), rec.loop)
-                return _encode_result(fut.result())
+                return _encode_result(fut.result(), xlang)
             if inspect.isasyncgenfunction(m) or inspect.isgeneratorfunction(m):
                 raise NotImplementedError("generator actor methods (streaming returns) are "
                                           "not implemented by Torus")
-            return _encode_result(m(*a, **kw))
+            return _encode_result(m(*a, **kw), xlang)
         raise ValueError(f"unknown task kind {kind}")
     except ActorExit:
         _actors.pop(actor_id, None)
