@@ -153,8 +153,13 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
             raise ValueError("When connecting to an existing cluster, num_cpus, num_gpus, "
                              "resources, labels and object_store_memory must not be provided.")
         env_vars = _runtime_env_vars(runtime_env, "torus.init")
+        cmd = worker_command()
+        # Workers submit nested tasks with the worker command they find in this variable
+        # (src/core/head_calls.cc), so nested work runs in this interpreter too.
+        core_env = dict(env_vars)
+        core_env["TORUS_PYTHON_WORKER_COMMAND"] = json.dumps(cmd)
         try:
-            core().init(address, namespace or "", env_vars, worker_command(),
+            core().init(address, namespace or "", core_env, cmd,
                         _temp_dir or "", head_args, False)
         except Exception as e:
             mapped = map_core_error(e)
