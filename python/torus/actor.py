@@ -142,7 +142,8 @@ class ActorClass:
                                  f"existing actor using ray.get_actor('{name}')") from None
             raise mapped from None
         del keep
-        return ActorHandle(actor_id, self._class_name, self._method_defaults)
+        return ActorHandle(actor_id, self._class_name, self._method_defaults,
+                           core_opts["max_task_retries"])
 
 
 class ActorMethod:
@@ -174,10 +175,12 @@ class ActorMethod:
 class ActorHandle:
     """A handle to an actor; picklable (pass it to tasks and other actors)."""
 
-    def __init__(self, actor_id, class_name: str = "", method_defaults=None):
+    def __init__(self, actor_id, class_name: str = "", method_defaults=None,
+                 max_task_retries: int = 0):
         self._actor_id = actor_id
         self._class_name = class_name
         self._method_defaults = method_defaults or {}
+        self._max_task_retries = max_task_retries
 
     def __getattr__(self, name):
         if name.startswith("__") and name != "__ray_terminate__":
@@ -193,16 +196,19 @@ class ActorHandle:
             _opts.validate({k: v for k, v in opts.items() if k == "num_returns"},
                            _opts.METHOD_OPTIONS, "actor methods")
         encoded, keep = worker.encode_args(args, kwargs)
+        mo = dict(opts or {})
+        mo.setdefault("max_task_retries", self._max_task_retries)  # the actor's, per call
         try:
             oid = worker.core().submit_actor_task(self._actor_id, method_name, encoded,
-                                                  _opts.method_options(opts or {}, method_name))
+                                                  _opts.method_options(mo, method_name))
         except Exception as e:
             raise worker.map_core_error(e) from None
         del keep
         return ObjectRef(oid)
 
     def __reduce__(self):
-        return (ActorHandle, (self._actor_id, self._class_name, self._method_defaults))
+        return (ActorHandle, (self._actor_id, self._class_name, self._method_defaults,
+                              self._max_task_retries))
 
     def __hash__(self):
         return hash(self._actor_id)
