@@ -1,0 +1,1 @@
+"""`python -m torus.ray SCRIPT [ARGS...]`: run a program written for Ray on Torus."""

@@ -1,0 +1,138 @@
+"""TPU slice reservation on a `torus up` cluster (a simulated v6e 4x4 slice: 4 hosts x 4 chips),
+with the issue's canonical program run unchanged through `python -m torus.ray`."""
+import json
+
+import pytest
+
+from helpers import REPO, cluster_up, run_python
+
+MANIFEST = (REPO / "examples" / "clusters" / "v6e-4x4-3-slices.yaml").read_text()
+
+CANONICAL = """
+import json, os
+import ray
+from ray.util.tpu import slice_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+# reserve one whole v6e 4x4 slice (16 chips on 4 hosts), atomically
+spg = slice_placement_group(topology="4x4", accelerator_version="v6e")
+ray.get(spg.placement_group.ready(), timeout=600)
+
+@ray.remote(resources={"TPU": 4})
+def worker(rank, world):
+    from ray.util import tpu
+    ctx = ray.get_runtime_context()
+    return {"rank": rank, "world": world, "pod": tpu.get_current_pod_name(),
+            "worker_id": os.environ.get("TPU_WORKER_ID"),
+            "pod_workers": tpu.get_current_pod_worker_count(),
+            "chips": tpu.get_num_tpu_chips_on_node(),
+            "visible": os.environ.get("TPU_VISIBLE_CHIPS"),
+            "tpu_ids": ctx.get_accelerator_ids()["TPU"],
+            "node": ctx.get_node_id(),
+            "assigned": ctx.get_assigned_resources()}
+
+tasks = [
+    worker.options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=spg.placement_group)
+    ).remote(rank=i, world=spg.num_hosts)
+    for i in range(spg.num_hosts)
+]
+results = ray.get(tasks, timeout=600)
+print("SLICE", json.dumps({
+    "num_hosts": spg.num_hosts, "chips_per_host": spg.chips_per_host,
+    "num_bundles": spg.num_bundles, "topology": spg.topology,
+    "accelerator_version": spg.accelerator_version, "num_slices": spg.num_slices,
+    "bundle_resources": spg.bundle_resources,
+    "bundle_label_selector": spg.bundle_label_selector,
+    "results": results}))
+spg.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def v6e_cluster(tmp_path_factory):
+    # One v6e 4x4 slice (4 hosts) and the head: the example manifest with one replica.
+    text = MANIFEST.replace("replicas: 3", "replicas: 1").replace("maxReplicas: 3",
+                                                                   "maxReplicas: 1")
+    path = tmp_path_factory.mktemp("manifest") / "v6e-4x4.yaml"
+    path.write_text(text)
+    with cluster_up(str(path)) as c:
+        yield c
+
+
+def test_canonical_program(v6e_cluster):
+    p = run_python(CANONICAL, env=v6e_cluster.driver_env(), shim=True, timeout=900)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("SLICE ")]
+    assert line, p.stdout + p.stderr
+    info = json.loads(line[0][len("SLICE "):])
+    assert info["num_hosts"] == 4 and info["chips_per_host"] == 4
+    assert info["num_bundles"] == 4 and info["topology"] == "4x4"
+    assert info["accelerator_version"] == "v6e" and info["num_slices"] == 1
+    assert info["bundle_resources"] == {"CPU": 1, "TPU": 4}
+    res = sorted(info["results"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in res] == [0, 1, 2, 3] and all(r["world"] == 4 for r in res)
+    pods = {r["pod"] for r in res}
+    assert len(pods) == 1 and None not in pods          # one slice ...
+    assert sorted(r["worker_id"] for r in res) == ["0", "1", "2", "3"]   # ... all its hosts
+    assert len({r["node"] for r in res}) == 4
+    for r in res:
+        assert r["pod_workers"] == 4 and r["chips"] == 4
+        assert r["visible"] is None                     # a whole host: all chips (tpu.md §7)
+        assert r["tpu_ids"] == ["0", "1", "2", "3"]
+        assert r["assigned"].get("TPU") == 4
+    sels = info["bundle_label_selector"]
+    assert len(sels) == 4 and all(s.get("ray.io/tpu-slice-name") == res[0]["pod"] for s in sels)
+
+
+def test_reservation_is_atomic_and_released(v6e_cluster):
+    p = run_python("""
+        import torus
+        from torus.util import tpu
+        torus.init()
+        a = tpu.slice_placement_group(topology="4x4", accelerator_version="v6e")
+        assert torus.get(a.placement_group.ready(), timeout=120) == a.placement_group
+        assert tpu.get_num_ready_tpu_slices("4x4", "TPU-V6E") == 0
+        assert tpu.get_num_tpu_slices("4x4", "TPU-V6E") == 1
+        # The only slice is held: a second request waits and holds nothing.
+        b = tpu.slice_placement_group(topology="4x4", accelerator_version="v6e")
+        assert not b.placement_group.wait(2)
+        assert torus.available_resources().get("TPU", 0) == 0
+        a.shutdown()
+        assert torus.get(b.placement_group.ready(), timeout=120) == b.placement_group
+        b.shutdown()
+        # run_on_slice: one task per host, on its own reservation.
+        @torus.remote
+        def host():
+            return tpu.get_current_pod_name(), torus.get_runtime_context().get_node_id()
+        got = torus.get(tpu.run_on_slice(host, topology="4x4", accelerator_version="v6e"),
+                        timeout=300)
+        assert len(got) == 4 and len({n for _, n in got}) == 4 and len({p for p, _ in got}) == 1
+        for bad in (dict(topology="3x3", accelerator_version="v6e"),
+                    dict(topology="4x4", accelerator_version="v9z")):
+            try:
+                tpu.slice_placement_group(**bad)
+            except ValueError as e:
+                print("refused:", e)
+            else:
+                raise AssertionError(bad)
+        print("ATOMIC OK")
+    """, env=v6e_cluster.driver_env(), timeout=900)
+    assert "ATOMIC OK" in p.stdout, p.stdout + p.stderr
+    assert "Invalid accelerator topology: '3x3'" in p.stdout
+
+
+def test_gang_job_of_python_drivers(v6e_cluster, tmp_path):
+    drv = tmp_path / "gang.py"
+    drv.write_text(
+        "import os, torus\n"
+        "torus.init()\n"
+        "print('RANK', os.environ['TORUS_PROCESS_ID'], os.environ['TORUS_NUM_PROCESSES'], "
+        "len(torus.nodes()), flush=True)\n")
+    p = v6e_cluster.torus("job", "submit", "--slice", "4x4", "--accelerator", "v6e",
+                          "--working-dir", str(tmp_path), "--", __import__("sys").executable,
+                          str(drv), timeout=600)
+    ranks = sorted(ln.split("RANK ")[1].split()[0] for ln in p.stdout.splitlines()
+                   if "RANK " in ln)
+    assert ranks == ["0", "1", "2", "3"], p.stdout + p.stderr
+    assert all(" 4 5" in ln for ln in p.stdout.splitlines() if "RANK " in ln), p.stdout

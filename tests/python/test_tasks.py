@@ -1,0 +1,232 @@
+"""Tasks, nested tasks, objects, wait/get/cancel, exceptions: on the shared local cluster."""
+import asyncio
+import os
+import time
+
+import numpy as np
+import pytest
+
+import torus
+from torus import exceptions as exc
+
+
+@torus.remote
+def add(a, b=0):
+    return a + b
+
+
+@torus.remote
+def echo(x):
+    return x
+
+
+@torus.remote
+def fib(n):
+    if n < 2:
+        return n
+    return sum(torus.get([fib.remote(n - 1), fib.remote(n - 2)]))
+
+
+@torus.remote(max_retries=0)
+def raise_value_error(msg):
+    def inner():
+        raise ValueError(msg)
+    inner()
+
+
+@torus.remote
+def sleep_then(t, v):
+    time.sleep(t)
+    return v
+
+
+def test_task_and_kwargs(torus_local):
+    assert torus.get(add.remote(1, 2)) == 3
+    assert torus.get(add.remote(1, b=5)) == 6
+    assert torus.get(add.remote(a=2, b=3)) == 5
+    assert torus.get([add.remote(i, i) for i in range(10)]) == [2 * i for i in range(10)]
+
+
+def test_options_and_resources(torus_local):
+    assert torus.get(add.options(num_cpus=0.5, name="half").remote(1, 1)) == 2
+    assert torus.get(add.options(resources={"custom": 1}).remote(2, 2)) == 4
+    with pytest.raises(ValueError):
+        add.options(num_cpuz=1)
+    with pytest.raises(NotImplementedError, match="num_returns"):
+        add.options(num_returns=2).remote(1, 2)
+
+
+def test_runtime_env_vars(torus_local):
+    @torus.remote(runtime_env={"env_vars": {"TORUS_PYTEST_VAR": "yes"}})
+    def read_env():
+        return os.environ.get("TORUS_PYTEST_VAR")
+
+    assert torus.get(read_env.remote()) == "yes"
+    with pytest.raises(NotImplementedError, match="pip"):
+        read_env.options(runtime_env={"pip": ["requests"]}).remote()
+
+
+def test_nested_tasks(torus_local):
+    assert torus.get(fib.remote(6)) == 8
+
+
+def test_put_get_and_refs_as_args(torus_local):
+    ref = torus.put({"k": [1, 2, 3]})
+    assert torus.get(ref) == {"k": [1, 2, 3]}
+    assert torus.get(echo.remote(ref)) == {"k": [1, 2, 3]}   # top level: resolved
+    inner = torus.get(echo.remote([ref]))                       # nested: stays a ref
+    assert isinstance(inner[0], torus.ObjectRef)
+    assert torus.get(inner[0]) == {"k": [1, 2, 3]}
+    assert isinstance(ref.hex(), str) and ref.hex()
+    big = np.arange(1 << 20, dtype=np.float64)  # larger than the inline limit
+    assert torus.get(add.remote(big, 1)).sum() == big.sum() + big.size
+    with pytest.raises(TypeError):
+        torus.put(ref)
+
+
+def test_numpy_round_trip_is_read_only(torus_local):
+    a = np.arange(1 << 16, dtype=np.int32).reshape(256, 256)
+    out = torus.get(torus.put(a))
+    assert np.array_equal(out, a) and not out.flags.writeable
+    out2 = torus.get(echo.remote(a))
+    assert np.array_equal(out2, a)
+
+
+def test_get_timeout(torus_local):
+    ref = sleep_then.remote(3, "late")
+    with pytest.raises(exc.GetTimeoutError) as ei:
+        torus.get(ref, timeout=0.2)
+    assert isinstance(ei.value, TimeoutError)
+    assert torus.get(ref, timeout=30) == "late"
+    with pytest.raises(ValueError):
+        torus.get(ref, timeout=-1)
+
+
+def test_wait(torus_local):
+    fast = [sleep_then.remote(0, i) for i in range(3)]
+    slow = sleep_then.remote(5, "slow")
+    ready, not_ready = torus.wait(fast + [slow], num_returns=3, timeout=30)
+    assert sorted(torus.get(ready)) == [0, 1, 2] and not_ready == [slow]
+    ready, not_ready = torus.wait([slow], timeout=0.1)
+    assert ready == [] and not_ready == [slow]
+    ready, _ = torus.wait(fast, num_returns=len(fast))
+    assert ready == fast  # input order kept
+    with pytest.raises(ValueError):
+        torus.wait(fast, num_returns=4)
+    with pytest.raises(ValueError):
+        torus.wait([fast[0], fast[0]])
+    with pytest.raises(TypeError):
+        torus.wait(fast[0])
+
+
+def test_await_and_future(torus_local):
+    async def main():
+        return await add.remote(20, 22)
+
+    assert asyncio.run(main()) == 42
+    assert add.remote(1, 1).future().result(timeout=30) == 2
+
+
+def test_remote_exception_carries_traceback(torus_local):
+    with pytest.raises(ValueError) as ei:
+        torus.get(raise_value_error.remote("bad input"))
+    e = ei.value
+    assert isinstance(e, exc.RayTaskError)
+    text = str(e)
+    assert "bad input" in text
+    assert "inner" in text and "raise_value_error" in text   # the remote frames
+    assert "test_tasks.py" in text
+    assert isinstance(e.cause, ValueError)
+    assert "torus/_private" not in text    # the runtime's own frames are hidden
+
+
+def test_failed_dependency_propagates(torus_local):
+    bad = raise_value_error.remote("upstream")
+    with pytest.raises(ValueError, match="upstream"):
+        torus.get(add.remote(bad, 1))
+
+
+def test_unpicklable_exception_is_still_reported(torus_local):
+    @torus.remote(max_retries=0)
+    def raise_unpicklable():
+        import threading
+
+        class Bad(Exception):
+            def __init__(self):
+                super().__init__("with a lock")
+                self.lock = threading.Lock()
+        raise Bad()
+
+    with pytest.raises(exc.RayTaskError, match="with a lock"):
+        torus.get(raise_unpicklable.remote())
+
+
+def test_worker_crash_is_a_clear_error_and_cluster_keeps_serving(torus_local):
+    @torus.remote(max_retries=0)
+    def die():
+        os._exit(3)
+
+    with pytest.raises(exc.WorkerCrashedError):
+        torus.get(die.remote(), timeout=60)
+    assert torus.get(add.remote(2, 2), timeout=60) == 4
+
+
+def test_worker_crash_is_retried(torus_local, tmp_path):
+    marker = tmp_path / "crashed-once"
+
+    @torus.remote(max_retries=1)
+    def die_once(path):
+        if not os.path.exists(path):
+            open(path, "w").close()
+            os._exit(1)
+        return "second try"
+
+    assert torus.get(die_once.remote(str(marker)), timeout=60) == "second try"
+
+
+def test_cancel(torus_local):
+    ref = sleep_then.remote(30, "never")
+    time.sleep(0.5)
+    torus.cancel(ref, force=True)
+    with pytest.raises((exc.TaskCancelledError, exc.WorkerCrashedError)):
+        torus.get(ref, timeout=30)
+    assert torus.get(add.remote(1, 2), timeout=60) == 3
+
+
+def test_function_exported_once(torus_local):
+    from torus._private import worker
+    torus.get([add.remote(i) for i in range(5)])
+    keys = [k for k in worker.exported if k.startswith("fn:")]
+    assert len(keys) == len(set(keys))
+    assert add._key in worker.exported
+    assert worker.core().kv_get("fn", add._key)
+
+
+def test_runtime_context_in_driver_and_task(torus_local):
+    ctx = torus.get_runtime_context()
+    assert ctx.get_job_id() and ctx.get_node_id() and ctx.get_actor_id() is None
+
+    @torus.remote(num_cpus=1, resources={"custom": 1})
+    def where():
+        c = torus.get_runtime_context()
+        return c.get_job_id(), c.get_node_id(), c.get_worker_id(), c.get_assigned_resources()
+
+    job, node, wid, res = torus.get(where.remote())
+    assert job == ctx.get_job_id() and node == ctx.get_node_id() and wid
+    assert res.get("custom") == 1 and res.get("CPU") == 1
+
+
+def test_cluster_state(torus_local):
+    nodes = torus.nodes()
+    assert len(nodes) == 1 and nodes[0]["Alive"]
+    assert nodes[0]["Labels"].get("zone") == "test-a"
+    total = torus.cluster_resources()
+    assert total["CPU"] == 4 and total["custom"] == 2
+    assert torus.available_resources().get("CPU", 0) <= 4
+
+
+def test_is_initialized_and_reinit(torus_local):
+    assert torus.is_initialized()
+    with pytest.raises(RuntimeError):
+        torus.init()
+    torus.init(ignore_reinit_error=True)
