@@ -38,12 +38,7 @@ Head::Head(HeadConfig cfg) : cfg_(std::move(cfg)), pg_manager_(mu_, *this, work_
 
 Head::~Head() {
   Stop();
-  std::thread shutdown;
-  {
-    MutexLock lock(stop_mu_);
-    shutdown.swap(shutdown_thread_);
-  }
-  if (shutdown.joinable()) shutdown.join();
+  shutdown_.Join();
 }
 
 Status Head::Start() {
@@ -68,7 +63,7 @@ Status Head::Start() {
   RegisterInProcessServer(address_, server_.get(), this);
   job_manager_->SetHeadAddress(address_);
   TORUS_LOG(INFO) << "head listening on " << address_ << ", session " << cfg_.session_dir;
-  monitor_thread_ = std::thread([this] { MonitorLoop(); });
+  monitor_.Start(kMonitorPeriod, [this] { return MonitorTick(); });
   pg_manager_.Start();
   return Status::Ok();
 }
@@ -91,7 +86,7 @@ void Head::Stop() {
     for (grpc::ClientContext* c : placing_calls_) c->TryCancel();
   }
   pg_manager_.Stop();
-  if (monitor_thread_.joinable()) monitor_thread_.join();
+  monitor_.Stop();
   work_.Stop();  // placements (cancelled above), kills and releases finish here
   UnregisterInProcessServer(address_);
   if (lane_) lane_->Stop();
@@ -209,44 +204,42 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   return grpc::Status::OK;
 }
 
-void Head::MonitorLoop() {
+std::optional<std::chrono::milliseconds> Head::MonitorTick() {
   MutexLock lock(mu_);
-  while (!stopping_) {
-    stop_cv_.WaitFor(lock, std::chrono::milliseconds(100));  // a tick, or Stop
-    if (stopping_) break;
-    auto now = Clock::now();
-    // A head that did not run for a while (starved, stopped, swapped out) cannot tell a silent
-    // node from its own absence: that gap does not count against any node.
-    if (last_monitor_ != Clock::time_point{} && now - last_monitor_ > std::chrono::seconds(1)) {
-      auto gap = now - last_monitor_;
-      TORUS_LOG(WARNING) << "node monitor did not run for "
-                         << std::chrono::duration_cast<std::chrono::milliseconds>(gap).count()
-                         << " ms; heartbeat deadlines moved by that much";
-      for (auto& [id, n] : nodes_) n.last_heartbeat += gap;
-    }
-    last_monitor_ = now;
-    for (auto& [id, n] : nodes_) {
-      if (!n.alive) continue;
-      int64_t timeout_ms = std::max<int64_t>(cfg_.node_timeout_ms,
-                                             int64_t{kMissedHeartbeats} * n.beat_ms);
-      if (now - n.last_heartbeat > std::chrono::milliseconds(timeout_ms)) {
-        n.alive = false;
-        --alive_nodes_;
-        IndexNodeLocked(id, n);
-        BumpView(&id);
-        TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << timeout_ms
-                           << " ms: declared dead";
-        for (auto& [aid, a] : actors_) {
-          if (a.rec.node_id() == id && a.rec.state() == "ALIVE") {
-            OnActorWorkerGone(a, "its node " + id + " died", false);
-          }
-        }
-        pg_manager_.AssertHeld();  // it shares mu_
-        pg_manager_.OnNodeLost(id);
-      }
-    }
-    SchedulePendingActors();
+  if (stopping_) return std::nullopt;
+  auto now = Clock::now();
+  // A head that did not run for a while (starved, stopped, swapped out) cannot tell a silent
+  // node from its own absence: that gap does not count against any node.
+  if (last_monitor_ != Clock::time_point{} && now - last_monitor_ > std::chrono::seconds(1)) {
+    auto gap = now - last_monitor_;
+    TORUS_LOG(WARNING) << "node monitor did not run for "
+                       << std::chrono::duration_cast<std::chrono::milliseconds>(gap).count()
+                       << " ms; heartbeat deadlines moved by that much";
+    for (auto& [id, n] : nodes_) n.last_heartbeat += gap;
   }
+  last_monitor_ = now;
+  for (auto& [id, n] : nodes_) {
+    if (!n.alive) continue;
+    int64_t timeout_ms = std::max<int64_t>(cfg_.node_timeout_ms,
+                                           int64_t{kMissedHeartbeats} * n.beat_ms);
+    if (now - n.last_heartbeat > std::chrono::milliseconds(timeout_ms)) {
+      n.alive = false;
+      --alive_nodes_;
+      IndexNodeLocked(id, n);
+      BumpView(&id);
+      TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << timeout_ms
+                         << " ms: declared dead";
+      for (auto& [aid, a] : actors_) {
+        if (a.rec.node_id() == id && a.rec.state() == "ALIVE") {
+          OnActorWorkerGone(a, "its node " + id + " died", false);
+        }
+      }
+      pg_manager_.AssertHeld();  // it shares mu_
+      pg_manager_.OnNodeLost(id);
+    }
+  }
+  SchedulePendingActors();
+  return kMonitorPeriod;
 }
 
 // ------------------------------------------------------------------------------- actors
@@ -782,9 +775,8 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
 
 grpc::Status Head::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(stop_mu_);
   // Not on this handler thread: stopping waits for the server's handlers, this one included.
-  if (!shutdown_thread_.joinable()) shutdown_thread_ = std::thread([this] { Stop(); });
+  shutdown_.Run([this] { Stop(); });
   return grpc::Status::OK;
 }
 

@@ -5,14 +5,15 @@
 // THREADS
 //  - gRPC sync-server threads run the handlers; all state is guarded by mu_, which the
 //    placement-group manager (head/placement_groups.h, with its scheduler thread) shares.
-//  - monitor thread: declares nodes dead after missed heartbeats, (re)places pending actors.
-//  - work_ (a WorkQueue of at most kMaxWorkThreads): each actor placement attempt, which calls
-//    Node.StartActor (blocking, runs the constructor) without holding mu_; fire-and-forget
-//    worker kills; bundle releases nobody waits for.
-//  - the Shutdown RPC stops the head on shutdown_thread_ (a handler cannot wait for itself).
-// Stop() wakes the monitor, cancels the StartActor calls in flight, stops the placement-group
-// scheduler, joins the monitor, drains and joins work_, then stops the servers; ~Head calls
-// Stop() and joins shutdown_thread_, so no thread of the head outlives it.
+//  - monitor thread (a PeriodicThread, common/periodic_thread.h): every 100 ms declares nodes
+//    dead after missed heartbeats, (re)places pending actors.
+//  - work_ (a WorkQueue of at most kMaxWorkThreads, which retire after 10 s idle): each actor
+//    placement attempt, which calls Node.StartActor (blocking, runs the constructor) without
+//    holding mu_; fire-and-forget worker kills; bundle releases nobody waits for.
+//  - the Shutdown RPC stops the head on shutdown_ (a OneShotThread: a handler cannot wait for itself).
+// Stop() cancels the StartActor calls in flight, stops the placement-group scheduler, stops
+// and joins the monitor, drains and joins work_, then stops the servers; ~Head calls
+// Stop() and joins shutdown_, so no thread of the head outlives it.
 #pragma once
 
 #include <atomic>
@@ -30,6 +31,8 @@
 
 #include "common/labels.h"
 #include "common/lane.h"
+#include "common/one_shot_thread.h"
+#include "common/periodic_thread.h"
 #include "common/resources.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
@@ -145,7 +148,9 @@ class Head final : public rpc::Head::Service, private PgCluster {
                   const std::string& node_address) EXCLUDES(mu_);  // runs on its own thread
   void OnActorWorkerGone(ActorEntry& a, const std::string& cause, bool intentional) REQUIRES(mu_);
   void KillActorWorker(const rpc::ActorRecord& rec) REQUIRES(mu_);  // fire-and-forget RPC to the node
-  void MonitorLoop() EXCLUDES(mu_);
+  // The monitor's tick: nodes silent too long die, pending actors are placed; nullopt once stopping.
+  std::optional<std::chrono::milliseconds> MonitorTick() EXCLUDES(mu_);
+  static constexpr std::chrono::milliseconds kMonitorPeriod{100};
 
   HeadConfig cfg_;
   std::string address_;
@@ -157,7 +162,7 @@ class Head final : public rpc::Head::Service, private PgCluster {
 
   Mutex mu_;
   CondVar cv_;  // actor state changes
-  CondVar stop_cv_;  // Stop began (the monitor and WatchJob wait on it between their polls)
+  CondVar stop_cv_;  // Stop began (WatchJob waits on it between its polls)
   // The StartActor calls in flight (PlaceActor), cancelled by Stop.
   std::set<grpc::ClientContext*> placing_calls_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);  // never erased: keys are stable
@@ -193,8 +198,8 @@ class Head final : public rpc::Head::Service, private PgCluster {
   Mutex stop_mu_;
   bool stopped_ GUARDED_BY(stop_mu_) = false;
   CondVar stopped_cv_;
-  std::thread shutdown_thread_ GUARDED_BY(stop_mu_);  // runs Stop() for the Shutdown RPC
-  std::thread monitor_thread_;
+  OneShotThread shutdown_;  // runs Stop() for the Shutdown RPC
+  PeriodicThread monitor_;
 };
 
 }  // namespace torus

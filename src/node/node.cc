@@ -78,7 +78,7 @@ Node::~Node() {
   Stop();
   // Stop() run by the heartbeat thread itself (giving up) could not join that thread.
   heartbeat_.reset();
-  if (shutdown_thread_.joinable()) shutdown_thread_.join();
+  shutdown_.Join();
 }
 
 Status Node::DetectTpu(ResourceMap* total) {
@@ -1196,7 +1196,7 @@ grpc::Status Node::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Em
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   // Stop() shuts the server down, which waits for this call: it runs on a thread of its own,
   // started once and joined by the destructor.
-  std::call_once(shutdown_once_, [this] { shutdown_thread_ = std::thread([this] { Stop(); }); });
+  shutdown_.Run([this] { Stop(); });
   return grpc::Status::OK;
 }
 

@@ -44,6 +44,7 @@
 
 #include "common/labels.h"
 #include "common/lane.h"
+#include "common/one_shot_thread.h"
 #include "common/process.h"
 #include "common/resources.h"
 #include "common/shm.h"
@@ -246,8 +247,7 @@ class Node final : public rpc::Node::Service {
   bool stopped_ = false;
   std::condition_variable stopped_cv_;
   std::thread reaper_thread_;
-  std::once_flag shutdown_once_;
-  std::thread shutdown_thread_;  // runs Stop() for the Shutdown RPC; joined by the destructor
+  OneShotThread shutdown_;  // runs Stop() for the Shutdown RPC; joined by the destructor
   // Declared last: destroyed (stopped and joined) first, before the state their hooks use.
   std::unique_ptr<LeaseAudit> lease_audit_;
   std::unique_ptr<Heartbeat> heartbeat_;
