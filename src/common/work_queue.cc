@@ -5,15 +5,21 @@
 namespace torus {
 
 bool WorkQueue::Post(std::function<void()> fn) {
-  MutexLock l(mu_);
-  while (!stopping_ && capacity_ > 0 && q_.size() >= capacity_) room_cv_.Wait(l);
-  if (stopping_) return false;
-  q_.push_back(std::move(fn));
-  if (idle_ == 0 && static_cast<int>(threads_.size()) < max_threads_) {
-    threads_.emplace_back([this] { Loop(); });
-  } else {
-    work_cv_.NotifyOne();
+  std::vector<std::thread> retired;
+  {
+    MutexLock l(mu_);
+    while (!stopping_ && capacity_ > 0 && q_.size() >= capacity_) room_cv_.Wait(l);
+    if (stopping_) return false;
+    q_.push_back(std::move(fn));
+    if (idle_ == 0 && static_cast<int>(threads_.size()) < max_threads_) {
+      threads_.emplace_back([this] { Loop(); });
+    } else {
+      work_cv_.NotifyOne();
+    }
+    retired.swap(retired_);
   }
+  // They have left Loop (they gave up mu_ for the last time): joining takes no lock.
+  for (auto& t : retired) t.join();
   return true;
 }
 
@@ -30,6 +36,8 @@ void WorkQueue::Stop() {
     work_cv_.NotifyAll();
     room_cv_.NotifyAll();
     threads.swap(threads_);
+    for (auto& t : retired_) threads.push_back(std::move(t));
+    retired_.clear();
   }
   for (auto& t : threads) t.join();
 }
@@ -39,8 +47,12 @@ void WorkQueue::Loop() {
   while (true) {
     while (q_.empty() && !stopping_) {
       idle_++;
-      work_cv_.Wait(l);
+      bool woken = work_cv_.WaitFor(l, idle_timeout_);
       idle_--;
+      if (!woken && q_.empty() && !stopping_) {
+        RetireLocked();
+        return;
+      }
     }
     if (q_.empty()) return;  // stopping, and everything queued has run
     std::function<void()> fn = std::move(q_.front());
@@ -53,4 +65,15 @@ void WorkQueue::Loop() {
   }
 }
 
-}  // namespace torus::core
+void WorkQueue::RetireLocked() {
+  auto self = std::this_thread::get_id();
+  for (auto it = threads_.begin(); it != threads_.end(); ++it) {
+    if (it->get_id() == self) {
+      retired_.push_back(std::move(*it));
+      threads_.erase(it);
+      return;
+    }
+  }
+}
+
+}  // namespace torus

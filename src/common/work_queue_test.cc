@@ -106,5 +106,50 @@ TEST(WorkQueueTest, SubmitNeverRunsTheJobOnTheCallersThread) {
   EXPECT_NE(ran_on, std::this_thread::get_id());
 }
 
+// Polls until the pool has `n` threads or 10 s went by; the pool's count.
+size_t WaitForThreads(const WorkQueue& pool, size_t n) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (pool.threads() != n && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pool.threads();
+}
+
+TEST(WorkQueueTest, IdleThreadsRetireAfterABurstAndWorkStillRunsAfterwards) {
+  WorkQueue pool(8, 0, std::chrono::milliseconds(20));
+  Gate gate;
+  std::atomic<int> done{0};
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(pool.Post([&] {
+      gate.Wait();
+      ++done;
+    }));
+  }
+  EXPECT_EQ(pool.threads(), 8u);  // a burst: one thread per blocked closure
+  gate.Open();
+  EXPECT_EQ(WaitForThreads(pool, 0), 0u);  // all idle, all retired
+  EXPECT_EQ(done.load(), 8);
+  // Work posted after the retirement runs on a new thread.
+  std::atomic<bool> ran{false};
+  ASSERT_TRUE(pool.Post([&] { ran = true; }));
+  EXPECT_EQ(pool.threads(), 1u);
+  pool.Stop();
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(pool.threads(), 0u);
+}
+
+TEST(WorkQueueTest, ABusyThreadDoesNotRetire) {
+  WorkQueue pool(1, 0, std::chrono::milliseconds(2000));
+  std::atomic<int> done{0};
+  // Closures arriving faster than the idle timeout keep the one thread.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(pool.Post([&] { ++done; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(pool.threads(), 1u);
+  }
+  pool.Stop();
+  EXPECT_EQ(done.load(), 10);
+}
+
 }  // namespace
-}  // namespace torus::core
+}  // namespace torus

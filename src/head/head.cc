@@ -34,16 +34,14 @@ Status ValidateNodeRecord(const rpc::NodeRecord& n) {
 
 }  // namespace
 
-Head::Head(HeadConfig cfg) : cfg_(std::move(cfg)), pg_manager_(mu_, *this, work_, cfg_.token) {}
+Head::Head(HeadConfig cfg)
+    : cfg_(std::move(cfg)),
+      pg_manager_(mu_, *this, work_, cfg_.token),
+      actors_(mu_, *this, pg_manager_, work_, cfg_.token, stopping_) {}
 
 Head::~Head() {
   Stop();
-  std::thread shutdown;
-  {
-    MutexLock lock(stop_mu_);
-    shutdown.swap(shutdown_thread_);
-  }
-  if (shutdown.joinable()) shutdown.join();
+  shutdown_.Join();
 }
 
 Status Head::Start() {
@@ -68,7 +66,7 @@ Status Head::Start() {
   RegisterInProcessServer(address_, server_.get(), this);
   job_manager_->SetHeadAddress(address_);
   TORUS_LOG(INFO) << "head listening on " << address_ << ", session " << cfg_.session_dir;
-  monitor_thread_ = std::thread([this] { MonitorLoop(); });
+  monitor_.Start(kMonitorPeriod, [this] { return MonitorTick(); });
   pg_manager_.Start();
   return Status::Ok();
 }
@@ -86,12 +84,11 @@ void Head::Stop() {
   if (job_manager_) job_manager_->Stop();  // first: it still talks to our own service
   {
     MutexLock lock(mu_);
-    cv_.NotifyAll();
     stop_cv_.NotifyAll();
-    for (grpc::ClientContext* c : placing_calls_) c->TryCancel();
   }
+  actors_.Stop();  // wakes GetActor waiters, cancels the StartActor calls in flight
   pg_manager_.Stop();
-  if (monitor_thread_.joinable()) monitor_thread_.join();
+  monitor_.Stop();
   work_.Stop();  // placements (cancelled above), kills and releases finish here
   UnregisterInProcessServer(address_);
   if (lane_) lane_->Stop();
@@ -144,7 +141,8 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   reply->set_heartbeat_ms(e.beat_ms);
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
-  SchedulePendingActors();
+  actors_.AssertHeld();  // it shares mu_
+  actors_.ScheduleLocked();
   return grpc::Status::OK;
 }
 
@@ -161,12 +159,8 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   TORUS_LOG(INFO) << "node left: " << req->node_id();
   pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.OnNodeLost(req->node_id());
-  for (auto& [id, a] : actors_) {
-    if (a.rec.node_id() == req->node_id() &&
-        (a.rec.state() == "ALIVE" || a.rec.state() == "PENDING")) {
-      OnActorWorkerGone(a, "its node " + req->node_id() + " stopped", false);
-    }
-  }
+  actors_.AssertHeld();  // it shares mu_
+  actors_.OnNodeGoneLocked(req->node_id(), "its node " + req->node_id() + " stopped", /*pending_too=*/true);
   return grpc::Status::OK;
 }
 
@@ -202,51 +196,48 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
     reply->set_view_version(req->view_version());  // nothing shipped: the node keeps its view
   }
   if (changed) {
-    SchedulePendingActors();
+    actors_.AssertHeld();  // it shares mu_
+    actors_.ScheduleLocked();
     pg_manager_.AssertHeld();  // it shares mu_
     pg_manager_.Wake();
   }
   return grpc::Status::OK;
 }
 
-void Head::MonitorLoop() {
+std::optional<std::chrono::milliseconds> Head::MonitorTick() {
   MutexLock lock(mu_);
-  while (!stopping_) {
-    stop_cv_.WaitFor(lock, std::chrono::milliseconds(100));  // a tick, or Stop
-    if (stopping_) break;
-    auto now = Clock::now();
-    // A head that did not run for a while (starved, stopped, swapped out) cannot tell a silent
-    // node from its own absence: that gap does not count against any node.
-    if (last_monitor_ != Clock::time_point{} && now - last_monitor_ > std::chrono::seconds(1)) {
-      auto gap = now - last_monitor_;
-      TORUS_LOG(WARNING) << "node monitor did not run for "
-                         << std::chrono::duration_cast<std::chrono::milliseconds>(gap).count()
-                         << " ms; heartbeat deadlines moved by that much";
-      for (auto& [id, n] : nodes_) n.last_heartbeat += gap;
-    }
-    last_monitor_ = now;
-    for (auto& [id, n] : nodes_) {
-      if (!n.alive) continue;
-      int64_t timeout_ms = std::max<int64_t>(cfg_.node_timeout_ms,
-                                             int64_t{kMissedHeartbeats} * n.beat_ms);
-      if (now - n.last_heartbeat > std::chrono::milliseconds(timeout_ms)) {
-        n.alive = false;
-        --alive_nodes_;
-        IndexNodeLocked(id, n);
-        BumpView(&id);
-        TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << timeout_ms
-                           << " ms: declared dead";
-        for (auto& [aid, a] : actors_) {
-          if (a.rec.node_id() == id && a.rec.state() == "ALIVE") {
-            OnActorWorkerGone(a, "its node " + id + " died", false);
-          }
-        }
-        pg_manager_.AssertHeld();  // it shares mu_
-        pg_manager_.OnNodeLost(id);
-      }
-    }
-    SchedulePendingActors();
+  if (stopping_) return std::nullopt;
+  auto now = Clock::now();
+  // A head that did not run for a while (starved, stopped, swapped out) cannot tell a silent
+  // node from its own absence: that gap does not count against any node.
+  if (last_monitor_ != Clock::time_point{} && now - last_monitor_ > std::chrono::seconds(1)) {
+    auto gap = now - last_monitor_;
+    TORUS_LOG(WARNING) << "node monitor did not run for "
+                       << std::chrono::duration_cast<std::chrono::milliseconds>(gap).count()
+                       << " ms; heartbeat deadlines moved by that much";
+    for (auto& [id, n] : nodes_) n.last_heartbeat += gap;
   }
+  last_monitor_ = now;
+  for (auto& [id, n] : nodes_) {
+    if (!n.alive) continue;
+    int64_t timeout_ms = std::max<int64_t>(cfg_.node_timeout_ms,
+                                           int64_t{kMissedHeartbeats} * n.beat_ms);
+    if (now - n.last_heartbeat > std::chrono::milliseconds(timeout_ms)) {
+      n.alive = false;
+      --alive_nodes_;
+      IndexNodeLocked(id, n);
+      BumpView(&id);
+      TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << timeout_ms
+                         << " ms: declared dead";
+      actors_.AssertHeld();  // it shares mu_
+      actors_.OnNodeGoneLocked(id, "its node " + id + " died", /*pending_too=*/false);
+      pg_manager_.AssertHeld();  // it shares mu_
+      pg_manager_.OnNodeLost(id);
+    }
+  }
+  actors_.AssertHeld();  // it shares mu_
+  actors_.ScheduleLocked();
+  return kMonitorPeriod;
 }
 
 // ------------------------------------------------------------------------------- actors
@@ -254,238 +245,8 @@ void Head::MonitorLoop() {
 grpc::Status Head::CreateActor(grpc::ServerContext* ctx, const rpc::CreateActorRequest* req,
                                rpc::CreateActorReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  const std::string& id = req->creation().actor_id();
-  if (id.empty()) {
-    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, "actor id missing");
-    return grpc::Status::OK;
-  }
-  if (auto s = ValidateResources(FromProto(req->resources()), "actor resources");
-      !s.ok()) {
-    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
-    return grpc::Status::OK;
-  }
-  MutexLock lock(mu_);
-  if (actors_.count(id)) return grpc::Status::OK;  // retried request
-  if (!req->name().empty()) {
-    auto key = std::make_pair(req->ray_namespace(), req->name());
-    auto it = named_actors_.find(key);
-    if (it != named_actors_.end() && actors_.count(it->second) &&
-        actors_[it->second].rec.state() != "DEAD") {
-      SetError(reply->mutable_error(), StatusCode::kAlreadyExists,
-               "an actor named '" + req->name() + "' already exists in namespace '" +
-                   req->ray_namespace() + "'");
-      return grpc::Status::OK;
-    }
-    named_actors_[key] = id;
-  }
-  std::map<std::string, std::string> sel;
-  for (const auto& t : req->label_selector()) sel[t.key()] = t.expr();
-  auto terms = ParseLabelSelector(sel);
-  if (!terms.ok()) {
-    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, terms.status().message());
-    if (!req->name().empty()) named_actors_.erase({req->ray_namespace(), req->name()});
-    return grpc::Status::OK;
-  }
-  if (!req->placement_group_id().empty()) {
-    pg_manager_.AssertHeld();  // it shares mu_
-    const rpc::PlacementGroupRecord* pg = pg_manager_.Find(req->placement_group_id());
-    if (!pg || pg->state() == "REMOVED") {
-      SetError(reply->mutable_error(), StatusCode::kNotFound,
-               "placement group " + req->placement_group_id() + " does not exist (or was removed)");
-      if (!req->name().empty()) named_actors_.erase({req->ray_namespace(), req->name()});
-      return grpc::Status::OK;
-    }
-    if (req->bundle_index() >= pg->bundles_size()) {
-      SetError(reply->mutable_error(), StatusCode::kInvalidArgument,
-               "bundle index " + std::to_string(req->bundle_index()) + " out of range: the group has " +
-                   std::to_string(pg->bundles_size()) + " bundles");
-      if (!req->name().empty()) named_actors_.erase({req->ray_namespace(), req->name()});
-      return grpc::Status::OK;
-    }
-  }
-  ActorEntry& a = actors_[id];
-  a.selector = *terms;
-  a.spec = *req;
-  a.rec.set_actor_id(id);
-  a.rec.set_name(req->name());
-  a.rec.set_ray_namespace(req->ray_namespace());
-  a.rec.set_state("PENDING");
-  a.rec.set_max_restarts(req->max_restarts());
-  a.rec.set_class_name(req->creation().function());
-  a.rec.set_job_id(req->creation().job_id());
-  a.rec.set_detached(req->detached());
-  SchedulePendingActors();
+  actors_.Create(*req, reply);
   return grpc::Status::OK;
-}
-
-void Head::SchedulePendingActors() {
-  for (auto& [id, a] : actors_) {
-    if (a.placing || (a.rec.state() != "PENDING" && a.rec.state() != "RESTARTING")) continue;
-    ResourceMap res = FromProto(a.spec.resources());
-    ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
-    if (!a.spec.placement_group_id().empty()) {
-      // Inside a placement group: the bundle's node; the node checks the bundle's room.
-      pg_manager_.AssertHeld();  // it shares mu_
-      const rpc::PlacementGroupRecord* pg = pg_manager_.Find(a.spec.placement_group_id());
-      if (!pg || pg->state() == "REMOVED") {
-        a.rec.set_state("DEAD");
-        a.rec.set_death_cause("its placement group was removed");
-        cv_.NotifyAll();
-        continue;
-      }
-      if (pg->state() != "CREATED") continue;  // wait for the group
-      const rpc::Bundle* target = nullptr;
-      for (const auto& b : pg->bundles()) {
-        if (a.spec.bundle_index() >= 0 && b.index() != a.spec.bundle_index()) continue;
-        if (Fits(res, FromProto(b.resources()))) {
-          target = &b;
-          break;
-        }
-      }
-      if (!target) {
-        std::string reason = "asks " + ResourcesToString(res) + ", more than its bundle holds";
-        if (reason != a.pending_reason) {
-          TORUS_LOG(WARNING) << "actor " << id << " " << reason << "; it stays pending";
-          a.pending_reason = reason;
-        }
-        continue;
-      }
-      a.placing = true;
-      a.pending_reason.clear();
-      if (!work_.Post([this, id = id, nid = target->node_id(), addr = target->node_address()] {
-            PlaceActor(id, nid, addr);
-          })) {
-        a.placing = false;  // stopping
-      }
-      continue;
-    }
-    // Least-loaded feasible node, by free CPU.
-    const std::string* best = nullptr;
-    double best_cpu = 0;
-    bool feasible = false;
-    for (const auto& [nid, n] : nodes_) {
-      if (!n.alive) continue;
-      if (!a.selector.empty() && !MatchesLabels(a.selector, LabelsOf(names_, nid, n))) continue;
-      if (Fits(placement, ToResourceMap(names_, n.total))) feasible = true;
-      auto avail = ToResourceMap(names_, n.Available());
-      if (!Fits(placement, avail)) continue;
-      if (!best || avail["CPU"] > best_cpu) {
-        best = &nid;
-        best_cpu = avail["CPU"];
-      }
-    }
-    if (!best) {
-      std::string reason = feasible ? "waiting for resources " + ResourcesToString(placement)
-                                    : "infeasible: no node has " + ResourcesToString(placement);
-      if (reason != a.pending_reason) {
-        TORUS_LOG(INFO) << "actor " << id << " (" << a.rec.class_name() << ") " << reason;
-        a.pending_reason = reason;
-      }
-      continue;
-    }
-    a.placing = true;
-    a.pending_reason.clear();
-    // Charge the view now so that a burst of creations spreads out.
-    NodeEntry& target = nodes_[*best];
-    auto avail = ToResourceMap(names_, target.Available());
-    Subtract(avail, placement);
-    SetAvailable(names_, avail, &target);
-    if (!work_.Post([this, id = id, nid = *best, addr = target.address] { PlaceActor(id, nid, addr); })) {
-      a.placing = false;  // stopping
-    }
-  }
-}
-
-void Head::PlaceActor(const std::string& actor_id, const std::string& node_id,
-                      const std::string& node_address) {
-  rpc::StartActorRequest req;
-  auto ctx = NewContext(cfg_.token);
-  {
-    MutexLock lock(mu_);
-    auto it = actors_.find(actor_id);
-    if (it == actors_.end() || stopping_) return;
-    placing_calls_.insert(ctx.get());  // Stop cancels it
-    const auto& spec = it->second.spec;
-    *req.mutable_creation() = spec.creation();
-    req.mutable_creation()->set_restarted(it->second.rec.num_restarts() > 0);
-    req.set_executable(spec.executable());
-    req.mutable_worker_command()->CopyFrom(spec.worker_command());
-    req.mutable_code_search_path()->CopyFrom(spec.code_search_path());
-    *req.mutable_resources() = spec.resources();
-    req.set_placement_group_id(spec.placement_group_id());
-    req.set_bundle_index(spec.bundle_index());
-    it->second.rec.set_node_id(node_id);
-  }
-  auto stub = rpc::Node::NewStub(GetChannel(node_address));
-  rpc::StartActorReply reply;
-  auto st = stub->StartActor(ctx.get(), req, &reply);
-  MutexLock lock(mu_);
-  placing_calls_.erase(ctx.get());
-  auto it = actors_.find(actor_id);
-  if (it == actors_.end()) return;
-  ActorEntry& a = it->second;
-  a.placing = false;
-  if (a.rec.state() == "DEAD") {  // killed while being placed
-    if (st.ok() && reply.ok()) {
-      a.rec.set_worker_id(reply.worker_id());
-      KillActorWorker(a.rec);
-    }
-    return;
-  }
-  if (!st.ok() || (reply.has_error() && reply.error().code() ==
-                                            static_cast<int>(StatusCode::kResourceExhausted))) {
-    // Node unreachable or its resources were taken meanwhile: try again later.
-    a.rec.set_node_id("");
-    cv_.NotifyAll();
-    return;
-  }
-  if (!reply.ok()) {
-    a.rec.set_state("DEAD");
-    a.rec.set_death_cause("the actor's constructor failed: " + reply.error().message());
-    TORUS_LOG(WARNING) << "actor " << actor_id << " " << a.rec.death_cause();
-    cv_.NotifyAll();
-    return;
-  }
-  a.rec.set_state("ALIVE");
-  a.rec.set_worker_id(reply.worker_id());
-  a.rec.set_address(reply.worker_address());
-  cv_.NotifyAll();
-}
-
-void Head::KillActorWorker(const rpc::ActorRecord& rec) {
-  auto it = nodes_.find(rec.node_id());
-  if (it == nodes_.end() || rec.worker_id().empty()) return;
-  std::string addr = it->second.address;
-  std::string wid = rec.worker_id();
-  std::string token = cfg_.token;
-  (void)work_.Post([addr, wid, token] {
-    auto stub = rpc::Node::NewStub(GetChannel(addr));
-    rpc::KillWorkerRequest req;
-    req.set_worker_id(wid);
-    req.set_force(true);
-    rpc::Empty e;
-    auto ctx = NewContext(token, 5000);
-    (void)stub->KillWorker(ctx.get(), req, &e);
-  });
-}
-
-void Head::OnActorWorkerGone(ActorEntry& a, const std::string& cause, bool intentional) {
-  if (a.rec.state() == "DEAD") return;
-  int max = a.rec.max_restarts();
-  bool can_restart = !intentional && !a.no_restart && (max < 0 || a.rec.num_restarts() < max);
-  a.rec.set_address("");
-  a.rec.set_worker_id("");
-  if (can_restart) {
-    a.rec.set_state("RESTARTING");
-    a.rec.set_num_restarts(a.rec.num_restarts() + 1);
-    TORUS_LOG(INFO) << "actor " << a.rec.actor_id() << " restarting (" << a.rec.num_restarts()
-                    << "/" << (max < 0 ? std::string("inf") : std::to_string(max))
-                    << ") because " << cause;
-  } else {
-    a.rec.set_state("DEAD");
-    a.rec.set_death_cause(cause);
-  }
-  cv_.NotifyAll();
 }
 
 grpc::Status Head::ActorStarted(grpc::ServerContext* ctx, const rpc::ActorStartedRequest*,
@@ -497,64 +258,30 @@ grpc::Status Head::ActorStarted(grpc::ServerContext* ctx, const rpc::ActorStarte
 grpc::Status Head::ActorWorkerDied(grpc::ServerContext* ctx, const rpc::ActorWorkerDiedRequest* req,
                                    rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(mu_);
-  auto it = actors_.find(req->actor_id());
-  if (it == actors_.end()) return grpc::Status::OK;
-  ActorEntry& a = it->second;
-  // Ignore a stale report about an earlier incarnation.
-  if (!req->worker_id().empty() && req->worker_id() != a.rec.worker_id()) return grpc::Status::OK;
-  std::string cause = req->description();
-  if (a.no_restart) cause = "the actor was killed with ray::KillActor / handle.Kill()";
-  if (req->intentional() && cause.empty()) cause = "the actor called ray::ExitActor()";
-  OnActorWorkerGone(a, cause, req->intentional());
-  SchedulePendingActors();
+  actors_.WorkerDied(*req);
   return grpc::Status::OK;
 }
 
 grpc::Status Head::GetActor(grpc::ServerContext* ctx, const rpc::GetActorRequest* req,
                             rpc::GetActorReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(mu_);
-  std::string id = req->actor_id();
-  if (id.empty()) {
-    auto it = named_actors_.find({req->ray_namespace(), req->name()});
-    if (it == named_actors_.end()) return grpc::Status::OK;
-    id = it->second;
-  }
-  auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->wait_alive_ms()));
-  while (true) {
-    auto it = actors_.find(id);
-    if (it == actors_.end()) return grpc::Status::OK;
-    const auto& rec = it->second.rec;
-    bool settled = rec.state() == "DEAD" ||
-                   (rec.state() == "ALIVE" && rec.num_restarts() >= req->min_restarts());
-    if (settled || req->wait_alive_ms() <= 0 || Clock::now() >= deadline || stopping_ ||
-        ctx->IsCancelled()) {
-      if (!req->name().empty() && rec.state() == "DEAD") return grpc::Status::OK;
-      reply->set_found(true);
-      *reply->mutable_actor() = rec;
-      return grpc::Status::OK;
-    }
-    cv_.WaitUntil(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
-  }
+  actors_.Get(ctx, *req, reply);
+  return grpc::Status::OK;
 }
 
 grpc::Status Head::KillActor(grpc::ServerContext* ctx, const rpc::KillActorRequest* req,
                              rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(mu_);
-  auto it = actors_.find(req->actor_id());
-  if (it == actors_.end()) return grpc::Status::OK;
-  ActorEntry& a = it->second;
-  if (req->no_restart()) a.no_restart = true;
-  if (a.rec.state() == "ALIVE") {
-    KillActorWorker(a.rec);
-  } else if (req->no_restart() && a.rec.state() != "DEAD") {
-    a.rec.set_state("DEAD");
-    a.rec.set_death_cause("the actor was killed before it started");
-    cv_.NotifyAll();
-  }
+  actors_.Kill(*req);
   return grpc::Status::OK;
+}
+
+void Head::Charge(const std::string& node_id, const ResourceMap& res) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  auto avail = ToResourceMap(names_, it->second.Available());
+  Subtract(avail, res);
+  SetAvailable(names_, avail, &it->second);
 }
 
 // ------------------------------------------------------------------------------- jobs
@@ -590,23 +317,18 @@ grpc::Status Head::WatchJob(grpc::ServerContext* ctx, const rpc::JobRequest* req
 void Head::FinishJobLocked(const std::string& job_id) {
   jobs_.erase(job_id);
   // Non-detached actors and placement groups die with the job that created them.
-  for (auto& [id, a] : actors_) {
-    if (a.rec.job_id() != job_id || a.rec.detached() || a.rec.state() == "DEAD") continue;
-    a.no_restart = true;
-    if (a.rec.state() == "ALIVE") KillActorWorker(a.rec);
-    a.rec.set_state("DEAD");
-    a.rec.set_death_cause("the job that created the actor finished");
-  }
+  actors_.AssertHeld();  // it shares mu_
+  actors_.FinishJobLocked(job_id);
   pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.RemoveJobGroups(job_id);
-  cv_.NotifyAll();
 }
 
 grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   MutexLock lock(mu_);
   for (const auto& [id, n] : nodes_) FillRecord(names_, id, n, /*full=*/true, reply->add_nodes());
-  for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
+  actors_.AssertHeld();  // it shares mu_
+  actors_.AppendTo(reply);
   for (const auto& [id, j] : jobs_) *reply->add_jobs() = j;
   pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.AppendTo(reply);
@@ -646,24 +368,18 @@ std::string Head::NodeAddress(const std::string& node_id) {
 
 void Head::OnPgCreated() {
   BumpView();
-  SchedulePendingActors();
-  cv_.NotifyAll();
+  actors_.AssertHeld();  // it shares mu_
+  actors_.OnPgCreatedLocked();
 }
 
 void Head::OnPgRemoved(const std::string& pg_id, const std::string& why) {
-  for (auto& [id, a] : actors_) {
-    if (a.spec.placement_group_id() != pg_id || a.rec.state() == "DEAD") continue;
-    a.no_restart = true;
-    a.rec.set_state("DEAD");
-    a.rec.set_death_cause("its placement group was removed (" + why + ")");
-  }
-  cv_.NotifyAll();
+  actors_.AssertHeld();  // it shares mu_
+  actors_.OnPgRemovedLocked(pg_id, why);
 }
 
 void Head::OnPgSliceLost(const std::string& pg_id) {
-  for (auto& [aid, a] : actors_) {
-    if (a.spec.placement_group_id() == pg_id && a.rec.state() == "ALIVE") KillActorWorker(a.rec);
-  }
+  actors_.AssertHeld();  // it shares mu_
+  actors_.OnPgSliceLostLocked(pg_id);
 }
 
 void Head::ApplyLedger(const std::string& node_address, const BundleReply& reply) {
@@ -782,9 +498,8 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
 
 grpc::Status Head::Shutdown(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(stop_mu_);
   // Not on this handler thread: stopping waits for the server's handlers, this one included.
-  if (!shutdown_thread_.joinable()) shutdown_thread_ = std::thread([this] { Stop(); });
+  shutdown_.Run([this] { Stop(); });
   return grpc::Status::OK;
 }
 

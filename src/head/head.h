@@ -1,18 +1,27 @@
-// The head daemon (`torus head`): the cluster's control plane. Holds the node table (membership,
-// labels, resources, liveness by heartbeat), the actor directory (placement, names per namespace,
-// restarts, deaths) and the job table. Not on the task hot path: tasks are placed by the nodes.
+// The head daemon (`torus head`): the cluster's control plane, and the gRPC/lane service that
+// translates the rpc::Head calls into calls on its parts:
+//  - the node table and membership (this class, with head/node_table.h and cluster_view.cc):
+//    registration, liveness by heartbeat, heartbeat pacing, the cluster views shipped to nodes,
+//    the slice index;
+//  - ActorDirectory (head/actors.h): actor placement, names per namespace, restarts, deaths;
+//  - PlacementGroupManager (head/placement_groups.h): placement groups and slice reservations;
+//  - the job table of drivers (this class) and JobManager (head/jobs.h) for submitted jobs;
+//  - KvStore (head/kv_store.h).
+// Not on the task hot path: tasks are placed by the nodes.
 //
 // THREADS
-//  - gRPC sync-server threads run the handlers; all state is guarded by mu_, which the
-//    placement-group manager (head/placement_groups.h, with its scheduler thread) shares.
-//  - monitor thread: declares nodes dead after missed heartbeats, (re)places pending actors.
-//  - work_ (a WorkQueue of at most kMaxWorkThreads): each actor placement attempt, which calls
-//    Node.StartActor (blocking, runs the constructor) without holding mu_; fire-and-forget
-//    worker kills; bundle releases nobody waits for.
-//  - the Shutdown RPC stops the head on shutdown_thread_ (a handler cannot wait for itself).
-// Stop() wakes the monitor, cancels the StartActor calls in flight, stops the placement-group
-// scheduler, joins the monitor, drains and joins work_, then stops the servers; ~Head calls
-// Stop() and joins shutdown_thread_, so no thread of the head outlives it.
+//  - gRPC sync-server threads run the handlers; the node table, the job table, the actors and
+//    the placement groups are guarded by mu_, which the ActorDirectory and the
+//    PlacementGroupManager (with its scheduler thread) share. The KvStore has its own lock.
+//  - monitor thread (a PeriodicThread, common/periodic_thread.h): every 100 ms declares nodes
+//    dead after missed heartbeats, (re)places pending actors.
+//  - work_ (a WorkQueue of at most kMaxWorkThreads, which retire after 10 s idle): each actor
+//    placement attempt, which calls Node.StartActor (blocking, runs the constructor) without
+//    holding mu_; fire-and-forget worker kills; bundle releases nobody waits for.
+//  - the Shutdown RPC stops the head on shutdown_ (a OneShotThread: a handler cannot wait for itself).
+// Stop() cancels the StartActor calls in flight, stops the placement-group scheduler, stops
+// and joins the monitor, drains and joins work_, then stops the servers; ~Head calls
+// Stop() and joins shutdown_, so no thread of the head outlives it.
 #pragma once
 
 #include <atomic>
@@ -30,9 +39,12 @@
 
 #include "common/labels.h"
 #include "common/lane.h"
+#include "common/one_shot_thread.h"
+#include "common/periodic_thread.h"
 #include "common/resources.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "head/actors.h"
 #include "head/node_table.h"
 #include "head/placement_groups.h"
 #include "head/slice_index.h"
@@ -66,7 +78,7 @@ struct HeadConfig {
   int push_view_max_nodes = 64;
 };
 
-class Head final : public rpc::Head::Service, private PgCluster {
+class Head final : public rpc::Head::Service, private PgCluster, private ActorNodes {
  public:
   explicit Head(HeadConfig cfg);
   ~Head() override;
@@ -111,13 +123,16 @@ class Head final : public rpc::Head::Service, private PgCluster {
   grpc::Status KvKeys(grpc::ServerContext*, const rpc::KvGetRequest*, rpc::KvKeysReply*) override;
 
  private:
-  // PgCluster: what the placement-group manager asks of the node table and the actors
-  // (called with mu_ held).
+  // PgCluster: what the placement-group manager asks of the node table and the actors;
+  // ActorNodes: what the actor directory asks of the node table (called with mu_ held).
   uint64_t ViewVersion() override REQUIRES(mu_) { return view_version_; }
   std::vector<NodeView> ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels) override
       REQUIRES(mu_);
   bool NodeMatches(const LabelSelectorTerms& selector, const std::string& node_id) override REQUIRES(mu_);
   std::string NodeAddress(const std::string& node_id) override REQUIRES(mu_);
+  const std::map<std::string, NodeEntry>& Nodes() override REQUIRES(mu_) { return nodes_; }
+  const NamePool& Names() override REQUIRES(mu_) { return names_; }
+  void Charge(const std::string& node_id, const ResourceMap& res) override REQUIRES(mu_);
   const SliceIndex& Slices() override REQUIRES(mu_) { return slice_index_; }
   void ApplyLedger(const std::string& node_address, const BundleReply& reply) override REQUIRES(mu_);
   void OnPgCreated() override REQUIRES(mu_);
@@ -129,23 +144,11 @@ class Head final : public rpc::Head::Service, private PgCluster {
   void IndexNodeLocked(const std::string& node_id, const NodeEntry& n) REQUIRES(mu_);
   // The cluster view for a heartbeat from a node at `version`.
   void FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) REQUIRES(mu_);
-  struct ActorEntry {
-    rpc::ActorRecord rec;
-    rpc::CreateActorRequest spec;
-    bool placing = false;      // a placement thread is running
-    bool no_restart = false;   // killed with no_restart
-    std::string pending_reason;
-    LabelSelectorTerms selector;
-  };
-
   // A change to the cluster view; `node` (a key of nodes_) when a node changed.
   void BumpView(const std::string* node = nullptr) REQUIRES(mu_);
-  void SchedulePendingActors() REQUIRES(mu_);
-  void PlaceActor(const std::string& actor_id, const std::string& node_id,
-                  const std::string& node_address) EXCLUDES(mu_);  // runs on its own thread
-  void OnActorWorkerGone(ActorEntry& a, const std::string& cause, bool intentional) REQUIRES(mu_);
-  void KillActorWorker(const rpc::ActorRecord& rec) REQUIRES(mu_);  // fire-and-forget RPC to the node
-  void MonitorLoop() EXCLUDES(mu_);
+  // The monitor's tick: nodes silent too long die, pending actors are placed; nullopt once stopping.
+  std::optional<std::chrono::milliseconds> MonitorTick() EXCLUDES(mu_);
+  static constexpr std::chrono::milliseconds kMonitorPeriod{100};
 
   HeadConfig cfg_;
   std::string address_;
@@ -156,10 +159,7 @@ class Head final : public rpc::Head::Service, private PgCluster {
   WorkQueue work_{kMaxWorkThreads, 0};  // unbounded queue: Post never waits  // before pg_manager_, which submits to it
 
   Mutex mu_;
-  CondVar cv_;  // actor state changes
-  CondVar stop_cv_;  // Stop began (the monitor and WatchJob wait on it between their polls)
-  // The StartActor calls in flight (PlaceActor), cancelled by Stop.
-  std::set<grpc::ClientContext*> placing_calls_ GUARDED_BY(mu_);
+  CondVar stop_cv_;  // Stop began (WatchJob waits on it between its polls)
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);  // never erased: keys are stable
   size_t alive_nodes_ GUARDED_BY(mu_) = 0;
   static constexpr int kMissedHeartbeats = 5;
@@ -181,20 +181,20 @@ class Head final : public rpc::Head::Service, private PgCluster {
   uint64_t snapshot_version_ GUARDED_BY(mu_) = 0;
   size_t snapshot_nodes_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point snapshot_built_ GUARDED_BY(mu_);
-  std::unordered_map<std::string, ActorEntry> actors_ GUARDED_BY(mu_);
-  std::map<std::pair<std::string, std::string>, std::string> named_actors_ GUARDED_BY(mu_);  // (ns, name) -> id
   std::map<std::string, rpc::JobRequest> jobs_ GUARDED_BY(mu_);
   SliceIndex slice_index_ GUARDED_BY(mu_);
   KvStore kv_;  // its own lock
   // Placement groups and slice reservations; shares mu_.
   PlacementGroupManager pg_manager_;
-
   std::atomic<bool> stopping_{false};
+  // Actors; shares mu_.
+  ActorDirectory actors_;
+
   Mutex stop_mu_;
   bool stopped_ GUARDED_BY(stop_mu_) = false;
   CondVar stopped_cv_;
-  std::thread shutdown_thread_ GUARDED_BY(stop_mu_);  // runs Stop() for the Shutdown RPC
-  std::thread monitor_thread_;
+  OneShotThread shutdown_;  // runs Stop() for the Shutdown RPC
+  PeriodicThread monitor_;
 };
 
 }  // namespace torus

@@ -1,10 +1,12 @@
 #include "head/jobs.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 
 #include "common/ids.h"
 #include "common/logging.h"
@@ -107,13 +109,13 @@ JobManager::~JobManager() { Stop(); }
 void JobManager::Stop() {
   std::vector<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_.exchange(true)) return;
     for (auto& [id, j] : jobs_) {
       j.stop_requested = true;
       if (j.supervisor.joinable()) threads.push_back(std::move(j.supervisor));
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   for (auto& t : threads) t.join();
 }
@@ -165,7 +167,7 @@ grpc::Status JobManager::SubmitJob(grpc::ServerContext* ctx, const rpc::JobSubmi
   {
     std::ofstream create(job.log_path, std::ios::trunc);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (stopping_) {
     SetError(reply->mutable_error(), Unavailable("the head is shutting down"));
     return grpc::Status::OK;
@@ -182,7 +184,7 @@ grpc::Status JobManager::SubmitJob(grpc::ServerContext* ctx, const rpc::JobSubmi
 grpc::Status JobManager::GetJob(grpc::ServerContext* ctx, const rpc::JobIdRequest* req,
                                 rpc::JobReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = jobs_.find(req->job_id());
   if (it == jobs_.end()) {
     SetError(reply->mutable_error(), NotFound("no job '" + req->job_id() + "'"));
@@ -194,7 +196,7 @@ grpc::Status JobManager::GetJob(grpc::ServerContext* ctx, const rpc::JobIdReques
 
 grpc::Status JobManager::ListJobs(grpc::ServerContext* ctx, const rpc::Empty*, rpc::JobListReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, j] : jobs_) *reply->add_jobs() = j.rec;
   std::sort(reply->mutable_jobs()->begin(), reply->mutable_jobs()->end(),
             [](const rpc::JobRecord& a, const rpc::JobRecord& b) { return a.submitted_ms() < b.submitted_ms(); });
@@ -204,14 +206,14 @@ grpc::Status JobManager::ListJobs(grpc::ServerContext* ctx, const rpc::Empty*, r
 grpc::Status JobManager::StopJob(grpc::ServerContext* ctx, const rpc::JobIdRequest* req,
                                  rpc::JobReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = jobs_.find(req->job_id());
   if (it == jobs_.end()) {
     SetError(reply->mutable_error(), NotFound("no job '" + req->job_id() + "'"));
     return grpc::Status::OK;
   }
   it->second.stop_requested = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
   *reply->mutable_job() = it->second.rec;
   return grpc::Status::OK;
 }
@@ -221,7 +223,7 @@ grpc::Status JobManager::JobLogs(grpc::ServerContext* ctx, const rpc::JobLogsReq
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = jobs_.find(req->job_id());
     if (it == jobs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req->job_id() + "'");
     path = it->second.log_path;
@@ -232,7 +234,7 @@ grpc::Status JobManager::JobLogs(grpc::ServerContext* ctx, const rpc::JobLogsReq
     // The record is read before the file, so once it is terminal the file is complete.
     rpc::JobRecord rec;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       rec = jobs_[req->job_id()].rec;
     }
     bool sent = false;
@@ -260,8 +262,8 @@ grpc::Status JobManager::JobLogs(grpc::ServerContext* ctx, const rpc::JobLogsReq
       return grpc::Status::OK;
     }
     if (!sent) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      MutexLock lock(mu_);
+      cv_.WaitFor(lock, std::chrono::milliseconds(50));
     }
   }
   return grpc::Status::OK;
@@ -273,35 +275,35 @@ void JobManager::AppendLog(const std::string& id, const std::string& text) {
   if (text.empty()) return;
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     path = jobs_[id].log_path;
   }
   {
-    std::lock_guard<std::mutex> lock(log_mu_);
+    MutexLock lock(log_mu_);
     std::ofstream f(path, std::ios::binary | std::ios::app);
     f << text;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  cv_.notify_all();
+  MutexLock lock(mu_);
+  cv_.NotifyAll();
 }
 
 bool JobManager::StopWanted(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stopping_ || jobs_[id].stop_requested;
 }
 
 void JobManager::SetMessage(const std::string& id, const std::string& state, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& r = jobs_[id].rec;
   if (!state.empty()) r.set_state(state);
   r.set_message(message);
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void JobManager::Supervise(const std::string& id) {
   while (true) {
     AttemptResult res = RunAttempt(id);
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Job& j = jobs_[id];
     auto& r = j.rec;
     if (res.outcome == Outcome::kFailed && r.attempt() < r.max_retries() && !j.stop_requested &&
@@ -313,7 +315,7 @@ void JobManager::Supervise(const std::string& id) {
       r.set_attempt(r.attempt() + 1);
       r.set_state("PENDING");
       r.set_message("retrying after: " + res.message);
-      lock.unlock();
+      lock.Unlock();
       AppendLog(id, note);
       continue;
     }
@@ -335,7 +337,7 @@ void JobManager::Supervise(const std::string& id) {
     }
     r.set_end_ms(NowMs());
     TORUS_LOG(INFO) << "job " << id << " " << r.state() << (r.message().empty() ? "" : ": " + r.message());
-    cv_.notify_all();
+    cv_.NotifyAll();
     return;
   }
 }
@@ -362,8 +364,8 @@ JobManager::AttemptResult JobManager::PickDriverNode(const std::string& id, std:
       return {Outcome::kSucceeded, "", -1};
     }
     SetMessage(id, "", "waiting for a node to run the driver on");
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    MutexLock lock(mu_);
+    cv_.WaitFor(lock, std::chrono::milliseconds(200));
   }
   return {Outcome::kStopped, "stopped before it started", -1};
 }
@@ -383,7 +385,7 @@ JobManager::AttemptResult JobManager::ReserveSlices(const std::string& id, std::
                                                     std::vector<Target>* targets) {
   rpc::PlacementGroupRecord want;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     want = jobs_[id].slice_request;
   }
   auto head = rpc::Head::NewStub(GetChannel(head_address_));
@@ -398,7 +400,7 @@ JobManager::AttemptResult JobManager::ReserveSlices(const std::string& id, std::
     *pg_id = reply.pg_id();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     jobs_[id].rec.set_placement_group_id(*pg_id);
   }
   rpc::PlacementGroupRecord pg;
@@ -445,7 +447,7 @@ JobManager::AttemptResult JobManager::ReserveSlices(const std::string& id, std::
   }
   std::sort(targets->begin(), targets->end(), [](const Target& a, const Target& b) { return a.rank < b.rank; });
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto& r = jobs_[id].rec;
     r.clear_slice_names();
     for (const auto& s : pg.slice_names()) r.add_slice_names(s);
@@ -479,14 +481,14 @@ JobManager::AttemptResult JobManager::RunAttempt(const std::string& id) {
 JobManager::Attempt JobManager::BeginAttempt(const std::string& id) {
   Attempt a;
   a.id = id;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Job& j = jobs_[id];
   a.req = j.req;
   a.gang = j.slice_request.has_slice();
   j.rec.clear_processes();
   j.rec.clear_placement_group_id();
   j.rec.set_state("PENDING");
-  cv_.notify_all();
+  cv_.NotifyAll();
   return a;
 }
 
@@ -578,7 +580,7 @@ void JobManager::StopProcess(const Attempt& a, int i) {
 }
 
 void JobManager::MarkRunning(const Attempt& a) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& r = jobs_[a.id].rec;
   for (size_t i = 0; i < a.targets.size(); ++i) {
     auto* p = r.add_processes();
@@ -593,7 +595,7 @@ void JobManager::MarkRunning(const Attempt& a) {
   }
   r.set_state("RUNNING");
   r.clear_message();
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 JobManager::ProcessEnd JobManager::TailProcess(const Attempt& a, int i) {
@@ -710,11 +712,11 @@ JobManager::AttemptResult JobManager::AwaitProcesses(const Attempt& a) {
 }
 
 void JobManager::NoteProcessExited(const std::string& id, const ProcessEnd& ev) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto* p = jobs_[id].rec.mutable_processes(ev.index);
   p->set_state("EXITED");
   p->set_exit_description(ev.description);
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 JobManager::AttemptResult JobManager::FailureOf(const Attempt& a, const ProcessEnd& ev) {

@@ -9,19 +9,19 @@
 // jobs) and ends the attempt at the first failure, stopping the others and releasing the slices.
 //
 // THREADS: gRPC server threads run the handlers; each job has one supervisor thread, which runs
-// one tail thread per process of the current attempt. Job state is guarded by mu_; appends to
-// the log files by log_mu_ (the two are never held together).
+// one tail thread per process of the current attempt. Job state (jobs_) is guarded by mu_;
+// appends to the log files by log_mu_ (the two are never held together). The methods marked
+// EXCLUDES(mu_) take mu_ themselves.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -42,7 +42,7 @@ class JobManager final : public rpc::Jobs::Service {
   // Call once, before the server accepts calls from clients.
   void SetHeadAddress(const std::string& address) { head_address_ = address; }
   // Stops every running job's processes and joins the supervisors. Idempotent.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
 
   grpc::Status SubmitJob(grpc::ServerContext*, const rpc::JobSubmitRequest*, rpc::JobReply*) override;
   grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest*, rpc::JobReply*) override;
@@ -68,8 +68,8 @@ class JobManager final : public rpc::Jobs::Service {
   };
   struct Target;  // one process of an attempt: where it runs and as what
 
-  void Supervise(const std::string& id);
-  AttemptResult RunAttempt(const std::string& id);
+  void Supervise(const std::string& id) EXCLUDES(mu_);
+  AttemptResult RunAttempt(const std::string& id) EXCLUDES(mu_);
   // Waits for the attempt's reservation; fills targets. Empty message: ready.
   AttemptResult ReserveSlices(const std::string& id, std::string* pg_id, std::vector<Target>* targets);
   AttemptResult PickDriverNode(const std::string& id, std::vector<Target>* targets);
@@ -86,28 +86,27 @@ class JobManager final : public rpc::Jobs::Service {
   Attempt BeginAttempt(const std::string& id);
   std::optional<AttemptResult> BuildEnvironments(Attempt& a);  // gang: picks the coordinator port
   std::optional<AttemptResult> StartProcesses(Attempt& a);     // all start, or those that did stop
-  void MarkRunning(const Attempt& a);
+  void MarkRunning(const Attempt& a) EXCLUDES(mu_);
   AttemptResult AwaitProcesses(const Attempt& a);  // tails every process until all ended
   ProcessEnd TailProcess(const Attempt& a, int i);  // copies process i's output into the log
   void StopProcess(const Attempt& a, int i);
-  void NoteProcessExited(const std::string& id, const ProcessEnd& ev);
+  void NoteProcessExited(const std::string& id, const ProcessEnd& ev) EXCLUDES(mu_);
   static AttemptResult FailureOf(const Attempt& a, const ProcessEnd& ev);
-  void AppendLog(const std::string& id, const std::string& text);
-  bool StopWanted(const std::string& id);
-  void SetMessage(const std::string& id, const std::string& state, const std::string& message);
+  void AppendLog(const std::string& id, const std::string& text) EXCLUDES(mu_);
+  bool StopWanted(const std::string& id) EXCLUDES(mu_);
+  void SetMessage(const std::string& id, const std::string& state, const std::string& message) EXCLUDES(mu_);
 
   // constant after construction / SetHeadAddress
   JobManagerConfig cfg_;
   std::string head_address_;
   std::string log_dir_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;  // job state or log changes
-  // guarded by mu_
-  std::map<std::string, Job> jobs_;
+  Mutex mu_;
+  CondVar cv_;  // job state or log changes
+  std::map<std::string, Job> jobs_ GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};
 
-  std::mutex log_mu_;  // serialises appends to the job logs
+  Mutex log_mu_;  // serialises appends to the job logs (never held with mu_)
 };
 
 }  // namespace torus

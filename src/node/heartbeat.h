@@ -16,7 +16,7 @@
 #include <functional>
 #include <string>
 
-#include "node/periodic_thread.h"
+#include "common/periodic_thread.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "node/periodic_thread.h"
+#include "common/periodic_thread.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {

@@ -1,60 +1,55 @@
-// The node daemon (`torus node`): one per host. Owns the host's resource ledger, its worker
-// processes, lease grants (with spillback to other nodes), the shared-memory object directory
-// of this host, and heartbeats to the head.
+// The node daemon (`torus node`): one per host. The gRPC and lane service of the node, a thin
+// adapter over its parts, which it owns and wires together:
+//  - NodeState (node/node_state.h): the resource Ledger and the WorkerPool under one mutex;
+//  - LeaseScheduler (node/leases.h): task lease requests, grants, spillback, lease ends;
+//  - ActorStarter (node/actor_start.h): StartActor;
+//  - BundleHandler (node/bundles.h): placement-group bundles (Prepare/Commit/ReleaseBundles);
+//  - ObjectStore (node/object_store.h): the shared-memory object store;
+//  - JobRunner (node/job_runner.h): processes of submitted jobs;
+//  - Heartbeat (node/heartbeat.h) and LeaseAudit (node/lease_audit.h), with their threads.
+// The Node itself registers with the head, reaps its workers, answers the worker RPCs
+// (RegisterWorker, KillWorker, GetWorkerExit), Info and Shutdown, and stops everything.
 //
 // THREADS (every thread is owned and joined: Stop() joins the reaper, the heartbeat and the
 // lease audit; the destructor joins the Shutdown RPC's Stop() thread and a heartbeat that gave up)
-//  - gRPC sync-server threads run the handlers. RequestLease and StartActor may block (on cv_)
-//    until a worker is available; everything they touch is guarded by mu_: the Ledger
-//    (node/ledger.h), the WorkerPool (node/worker_pool.h), pending leases, objects, the view.
+//  - gRPC sync-server threads run the handlers. RequestLease and StartActor may block (on
+//    NodeState::cv) until a worker is available; the ledger, the worker pool, pending leases and
+//    the cluster view are guarded by NodeState::mu; the object store has its own lock.
+//  - lane threads (common/lane.h) run the bundle calls from the head, under NodeState::mu.
 //  - heartbeat thread (Heartbeat, node/heartbeat.h): reports available resources and pending
 //    demands to the head every heartbeat_ms, receives the cluster view (used for spillback),
-//    stops long-idle workers; its hooks FillHeartbeat/ApplyHeartbeat take mu_.
+//    stops long-idle workers; its hooks FillHeartbeat/ApplyHeartbeat take NodeState::mu.
 //  - reaper thread: waitpid() on worker processes (asleep on their pidfds); a death releases the
-//    worker's resources and, for an actor, is reported to the head (by the reaper, never under mu_).
+//    worker's resources and, for an actor, is reported to the head (by the reaper, without the lock).
 //  - lease audit thread (LeaseAudit, node/lease_audit.h): twice a second, asks each worker whose
 //    lease was granted more than TORUS_LEASE_CHECK_MS (default 3000) ago and is not yet known to
-//    be in use whether its holder came (CoreWorker.CheckLease, outside mu_), and takes back leases
-//    whose grant never reached their holder; also lets queued requests that waited spill again.
-//
-// LEASES
-//  A lease ends when its holder returns it (ReturnLease), when the worker's task stream from the
-//  holder ends (the worker returns it: the holder finished, or died), when the worker dies, or
-//  when the audit finds it never used (the grant's reply was lost: the requester gave up, timed
-//  out or exited at that moment). A request that cannot run here spills to a node whose last
-//  reported view has room; a request already spilled here waits, but spills again once it has
-//  waited kRespillAfter and another node has room for it now.
+//    be in use whether its holder came (CoreWorker.CheckLease, without the lock), and takes back
+//    leases whose grant never reached their holder (LeaseScheduler::AuditDue/AuditAnswered).
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <list>
-#include <set>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
-#include "common/labels.h"
 #include "common/lane.h"
-#include "common/process.h"
+#include "common/one_shot_thread.h"
 #include "common/resources.h"
-#include "common/shm.h"
 #include "common/shm_owner.h"
-#include "node/arena.h"
-#include "node/job_runner.h"
-#include "node/heartbeat.h"
-#include "node/lease_audit.h"
-#include "node/ledger.h"
-#include "node/worker_pool.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
+#include "node/actor_start.h"
+#include "node/bundles.h"
+#include "node/heartbeat.h"
+#include "node/job_runner.h"
+#include "node/lease_audit.h"
+#include "node/leases.h"
+#include "node/node_state.h"
+#include "node/object_store.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -128,90 +123,26 @@ class Node final : public rpc::Node::Service {
                              rpc::PrepareBundlesReply*) override;
   grpc::Status ReleaseBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
                               rpc::PrepareBundlesReply*) override;
-  // Reserves (and with `commit`, commits) the request's bundles, all or none (require mu_);
-  // false with *error when they do not fit or a label selector does not match.
-  bool PrepareLocked(const rpc::BundlesRequest& req, std::string* error);
-  // Releases the request's bundles (all of the group's when it names none) and ends the work
-  // in them: the pids to SIGKILL once mu_ is released are added to *to_kill (require mu_).
-  void ReleaseLocked(const rpc::BundlesRequest& req, std::vector<pid_t>* to_kill);
-  // The lane's PrepareBundles (prepare) or ReleaseBundles: serialised request in, reply out.
-  grpc::Status LaneBundles(bool prepare, std::string_view in, std::string* out);
 
  private:
-  struct PendingLease {
-    rpc::LeaseRequest req;
-    ResourceMap res;
-    LabelSelectorTerms selector;
-    Hold hold;  // what was set aside for it (hold.held: resources taken)
-    bool done = false;
-    bool infeasible = false;
-    std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now();
-    rpc::LeaseReply reply;
-  };
-  struct StoredObject {
-    std::string object_id;
-    uint64_t size = 0;
-    uint64_t offset = 0;
-    std::string owner;
-  };
-
   // Reads the host's TPU identity (docs/tpu.md section 4) into labels and resources. No lock.
   Status DetectTpu(ResourceMap* total);
   // Cleans dead siblings' segments, takes this node's shm owner lock, and sizes the arena and
   // the "memory" resource against the other nodes of this host (node/arena.h, shm_owner.h).
   Status SizeArenaAndMemory(ResourceMap* total);
-  // All private helpers below require mu_ held unless said otherwise.
-  void TrySchedule();
-  // TrySchedule's steps. Where p's resources come from: false when it must wait, or (with
-  // *answered) when it has its answer (an error, or another node to go to).
-  bool HoldResourcesLocked(PendingLease& p, bool* answered);
-  // The worker pool key of a lease: its runtime key, chips and bundle environment.
-  std::string LeaseWorkerKey(const PendingLease& p) const;
-  // Grants p's lease on idle worker w.
-  void GrantLocked(PendingLease& p, Worker& w);
-  // Starts the workers the waiting leases need (`need`: key -> count); a start that fails
-  // answers every lease of that key with the error. True when some lease got its answer.
-  struct WorkerNeed {
-    int count = 0;
-    const PendingLease* example = nullptr;
-  };
-  bool StartNeededWorkersLocked(const std::map<std::string, WorkerNeed>& need);
-  // StartActor's steps: the worker of a new actor (an idle one of its key, else a fresh one,
-  // waited for up to 60 s), or null with reply's error set (its hold then given back).
-  Worker* ActorWorkerLocked(std::unique_lock<std::mutex>& lock, const rpc::StartActorRequest& req,
-                            const std::string& key, Hold& hold, rpc::StartActorReply* reply);
-  // Runs the actor's constructor on its worker (no lock), filling reply.
-  void RunConstructor(const rpc::StartActorRequest& req, const std::string& worker_id,
-                      const std::string& worker_address, rpc::StartActorReply* reply);
-  bool TrySpillback(PendingLease& p);
-  bool AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const;
-  // Takes a placement-group lease's resources from its bundle. False: must wait (or, with
-  // *error set, can never be served here).
-  bool TakeFromBundle(PendingLease& p, std::string* error);
-  // The one way a lease request gives back what it was given: its set-aside resources and
-  // chips, or once granted its lease (the worker idles again). Marks it done, with `why` as its
-  // reply's error unless ok. Require mu_.
-  void GiveBackLocked(PendingLease& p, const Status& why);
-  // Ends lease `lease_id` if a worker still holds it: its resources go back, the worker idles
-  // (or, with worker_dead, is killed). False when no worker holds it. Require mu_.
-  bool EndLeaseLocked(const std::string& lease_id, bool worker_dead);
-  // Undoes the grant of `p` after its requester went away: the worker idles again. Require mu_.
-  void UngrantLocked(PendingLease& p);
-  // The lease audit's hooks (no lock held; they take mu_): the leases to ask about, and what
-  // a worker said about one (REVOKED: the lease is taken back).
-  std::vector<LeaseAudit::Question> AuditDue(std::chrono::milliseconds check_age);
-  void AuditAnswered(const LeaseAudit::Question& q, rpc::CheckLeaseReply::Use use);
-  void HandleWorkerExit(pid_t pid, int status);
+  // Start's last steps: the lane and gRPC servers, and the registration with the head.
+  Status Serve() EXCLUDES(st_.mu);
+  void HandleWorkerExit(pid_t pid, int status) EXCLUDES(st_.mu);
+  // Waits (up to 1.5 s) until none of `pids` is left in the pool.
+  void WaitForExitsLocked(MutexLock& lock, const std::vector<pid_t>& pids) REQUIRES(st_.mu);
   // Logs why and stops the node, from the heartbeat thread.
   void GiveUp(const grpc::Status& last);
-  // The heartbeat's hooks (no lock held; they take mu_). FillHeartbeat also SIGTERMs idle
+  // The heartbeat's hooks (no lock held; they take the lock). FillHeartbeat also SIGTERMs idle
   // workers beyond the CPU count; false once the node is stopping.
-  bool FillHeartbeat(rpc::HeartbeatRequest* req);
-  void ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::HeartbeatReply& reply);
-  void ApplyViewDeltaLocked(const rpc::HeartbeatReply& reply);  // require mu_
-  void ReaperLoop();
-  Status RegisterWithHead();  // no lock
-  std::vector<rpc::PendingDemand> PendingDemands();
+  bool FillHeartbeat(rpc::HeartbeatRequest* req) EXCLUDES(st_.mu);
+  void ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::HeartbeatReply& reply) EXCLUDES(st_.mu);
+  void ReaperLoop() EXCLUDES(st_.mu);
+  Status RegisterWithHead() EXCLUDES(st_.mu);
 
   // constant after construction / Start()
   NodeConfig cfg_;
@@ -219,35 +150,25 @@ class Node final : public rpc::Node::Service {
   std::string shm_prefix_;
   ShmOwnerLock shm_lock_;  // held while this node's segments live
   std::string hostname_;
-  std::string arena_name_;
   std::vector<int> tpu_chip_ids_;  // physical ids of this host's chips
-  std::unique_ptr<Mapping> arena_;  // the object store; every process of the node maps it
   std::unique_ptr<LaneServer> lane_;  // bundle calls from the head (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<rpc::Head::Stub> head_;
   std::unique_ptr<JobRunner> job_runner_;  // processes of submitted jobs (docs/jobs.md)
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  // guarded by mu_
-  Ledger ledger_;
-  ChildExitWaiter reaper_waiter_;  // ReaperLoop sleeps here until a worker exits or starts
-  WorkerPool pool_{&reaper_waiter_};
-  std::unordered_map<std::string, std::string> worker_by_lease_;
-  std::list<std::shared_ptr<PendingLease>> pending_;
-  std::map<std::string, StoredObject> objects_;  // by key
-  std::unique_ptr<ArenaAllocator> arena_alloc_;
-  std::vector<rpc::NodeRecord> view_;            // other nodes, from the head
-  uint64_t view_version_ = 0;
+  // The parts (each header states its contract and threads).
+  NodeState st_;
+  ObjectStore objects_{cfg_.node_id};
+  LeaseScheduler leases_{st_, cfg_.node_id, cfg_.labels};
+  ActorStarter actors_{st_, cfg_.token};
+  BundleHandler bundles_{st_, leases_, cfg_.labels};
 
-  std::atomic<bool> stopping_{false};
   std::atomic<bool> gave_up_{false};
-  std::mutex stop_mu_;
-  bool stopped_ = false;
-  std::condition_variable stopped_cv_;
+  Mutex stop_mu_;
+  bool stopped_ GUARDED_BY(stop_mu_) = false;
+  CondVar stopped_cv_;
   std::thread reaper_thread_;
-  std::once_flag shutdown_once_;
-  std::thread shutdown_thread_;  // runs Stop() for the Shutdown RPC; joined by the destructor
+  OneShotThread shutdown_;  // runs Stop() for the Shutdown RPC; joined by the destructor
   // Declared last: destroyed (stopped and joined) first, before the state their hooks use.
   std::unique_ptr<LeaseAudit> lease_audit_;
   std::unique_ptr<Heartbeat> heartbeat_;

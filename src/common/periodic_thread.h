@@ -2,6 +2,8 @@
 // runs it again, until the tick says stop or Stop() is called. The wait is a condition-variable
 // wait that Stop() cuts short: an idle node does not nap-poll.
 //
+// Used by the node (heartbeat, lease audit) and the head (node monitor).
+//
 // THREADS: Start() and Stop() from any thread (Stop() is idempotent). The tick runs on the
 // owned thread with no lock of this class held. Stop() called from the tick itself (a node
 // giving up from its heartbeat) only marks the stop; the destructor joins the thread then.

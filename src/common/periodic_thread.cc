@@ -1,4 +1,4 @@
-#include "node/periodic_thread.h"
+#include "common/periodic_thread.h"
 
 #include <utility>
 

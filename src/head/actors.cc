@@ -1,0 +1,367 @@
+#include "head/actors.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+#include "common/rpc.h"
+
+namespace torus {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+void SetError(rpc::Error* e, StatusCode code, const std::string& msg) {
+  e->set_code(static_cast<int>(code));
+  e->set_message(msg);
+}
+}  // namespace
+
+void ActorDirectory::Create(const rpc::CreateActorRequest& req, rpc::CreateActorReply* reply) {
+  const std::string& id = req.creation().actor_id();
+  if (id.empty()) {
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, "actor id missing");
+    return;
+  }
+  if (auto s = ValidateResources(FromProto(req.resources()), "actor resources"); !s.ok()) {
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
+    return;
+  }
+  MutexLock lock(mu_);
+  if (actors_.count(id)) return;  // retried request
+  if (!req.name().empty()) {
+    auto key = std::make_pair(req.ray_namespace(), req.name());
+    auto it = named_.find(key);
+    if (it != named_.end() && actors_.count(it->second) && actors_[it->second].rec.state() != "DEAD") {
+      SetError(reply->mutable_error(), StatusCode::kAlreadyExists,
+               "an actor named '" + req.name() + "' already exists in namespace '" +
+                   req.ray_namespace() + "'");
+      return;
+    }
+    named_[key] = id;
+  }
+  std::map<std::string, std::string> sel;
+  for (const auto& t : req.label_selector()) sel[t.key()] = t.expr();
+  auto terms = ParseLabelSelector(sel);
+  if (!terms.ok()) {
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, terms.status().message());
+  }
+  if (!terms.ok() || !CheckGroupLocked(req, reply)) {
+    if (!req.name().empty()) named_.erase({req.ray_namespace(), req.name()});
+    return;
+  }
+  ActorEntry& a = actors_[id];
+  a.selector = *terms;
+  a.spec = req;
+  a.rec.set_actor_id(id);
+  a.rec.set_name(req.name());
+  a.rec.set_ray_namespace(req.ray_namespace());
+  a.rec.set_state("PENDING");
+  a.rec.set_max_restarts(req.max_restarts());
+  a.rec.set_class_name(req.creation().function());
+  a.rec.set_job_id(req.creation().job_id());
+  a.rec.set_detached(req.detached());
+  ScheduleLocked();
+}
+
+bool ActorDirectory::CheckGroupLocked(const rpc::CreateActorRequest& req, rpc::CreateActorReply* reply) {
+  if (req.placement_group_id().empty()) return true;
+  pgs_.AssertHeld();  // it shares mu_
+  const rpc::PlacementGroupRecord* pg = pgs_.Find(req.placement_group_id());
+  if (!pg || pg->state() == "REMOVED") {
+    SetError(reply->mutable_error(), StatusCode::kNotFound,
+             "placement group " + req.placement_group_id() + " does not exist (or was removed)");
+    return false;
+  }
+  if (req.bundle_index() >= pg->bundles_size()) {
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument,
+             "bundle index " + std::to_string(req.bundle_index()) + " out of range: the group has " +
+                 std::to_string(pg->bundles_size()) + " bundles");
+    return false;
+  }
+  return true;
+}
+
+void ActorDirectory::ScheduleLocked() {
+  for (auto& [id, a] : actors_) {
+    if (a.placing || (a.rec.state() != "PENDING" && a.rec.state() != "RESTARTING")) continue;
+    if (!a.spec.placement_group_id().empty()) {
+      PlaceInGroupLocked(id, a);
+    } else {
+      PlaceOnNodeLocked(id, a);
+    }
+  }
+}
+
+void ActorDirectory::PlaceInGroupLocked(const std::string& id, ActorEntry& a) {
+  // Inside a placement group: the bundle's node; the node checks the bundle's room.
+  ResourceMap res = FromProto(a.spec.resources());
+  pgs_.AssertHeld();  // it shares mu_
+  const rpc::PlacementGroupRecord* pg = pgs_.Find(a.spec.placement_group_id());
+  if (!pg || pg->state() == "REMOVED") {
+    a.rec.set_state("DEAD");
+    a.rec.set_death_cause("its placement group was removed");
+    cv_.NotifyAll();
+    return;
+  }
+  if (pg->state() != "CREATED") return;  // wait for the group
+  const rpc::Bundle* target = nullptr;
+  for (const auto& b : pg->bundles()) {
+    if (a.spec.bundle_index() >= 0 && b.index() != a.spec.bundle_index()) continue;
+    if (Fits(res, FromProto(b.resources()))) {
+      target = &b;
+      break;
+    }
+  }
+  if (!target) {
+    std::string reason = "asks " + ResourcesToString(res) + ", more than its bundle holds";
+    if (reason != a.pending_reason) {
+      TORUS_LOG(WARNING) << "actor " << id << " " << reason << "; it stays pending";
+      a.pending_reason = reason;
+    }
+    return;
+  }
+  PostPlacementLocked(id, a, target->node_id(), target->node_address());
+}
+
+void ActorDirectory::PlaceOnNodeLocked(const std::string& id, ActorEntry& a) {
+  ResourceMap res = FromProto(a.spec.resources());
+  ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
+  // Least-loaded feasible node, by free CPU.
+  const NamePool& names = nodes_.Names();
+  const std::string* best = nullptr;
+  double best_cpu = 0;
+  bool feasible = false;
+  for (const auto& [nid, n] : nodes_.Nodes()) {
+    if (!n.alive) continue;
+    if (!a.selector.empty() && !MatchesLabels(a.selector, LabelsOf(names, nid, n))) continue;
+    if (Fits(placement, ToResourceMap(names, n.total))) feasible = true;
+    auto avail = ToResourceMap(names, n.Available());
+    if (!Fits(placement, avail)) continue;
+    if (!best || avail["CPU"] > best_cpu) {
+      best = &nid;
+      best_cpu = avail["CPU"];
+    }
+  }
+  if (!best) {
+    std::string reason = feasible ? "waiting for resources " + ResourcesToString(placement)
+                                  : "infeasible: no node has " + ResourcesToString(placement);
+    if (reason != a.pending_reason) {
+      TORUS_LOG(INFO) << "actor " << id << " (" << a.rec.class_name() << ") " << reason;
+      a.pending_reason = reason;
+    }
+    return;
+  }
+  // Charge the view now so that a burst of creations spreads out.
+  nodes_.Charge(*best, placement);
+  PostPlacementLocked(id, a, *best, nodes_.NodeAddress(*best));
+}
+
+void ActorDirectory::PostPlacementLocked(const std::string& id, ActorEntry& a, const std::string& node_id,
+                                         const std::string& node_address) {
+  a.placing = true;
+  a.pending_reason.clear();
+  if (!work_.Post([this, id, node_id, node_address] { Place(id, node_id, node_address); })) {
+    a.placing = false;  // stopping
+  }
+}
+
+void ActorDirectory::Place(const std::string& actor_id, const std::string& node_id,
+                           const std::string& node_address) {
+  rpc::StartActorRequest req;
+  auto ctx = NewContext(token_);
+  {
+    MutexLock lock(mu_);
+    auto it = actors_.find(actor_id);
+    if (it == actors_.end() || stopping_) return;
+    placing_calls_.insert(ctx.get());  // Stop cancels it
+    const auto& spec = it->second.spec;
+    *req.mutable_creation() = spec.creation();
+    req.mutable_creation()->set_restarted(it->second.rec.num_restarts() > 0);
+    req.set_executable(spec.executable());
+    req.mutable_worker_command()->CopyFrom(spec.worker_command());
+    req.mutable_code_search_path()->CopyFrom(spec.code_search_path());
+    *req.mutable_resources() = spec.resources();
+    req.set_placement_group_id(spec.placement_group_id());
+    req.set_bundle_index(spec.bundle_index());
+    it->second.rec.set_node_id(node_id);
+  }
+  auto stub = rpc::Node::NewStub(GetChannel(node_address));
+  rpc::StartActorReply reply;
+  auto st = stub->StartActor(ctx.get(), req, &reply);
+  MutexLock lock(mu_);
+  placing_calls_.erase(ctx.get());
+  auto it = actors_.find(actor_id);
+  if (it == actors_.end()) return;
+  ActorEntry& a = it->second;
+  a.placing = false;
+  if (a.rec.state() == "DEAD") {  // killed while being placed
+    if (st.ok() && reply.ok()) {
+      a.rec.set_worker_id(reply.worker_id());
+      KillWorkerLocked(a.rec);
+    }
+    return;
+  }
+  if (!st.ok() || (reply.has_error() && reply.error().code() ==
+                                            static_cast<int>(StatusCode::kResourceExhausted))) {
+    // Node unreachable or its resources were taken meanwhile: try again later.
+    a.rec.set_node_id("");
+    cv_.NotifyAll();
+    return;
+  }
+  if (!reply.ok()) {
+    a.rec.set_state("DEAD");
+    a.rec.set_death_cause("the actor's constructor failed: " + reply.error().message());
+    TORUS_LOG(WARNING) << "actor " << actor_id << " " << a.rec.death_cause();
+    cv_.NotifyAll();
+    return;
+  }
+  a.rec.set_state("ALIVE");
+  a.rec.set_worker_id(reply.worker_id());
+  a.rec.set_address(reply.worker_address());
+  cv_.NotifyAll();
+}
+
+void ActorDirectory::KillWorkerLocked(const rpc::ActorRecord& rec) {
+  std::string addr = nodes_.NodeAddress(rec.node_id());
+  if (addr.empty() || rec.worker_id().empty()) return;
+  std::string wid = rec.worker_id();
+  std::string token = token_;
+  (void)work_.Post([addr, wid, token] {
+    auto stub = rpc::Node::NewStub(GetChannel(addr));
+    rpc::KillWorkerRequest req;
+    req.set_worker_id(wid);
+    req.set_force(true);
+    rpc::Empty e;
+    auto ctx = NewContext(token, 5000);
+    (void)stub->KillWorker(ctx.get(), req, &e);
+  });
+}
+
+void ActorDirectory::OnWorkerGoneLocked(ActorEntry& a, const std::string& cause, bool intentional) {
+  if (a.rec.state() == "DEAD") return;
+  int max = a.rec.max_restarts();
+  bool can_restart = !intentional && !a.no_restart && (max < 0 || a.rec.num_restarts() < max);
+  a.rec.set_address("");
+  a.rec.set_worker_id("");
+  if (can_restart) {
+    a.rec.set_state("RESTARTING");
+    a.rec.set_num_restarts(a.rec.num_restarts() + 1);
+    TORUS_LOG(INFO) << "actor " << a.rec.actor_id() << " restarting (" << a.rec.num_restarts()
+                    << "/" << (max < 0 ? std::string("inf") : std::to_string(max))
+                    << ") because " << cause;
+  } else {
+    a.rec.set_state("DEAD");
+    a.rec.set_death_cause(cause);
+  }
+  cv_.NotifyAll();
+}
+
+void ActorDirectory::WorkerDied(const rpc::ActorWorkerDiedRequest& req) {
+  MutexLock lock(mu_);
+  auto it = actors_.find(req.actor_id());
+  if (it == actors_.end()) return;
+  ActorEntry& a = it->second;
+  // Ignore a stale report about an earlier incarnation.
+  if (!req.worker_id().empty() && req.worker_id() != a.rec.worker_id()) return;
+  std::string cause = req.description();
+  if (a.no_restart) cause = "the actor was killed with ray::KillActor / handle.Kill()";
+  if (req.intentional() && cause.empty()) cause = "the actor called ray::ExitActor()";
+  OnWorkerGoneLocked(a, cause, req.intentional());
+  ScheduleLocked();
+}
+
+void ActorDirectory::Get(grpc::ServerContext* ctx, const rpc::GetActorRequest& req,
+                         rpc::GetActorReply* reply) {
+  MutexLock lock(mu_);
+  std::string id = req.actor_id();
+  if (id.empty()) {
+    auto it = named_.find({req.ray_namespace(), req.name()});
+    if (it == named_.end()) return;
+    id = it->second;
+  }
+  auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req.wait_alive_ms()));
+  while (true) {
+    auto it = actors_.find(id);
+    if (it == actors_.end()) return;
+    const auto& rec = it->second.rec;
+    bool settled = rec.state() == "DEAD" ||
+                   (rec.state() == "ALIVE" && rec.num_restarts() >= req.min_restarts());
+    if (settled || req.wait_alive_ms() <= 0 || Clock::now() >= deadline || stopping_ ||
+        ctx->IsCancelled()) {
+      if (!req.name().empty() && rec.state() == "DEAD") return;
+      reply->set_found(true);
+      *reply->mutable_actor() = rec;
+      return;
+    }
+    cv_.WaitUntil(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+  }
+}
+
+void ActorDirectory::Kill(const rpc::KillActorRequest& req) {
+  MutexLock lock(mu_);
+  auto it = actors_.find(req.actor_id());
+  if (it == actors_.end()) return;
+  ActorEntry& a = it->second;
+  if (req.no_restart()) a.no_restart = true;
+  if (a.rec.state() == "ALIVE") {
+    KillWorkerLocked(a.rec);
+  } else if (req.no_restart() && a.rec.state() != "DEAD") {
+    a.rec.set_state("DEAD");
+    a.rec.set_death_cause("the actor was killed before it started");
+    cv_.NotifyAll();
+  }
+}
+
+void ActorDirectory::Stop() {
+  MutexLock lock(mu_);
+  cv_.NotifyAll();
+  for (grpc::ClientContext* c : placing_calls_) c->TryCancel();
+}
+
+void ActorDirectory::OnNodeGoneLocked(const std::string& node_id, const std::string& cause, bool pending_too) {
+  for (auto& [id, a] : actors_) {
+    if (a.rec.node_id() == node_id &&
+        (a.rec.state() == "ALIVE" || (pending_too && a.rec.state() == "PENDING"))) {
+      OnWorkerGoneLocked(a, cause, false);
+    }
+  }
+}
+
+void ActorDirectory::FinishJobLocked(const std::string& job_id) {
+  // Non-detached actors die with the job that created them.
+  for (auto& [id, a] : actors_) {
+    if (a.rec.job_id() != job_id || a.rec.detached() || a.rec.state() == "DEAD") continue;
+    a.no_restart = true;
+    if (a.rec.state() == "ALIVE") KillWorkerLocked(a.rec);
+    a.rec.set_state("DEAD");
+    a.rec.set_death_cause("the job that created the actor finished");
+  }
+  cv_.NotifyAll();
+}
+
+void ActorDirectory::OnPgCreatedLocked() {
+  ScheduleLocked();
+  cv_.NotifyAll();
+}
+
+void ActorDirectory::OnPgRemovedLocked(const std::string& pg_id, const std::string& why) {
+  for (auto& [id, a] : actors_) {
+    if (a.spec.placement_group_id() != pg_id || a.rec.state() == "DEAD") continue;
+    a.no_restart = true;
+    a.rec.set_state("DEAD");
+    a.rec.set_death_cause("its placement group was removed (" + why + ")");
+  }
+  cv_.NotifyAll();
+}
+
+void ActorDirectory::OnPgSliceLostLocked(const std::string& pg_id) {
+  for (auto& [aid, a] : actors_) {
+    if (a.spec.placement_group_id() == pg_id && a.rec.state() == "ALIVE") KillWorkerLocked(a.rec);
+  }
+}
+
+void ActorDirectory::AppendTo(rpc::ListReply* reply) const {
+  for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
+}
+
+}  // namespace torus

@@ -1,0 +1,135 @@
+#include "node/actor_start.h"
+
+#include <signal.h>
+
+#include <chrono>
+
+#include "common/env_key.h"
+#include "common/rpc.h"
+
+namespace torus {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+void SetError(rpc::StartActorReply* reply, StatusCode code, const std::string& why) {
+  reply->mutable_error()->set_code(static_cast<int>(code));
+  reply->mutable_error()->set_message(why);
+}
+
+// The same key as the core worker's runtime_key for this command (core_worker.cc).
+std::string RuntimeKey(const rpc::StartActorRequest& req) {
+  std::string key;
+  if (req.worker_command_size()) {
+    key = "cmd:";
+    for (const auto& a : req.worker_command()) key += a + '\0';
+  } else {
+    key = req.code_search_path_size() ? "code:" : "exe:";
+    key += req.executable();
+    for (const auto& p : req.code_search_path()) key += ":" + p;
+  }
+  return key + EnvVarsKey(req.creation().env_vars());
+}
+}  // namespace
+
+void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply* reply) {
+  ResourceMap res = FromProto(req.resources());
+  if (auto s = ValidateResources(res, "actor resources"); !s.ok()) {
+    SetError(reply, StatusCode::kInvalidArgument, s.message());
+    return;
+  }
+  std::string key = RuntimeKey(req);
+  std::string worker_id, worker_address;
+  {
+    MutexLock lock(st_.mu);
+    Hold hold;
+    if (auto s = st_.ledger.TakeForActor(req.placement_group_id(), req.bundle_index(), res, &hold); !s.ok()) {
+      SetError(reply, s.code(), s.message());
+      return;
+    }
+    key = WorkerPool::ChipKey(key, hold.chips);
+    if (hold.bundle >= 0) key = st_.ledger.BundleEnvKey(key, hold.pg_id, hold.bundle);
+    Worker* w = WorkerLocked(lock, req, key, hold, reply);
+    if (!w) return;
+    w->state = WorkerState::kActor;
+    w->actor_id = req.creation().actor_id();
+    w->hold = std::move(hold);
+    worker_id = w->id;
+    worker_address = w->address;
+  }
+  RunConstructor(req, worker_id, worker_address, reply);
+}
+
+Worker* ActorStarter::WorkerLocked(MutexLock& lock, const rpc::StartActorRequest& req,
+                                   const std::string& key, Hold& hold, rpc::StartActorReply* reply) {
+  if (Worker* w = st_.pool.FindIdle(key)) return w;
+  // A worker started for this actor alone: task leases never take it meanwhile.
+  WorkerSpawn spawn;
+  spawn.exe = req.executable();
+  spawn.command.assign(req.worker_command().begin(), req.worker_command().end());
+  spawn.code_path.assign(req.code_search_path().begin(), req.code_search_path().end());
+  spawn.chips = hold.chips;
+  spawn.reserved_for = req.creation().actor_id();
+  if (hold.bundle >= 0) spawn.bundle = st_.ledger.FindBundle(hold.pg_id, hold.bundle);
+  spawn.env_vars = &req.creation().env_vars();
+  auto started = st_.pool.Start(key, spawn);
+  if (!started.ok()) return Fail(hold, reply, StatusCode::kInternal, started.status().message());
+  const std::string id = (*started)->id;
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (true) {
+    Worker* w = st_.pool.Find(id);  // the worker may exit (and leave the pool) while we wait
+    if (!w || w->pid <= 0) {
+      return Fail(hold, reply, StatusCode::kUnavailable,
+                  "the actor's worker process exited before it registered (see its log)");
+    }
+    if (w->state == WorkerState::kIdle) {
+      w->reserved_for.clear();
+      return w;
+    }
+    if (st_.stopping || !st_.cv.WaitUntil(lock, deadline)) {
+      return Fail(hold, reply, StatusCode::kUnavailable, "actor worker did not start within 60 s");
+    }
+  }
+}
+
+Worker* ActorStarter::Fail(Hold& hold, rpc::StartActorReply* reply, StatusCode code,
+                           const std::string& why) {
+  st_.ledger.Return(&hold);
+  SetError(reply, code, why);
+  return nullptr;
+}
+
+void ActorStarter::RunConstructor(const rpc::StartActorRequest& req, const std::string& worker_id,
+                                  const std::string& worker_address, rpc::StartActorReply* reply) {
+  auto stub = rpc::CoreWorker::NewStub(GetChannel(worker_address));
+  auto cctx = NewContext(token_);
+  auto stream = stub->PushTasks(cctx.get());
+  rpc::TaskBatch batch;
+  *batch.add_tasks() = req.creation();
+  rpc::ResultBatch results;
+  bool ok = stream->Write(batch) && stream->Read(&results);
+  stream->WritesDone();
+  auto st = stream->Finish();
+  reply->set_worker_id(worker_id);
+  reply->set_worker_address(worker_address);
+  if (!ok || results.results_size() != 1) {
+    SetError(reply, StatusCode::kWorkerDied,
+             "actor worker died while running the constructor" +
+                 (st.ok() ? std::string() : ": " + st.error_message()));
+    return;
+  }
+  const auto& r = results.results(0);
+  if (r.is_error()) {
+    *reply->mutable_error() = r.error();
+    MutexLock lock(st_.mu);
+    Worker* w = st_.pool.Find(worker_id);
+    if (w && w->pid > 0) {
+      w->kill_requested = true;
+      kill(w->pid, SIGKILL);
+    }
+    return;
+  }
+  reply->set_ok(true);
+}
+
+}  // namespace torus
