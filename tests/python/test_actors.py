@@ -157,8 +157,15 @@ def test_kill(torus_local):
     c = Counter.remote()
     assert torus.get(c.inc.remote()) == 1
     torus.kill(c)
-    with pytest.raises(exc.RayActorError):
-        torus.get(c.inc.remote(), timeout=60)
+
+    def dead():   # kill is asynchronous (as in Ray): calls fail once it has taken effect
+        try:
+            torus.get(c.inc.remote(), timeout=60)
+            return False
+        except exc.RayActorError:
+            return True
+
+    wait_until(dead, timeout=30, what="the killed actor to refuse calls")
     with pytest.raises(ValueError):
         torus.kill(plus_one.remote(1))
 

@@ -139,8 +139,10 @@ def test_strategies_across_nodes():
             nodes = torus.get([node.options(scheduling_strategy=S(pg, i)).remote()
                                for i in range(2)], timeout=120)
             assert len(set(nodes)) == 1, nodes
+            remove_placement_group(pg)   # its node (2 CPUs) would have no room for the next
             impossible = placement_group([{"CPU": 1}] * 4, strategy="STRICT_SPREAD")
             assert not impossible.wait(2)
+            remove_placement_group(impossible)
             r1 = torus.get(node.options(label_selector={"rack": "r1"}).remote(), timeout=60)
             assert [n["Labels"]["rack"] for n in torus.nodes() if n["NodeID"] == r1] == ["r1"]
             print("OK")
