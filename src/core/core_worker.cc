@@ -124,6 +124,7 @@ struct SchedulingQueue {
   std::deque<std::shared_ptr<TaskRecord>> tasks;
   std::vector<Conn*> leases;
   int lease_requests = 0;
+  int lease_spread = 0;  // placement-group work on any bundle: which fitting bundle to ask next
 };
 
 struct ActorQueue {
@@ -1039,12 +1040,36 @@ struct CoreWorker::ReadyScan {
   std::vector<ObjectEntry*> entries;
 };
 
+namespace {
+// A store view that holds a local reference to its object until it goes.
+class PinnedBuffer final : public internal::Buffer {
+ public:
+  PinnedBuffer(std::shared_ptr<internal::Buffer> view, std::string id)
+      : view_(std::move(view)), id_(std::move(id)) {}
+  ~PinnedBuffer() override {
+    if (internal::Runtime* rt = internal::GetRuntime()) {
+      try {
+        rt->RemoveLocalReference(id_);
+      } catch (const std::exception&) {  // a destructor must not throw
+      }
+    }
+  }
+  const char* data() const override { return view_->data(); }
+  size_t size() const override { return view_->size(); }
+
+ private:
+  std::shared_ptr<internal::Buffer> view_;
+  std::string id_;
+};
+}  // namespace
+
 std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector<std::string>& ids,
                                                                int timeout_ms) {
   auto deadline = timeout_ms < 0 ? Clock::time_point::max()
                                  : Clock::now() + std::chrono::milliseconds(timeout_ms);
   std::vector<std::shared_ptr<internal::Buffer>> out(ids.size());
   std::vector<std::pair<size_t, rpc::ObjectLocation>> to_map;
+  std::vector<size_t> local;  // values in this node's store, read in place
   // A worker blocked in Get tells its node (which may then start another worker); it is
   // unblocked when this goes, after mu_ is released.
   struct Blocked {
@@ -1068,11 +1093,22 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
       WaitAllReady(lock, scan, deadline, timeout_ms);
     }
     ReadValues(scan, &out, &to_map);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (scan.entries[i]->in_shm && scan.entries[i]->shm.node_id() == node_id_) local.push_back(i);
+    }
+  }
+  // A view of the store pins its object (one local reference) for as long as the view lives,
+  // so memory a reader still looks at is never freed and reused (zero-copy numpy arrays
+  // outlive their ObjectRef).
+  for (size_t i : local) {
+    AddLocalReference(ids[i]);
+    out[i] = std::make_shared<PinnedBuffer>(std::move(out[i]), ids[i]);
   }
   for (auto& [i, loc] : to_map) {
     auto b = Materialize(loc, ids[i]);
     if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
-    out[i] = *b;
+    AddLocalReference(ids[i]);
+    out[i] = std::make_shared<PinnedBuffer>(std::move(*b), ids[i]);
   }
   return out;
 }
@@ -1718,16 +1754,20 @@ void CoreWorker::PumpQueue(SchedulingQueue& q) {
 void CoreWorker::RequestLease(SchedulingQueue& q) {
   q.lease_requests++;
   rpc::LeaseRequest req = q.lease_template;
-  SpawnTracked([this, key = q.key, req, addr = opts_.node_address] { LeaseThread(key, req, addr); });
+  SpawnTracked([this, key = q.key, req, addr = opts_.node_address, spread = q.lease_spread++] {
+    LeaseThread(key, req, addr, spread);
+  });
 }
 
-void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address) {
+void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address,
+                             int spread) {
   rpc::LeaseReply reply;
   std::string error;
   if (!req.placement_group_id().empty()) {
     // Lease straight from the node of the bundle (waits while the group is not CREATED, e.g.
     // while a lost slice is re-granted).
-    auto node = BundleNode(req.placement_group_id(), req.bundle_index(), FromProto(req.resources()));
+    auto node = BundleNode(req.placement_group_id(), req.bundle_index(), FromProto(req.resources()),
+                           spread);
     if (!node.ok()) error = node.status().message();
     else node_address = *node;
   }
@@ -2273,7 +2313,7 @@ void CoreWorker::ResolveActor(const std::string& actor_id, int min_restarts) {
 }
 
 StatusOr<std::string> CoreWorker::BundleNode(const std::string& pg_id, int bundle_index,
-                                             const ResourceMap& res) {
+                                             const ResourceMap& res, int spread) {
   rpc::PlacementGroupRequest req;
   req.set_pg_id(pg_id);
   req.set_wait_created_ms(0);
@@ -2298,11 +2338,15 @@ StatusOr<std::string> CoreWorker::BundleNode(const std::string& pg_id, int bundl
       continue;
     }
     const rpc::Bundle* fallback = nullptr;
+    std::vector<const rpc::Bundle*> fitting;
     for (const auto& b : pg.bundles()) {
       if (bundle_index >= 0 && b.index() != bundle_index) continue;
       if (!fallback) fallback = &b;
-      if (Fits(res, FromProto(b.resources()))) return b.node_address();
+      if (Fits(res, FromProto(b.resources()))) fitting.push_back(&b);
     }
+    // Any bundle: successive lease requests go round the fitting bundles, so concurrent work
+    // spreads over the group's bundles (and a slice's hosts) instead of queueing at the first.
+    if (!fitting.empty()) return fitting[spread % fitting.size()]->node_address();
     // Asks more than the bundle holds: send it anyway; it stays pending there and is reported.
     return fallback->node_address();
   }

@@ -267,7 +267,7 @@ class CoreWorker final : public internal::Runtime,
   void PumpQueue(SchedulingQueue& q);
   int PipelineDepth(const std::string& function) const;
   void RequestLease(SchedulingQueue& q);
-  void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address);
+  void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address, int spread);
   // Asks *node_address for a worker, following spillbacks; "" once *reply grants one, else why
   // not. No lock.
   std::string RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_address,
@@ -300,7 +300,9 @@ class CoreWorker final : public internal::Runtime,
   // Requires mu_: a lease went idle or a connection broke.
   void WakeHousekeeping();
   // Node address of a bundle able to hold `res` (bundle_index -1: any). No lock; asks the head.
-  StatusOr<std::string> BundleNode(const std::string& pg_id, int bundle_index, const ResourceMap& res);
+  // `spread` picks among the fitting bundles when bundle_index is -1.
+  StatusOr<std::string> BundleNode(const std::string& pg_id, int bundle_index, const ResourceMap& res,
+                                   int spread = 0);
   std::unique_ptr<rpc::Node::Stub> NodeStub(const std::string& address);
 
   // constant after Create
