@@ -103,9 +103,6 @@ def _run_canonical(cluster, **env):
     assert len(sels) == 4 and all(s.get("ray.io/tpu-slice-name") == res[0]["pod"] for s in sels)
 
 
-@pytest.mark.xfail(reason="core: tasks with placement_group_bundle_index=-1 queue behind a busy "
-                          "bundle instead of taking the slice's free ones, so the 4 ranks run "
-                          "one after another (python/NEEDS_FROM_CORE.md B.14)", strict=False)
 def test_canonical_program(v6e_cluster):
     """The issue's program as written (any bundle): the 4 ranks must run at once."""
     _run_canonical(v6e_cluster, BARRIER_S=20)

@@ -51,9 +51,6 @@ def test_256_mib_array_zero_copy(torus_local):
     assert anon < SIZE, f"worker holds {anon / MiB:.0f} MiB of anonymous memory"
 
 
-@pytest.mark.xfail(reason="core bug: a Value (get's buffer) does not pin its store slot; once "
-                          "the last ObjectRef is gone the slot is reused under a live array "
-                          "(python/NEEDS_FROM_CORE.md B.13)", strict=False)
 def test_view_outlives_ref(torus_local):
     """The array keeps the store's memory alive after its ObjectRef is gone."""
     ref = torus.put(np.arange(1 << 20, dtype=np.int64))
