@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv-jax (CPU JAX from PyPI at a pinned version) for examples/jax_allreduce and prints
-# the venv's python. Idempotent: an existing venv with the pinned version is reused.
+# Installs CPU JAX from PyPI at a pinned version into a venv (created when missing; default
+# .venv-jax) for examples/jax_allreduce and examples/python, and prints the venv's python.
+# Idempotent: a venv that has the pinned version is left as it is.
 #   scripts/jax_venv.sh [VENV_DIR]      (default: <repo>/.venv-jax)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +21,7 @@ if [ -x "$venv/bin/python" ] &&
   echo "$venv/bin/python"
   exit 0
 fi
-rm -rf "$venv"
-$py -m venv "$venv" >&2
+[ -x "$venv/bin/python" ] || $py -m venv "$venv" >&2
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION" >&2
 "$venv/bin/python" -c "import jax; print('jax', jax.__version__, jax.devices())" >&2

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# The main job: builds Torus, starts a local simulated TPU cluster (`torus up` of a head and three v6e 4x4
-# slices: 12 node processes, each with the environment GKE gives a TPU host), submits a JAX program as a
-# gang job on one whole 4x4 slice (`torus job submit --slice 4x4 --accelerator v6e`: one process
-# per host, started by that host's node, joined by jax.distributed, one all-reduce over every
-# device of the slice), prints its result, then runs the plain Ray C++ example as an ordinary
-# job, and stops the cluster.
+# The main job: builds Torus and its Python package, starts a local simulated TPU cluster
+# (`torus up` of a head and three v6e 4x4 slices: 12 node processes, each with the environment GKE
+# gives a TPU host), then
+#  1. runs the Ray-on-TPU Python program unchanged (`python -m torus.ray`): it reserves one whole
+#     v6e 4x4 slice atomically (ray.util.tpu.slice_placement_group), runs one task per host in
+#     it, and those tasks join one JAX program (jax.distributed) that all-reduces over the 16
+#     devices of the slice;
+#  2. runs the same kind of all-reduce as a gang job (`torus job submit --slice 4x4`: one process
+#     per host of a whole slice);
+#  3. runs the plain Ray C++ example as an ordinary job;
+# and stops the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh release
-PY=$(scripts/jax_venv.sh)   # CPU JAX, pinned, in .venv-jax
+PY=$(scripts/python_env.sh .venv-py)   # pip install . (torus) into .venv-py, pinned deps
+scripts/jax_venv.sh .venv-py >/dev/null  # CPU JAX, pinned, into the same venv
 export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-main.XXXXXX)}"
 export TORUS_TPU_METADATA_URL=off   # no GCE metadata server here
 T=build/torus
@@ -22,10 +28,13 @@ cluster_down() { $T down >/dev/null 2>&1 || true; }
 trap cluster_down EXIT
 cluster_up
 $T list slices
-echo "== JAX all-reduce on a reserved v6e 4x4 slice (4 hosts x 2 CPU devices)"
+echo "== a Ray program on a reserved v6e 4x4 slice: python -m torus.ray examples/python/tpu_slice_allreduce.py"
+# ray.init() finds the cluster `torus up` started (the latest session on this machine).
+"$PY" -m torus.ray examples/python/tpu_slice_allreduce.py
+echo "== the same all-reduce as a gang job on a whole slice (4 hosts x 2 CPU devices)"
 $T job submit --slice 4x4 --accelerator v6e -- \
   env DEVICES_PER_PROCESS=2 "$PY" examples/jax_allreduce/allreduce.py
-echo "== slices after the job (the reservation is released)"
+echo "== slices after the jobs (the reservations are released)"
 $T list slices
 echo "== the Ray C++ example as a plain job"
 $T job submit -- build/example_basic

@@ -5,7 +5,8 @@
 # object and borrowing multi-process tests under ASan+UBSan, the task, object, borrowing and
 # actor multi-process tests under TSan (any TSan report fails the stage; docs/threads.md says
 # what is left out and why, scripts/tsan.supp what is ignored), and every multi-process test in
-# the release build.
+# the release build; then installs the Python package (`pip install .`, scripts/python_env.sh)
+# into .venv-py and runs the pytest suite (tests/python) against real clusters.
 # Every stage prints its duration when the suite ends (also on failure), and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,3 +72,7 @@ stage "task, object, borrowing and actor multi-process tests (TSan)" \
   -R '^(TaskTest|ObjectTest|BorrowTest|ActorTest)\.' --output-on-failure -j1 --timeout 600
 stage "unit and multi-process tests (release)" \
   ctest --test-dir build --output-on-failure -j1 --timeout 600
+# Python: `pip install .` into .venv-py (the CMake objects come from ccache: same flags as the
+# release build), then the pytest suite against real clusters.
+stage "python package (pip install . into .venv-py)" scripts/python_env.sh .venv-py
+stage "python tests (pytest)" .venv-py/bin/python -m pytest tests/python -q -x --timeout=600 -p no:cacheprovider
