@@ -219,6 +219,14 @@ def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1):
                     f"{fname} (pid={os.getpid()}):\n"
                     + "".join(traceback.format_exception(type(e), e, tb)))
             return text.encode("utf-8", "replace"), STATUS_ERROR, []
+        if name.startswith(("py:", "xlang:")):
+            # A C++ caller cannot unpickle an exception: its text becomes the C++ task error.
+            tb = e.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+                tb = tb.tb_next
+            text = f"{fname} raised (pid={os.getpid()}):\n" + "".join(
+                traceback.format_exception(type(e), e, tb))
+            return text.encode("utf-8", "replace"), STATUS_ERROR, []
         return _encode_error(e, fname, actor, actor_id)
     finally:
         _tls.actor_id = prev_actor

@@ -28,6 +28,7 @@ ALIASES = {
     "ray.runtime_env": "torus._ray_compat.runtime_env",
     "ray.cloudpickle": "cloudpickle",
     "ray.cross_language": "torus.cross_language",
+    "ray.job_config": "torus.job_config",
 }
 
 

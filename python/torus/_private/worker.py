@@ -107,9 +107,11 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
     """
     global _namespace, _job_env
     for k in kwargs:
+        if k == "job_config":
+            continue  # used below
         if k.startswith("_") or k in ("include_dashboard", "dashboard_host", "dashboard_port",
                                       "configure_logging", "logging_level", "logging_format",
-                                      "logging_config", "job_config", "_system_config"):
+                                      "logging_config", "_system_config"):
             continue  # observability knobs: nothing to configure here
         raise TypeError(f"init() got an unexpected keyword argument '{k}'")
     if local_mode:
@@ -152,6 +154,12 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
                                          object_store_memory)):
             raise ValueError("When connecting to an existing cluster, num_cpus, num_gpus, "
                              "resources, labels and object_store_memory must not be provided.")
+        job_config = kwargs.get("job_config")
+        if job_config is not None:
+            if runtime_env is None and job_config.runtime_env:
+                runtime_env = job_config.runtime_env
+            if namespace is None and job_config.ray_namespace:
+                namespace = job_config.ray_namespace
         env_vars = _runtime_env_vars(runtime_env, "torus.init")
         cmd = worker_command()
         # Workers submit nested tasks with the worker command they find in this variable
@@ -160,7 +168,9 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
         core_env["TORUS_PYTHON_WORKER_COMMAND"] = json.dumps(cmd)
         try:
             core().init(address, namespace or "", core_env, cmd,
-                        _temp_dir or "", head_args, False)
+                        _temp_dir or "", head_args,
+                        bool(job_config and job_config.default_actor_lifetime == "detached"),
+                        list(job_config.code_search_path) if job_config else [])
         except Exception as e:
             mapped = map_core_error(e)
             if address and isinstance(mapped, exc.RaySystemError):
