@@ -42,6 +42,9 @@ Head::Head(HeadConfig cfg)
 Head::~Head() {
   Stop();
   shutdown_.Join();
+  // Destroying the server joins its RPC threads, so no handler still reads a part (actor
+  // directory, placement groups) that the member destructors below tear down.
+  server_.reset();
 }
 
 Status Head::Start() {

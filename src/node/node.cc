@@ -68,6 +68,9 @@ Node::~Node() {
   // Stop() run by the heartbeat thread itself (giving up) could not join that thread.
   heartbeat_.reset();
   shutdown_.Join();
+  // Destroying the server joins its RPC threads, so no handler still reads a part (object
+  // store, leases) that the member destructors below tear down.
+  server_.reset();
 }
 
 Status Node::DetectTpu(ResourceMap* total) {
