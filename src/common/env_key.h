@@ -22,4 +22,17 @@ std::string EnvVarsKey(const Map& env_vars) {
   return key;
 }
 
+// The pool key of workers started as exactly `argv` (Python workers: interpreter and
+// bootstrap): "cmd:" and each argument NUL-terminated. The core worker names its leases with it
+// and the node keys the workers it starts for actors with it, so both must use this one rule.
+template <class Args>
+std::string CommandKey(const Args& argv) {
+  std::string key = "cmd:";
+  for (const auto& a : argv) {
+    key += a;
+    key += '\0';
+  }
+  return key;
+}
+
 }  // namespace torus

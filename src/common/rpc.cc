@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "common/thread_annotations.h"
+#include "proto/torus.pb.h"
 
 namespace torus {
 
@@ -207,6 +208,31 @@ std::string WhyCannotListen(const std::string& host, int port) {
   freeaddrinfo(res);
   for (char& c : why) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
   return why;
+}
+
+std::string ValidUtf8(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size() && !(n == 2 && c < 0xC2);
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out.push_back('?');
+      i += 1;
+    }
+  }
+  return out;
+}
+
+void SetError(rpc::Error* e, StatusCode code, const std::string& msg) {
+  e->set_code(static_cast<int>(code));
+  e->set_message(ValidUtf8(msg));
 }
 
 }  // namespace torus

@@ -1,5 +1,5 @@
 // gRPC plumbing shared by every process: the cluster token on every call, channel creation,
-// and Status <-> grpc::Status conversion.
+// Status <-> grpc::Status conversion, and a Status as the wire's Error.
 //
 // Token rule: every server handler starts with `if (auto s = CheckToken(ctx, token_); !s.ok())
 // return s;` and every client call is made with a context from NewContext(token).
@@ -15,6 +15,9 @@
 #include "common/status.h"
 
 namespace torus {
+namespace rpc {
+class Error;
+}  // namespace rpc
 
 inline constexpr const char* kTokenMetadataKey = "torus-token";
 
@@ -78,6 +81,13 @@ grpc::Status Unary(const std::string& address, const std::string& token, int64_t
 
 Status FromGrpc(const grpc::Status& s, const std::string& what);
 grpc::Status ToGrpc(const Status& s);
+
+// Fills a wire Error. The text is made valid UTF-8 (each byte outside a well-formed sequence
+// becomes '?'): it may come from user code (an exception's what()), and a proto string field
+// that is not UTF-8 makes the whole message fail to parse at the receiver.
+void SetError(rpc::Error* e, StatusCode code, const std::string& msg);
+inline void SetError(rpc::Error* e, const Status& s) { SetError(e, s.code(), s.message()); }
+std::string ValidUtf8(const std::string& s);
 
 // Starts a server on `bind_host:port` (port 0 = pick one); returns the bound port in *port.
 // The port is never shared: SO_REUSEPORT is off (gRPC turns it on by default, which let a second

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/rpc.h"
 #include "core/reference_counter.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/serializer.h"
@@ -26,33 +27,9 @@ std::string Demangle(const char* name) {
   return out;
 }
 
-// `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by '?': error
-// text comes from user code (an exception's what()), and a proto string field must be UTF-8 or
-// the result batch fails to parse at the submitter, which then sees the worker as dead.
-std::string ValidUtf8(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = n > 0 && i + n <= s.size() && !(n == 2 && c < 0xC2);
-    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
-    if (ok) {
-      out.append(s, i, n);
-      i += n;
-    } else {
-      out.push_back('?');
-      i += 1;
-    }
-  }
-  return out;
-}
-
 void Fail(rpc::TaskResult* result, StatusCode code, const std::string& msg) {
   result->set_is_error(true);
-  result->mutable_error()->set_code(static_cast<int>(code));
-  result->mutable_error()->set_message(ValidUtf8(msg));
+  SetError(result->mutable_error(), code, msg);
 }
 
 // The results of one inbound stream, written back in batches by a writer thread (threaded

@@ -9,11 +9,6 @@ namespace torus {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-
-void SetError(rpc::Error* e, StatusCode code, const std::string& msg) {
-  e->set_code(static_cast<int>(code));
-  e->set_message(msg);
-}
 }  // namespace
 
 void ActorDirectory::Create(const rpc::CreateActorRequest& req, rpc::CreateActorReply* reply) {

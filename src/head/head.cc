@@ -17,11 +17,6 @@ namespace torus {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-void SetError(rpc::Error* e, StatusCode code, const std::string& msg) {
-  e->set_code(static_cast<int>(code));
-  e->set_message(msg);
-}
-
 // What a node registers must hold to the rules `torus start` applies, so that a hand-made
 // RegisterNode cannot inject negative or absurd capacities.
 Status ValidateNodeRecord(const rpc::NodeRecord& n) {

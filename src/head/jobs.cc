@@ -29,10 +29,6 @@ bool Terminal(const std::string& state) {
   return state == "SUCCEEDED" || state == "FAILED" || state == "STOPPED";
 }
 
-void SetError(rpc::Error* e, const Status& s) {
-  e->set_code(static_cast<int>(s.code()));
-  e->set_message(s.message());
-}
 
 std::string HostOf(const std::string& address) {
   auto colon = address.rfind(':');

@@ -5,6 +5,7 @@
 
 #include "common/ids.h"
 #include "common/logging.h"
+#include "common/rpc.h"
 #include "common/resources.h"
 #include "tpu/gang_env.h"
 #include "tpu/topology.h"
@@ -13,10 +14,6 @@ namespace torus {
 
 namespace {
 
-void SetError(rpc::Error* e, StatusCode code, const std::string& msg) {
-  e->set_code(static_cast<int>(code));
-  e->set_message(msg);
-}
 
 bool SameSelector(const rpc::Bundle& a, const rpc::Bundle& b) {
   if (a.label_selector_size() != b.label_selector_size()) return false;

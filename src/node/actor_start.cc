@@ -12,17 +12,11 @@ namespace torus {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-void SetError(rpc::StartActorReply* reply, StatusCode code, const std::string& why) {
-  reply->mutable_error()->set_code(static_cast<int>(code));
-  reply->mutable_error()->set_message(why);
-}
-
 // The same key as the core worker's runtime_key for this command (core_worker.cc).
 std::string RuntimeKey(const rpc::StartActorRequest& req) {
   std::string key;
   if (req.worker_command_size()) {
-    key = "cmd:";
-    for (const auto& a : req.worker_command()) key += a + '\0';
+    key = CommandKey(req.worker_command());
   } else {
     key = req.code_search_path_size() ? "code:" : "exe:";
     key += req.executable();
@@ -35,7 +29,7 @@ std::string RuntimeKey(const rpc::StartActorRequest& req) {
 void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply* reply) {
   ResourceMap res = FromProto(req.resources());
   if (auto s = ValidateResources(res, "actor resources"); !s.ok()) {
-    SetError(reply, StatusCode::kInvalidArgument, s.message());
+    SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
     return;
   }
   std::string key = RuntimeKey(req);
@@ -44,7 +38,7 @@ void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply
     MutexLock lock(st_.mu);
     Hold hold;
     if (auto s = st_.ledger.TakeForActor(req.placement_group_id(), req.bundle_index(), res, &hold); !s.ok()) {
-      SetError(reply, s.code(), s.message());
+      SetError(reply->mutable_error(), s.code(), s.message());
       return;
     }
     key = WorkerPool::ChipKey(key, hold.chips);
@@ -95,7 +89,7 @@ Worker* ActorStarter::WorkerLocked(MutexLock& lock, const rpc::StartActorRequest
 Worker* ActorStarter::Fail(Hold& hold, rpc::StartActorReply* reply, StatusCode code,
                            const std::string& why) {
   st_.ledger.Return(&hold);
-  SetError(reply, code, why);
+  SetError(reply->mutable_error(), code, why);
   return nullptr;
 }
 
@@ -113,7 +107,7 @@ void ActorStarter::RunConstructor(const rpc::StartActorRequest& req, const std::
   reply->set_worker_id(worker_id);
   reply->set_worker_address(worker_address);
   if (!ok || results.results_size() != 1) {
-    SetError(reply, StatusCode::kWorkerDied,
+    SetError(reply->mutable_error(), StatusCode::kWorkerDied,
              "actor worker died while running the constructor" +
                  (st.ok() ? std::string() : ": " + st.error_message()));
     return;

@@ -58,10 +58,6 @@ StatusOr<std::string> ResolveProgram(const std::string& prog, const std::string&
   return NotFound("command '" + prog + "' not found in PATH");
 }
 
-void SetError(rpc::Error* e, const Status& s) {
-  e->set_code(static_cast<int>(s.code()));
-  e->set_message(s.message());
-}
 }  // namespace
 
 JobRunner::JobRunner(JobRunnerConfig cfg) : cfg_(std::move(cfg)) {

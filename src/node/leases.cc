@@ -8,6 +8,7 @@
 
 #include "common/ids.h"
 #include "common/logging.h"
+#include "common/rpc.h"
 
 namespace torus {
 
@@ -19,10 +20,6 @@ constexpr auto kRespillAfter = std::chrono::milliseconds(1000);
 
 std::string Key(const rpc::LeaseRequest& r) { return r.runtime_key(); }
 
-void SetError(rpc::LeaseReply* reply, const Status& s) {
-  reply->mutable_error()->set_code(static_cast<int>(s.code()));
-  reply->mutable_error()->set_message(s.message());
-}
 }  // namespace
 
 grpc::Status LeaseScheduler::Request(grpc::ServerContext* ctx, const rpc::LeaseRequest& req,
@@ -31,7 +28,7 @@ grpc::Status LeaseScheduler::Request(grpc::ServerContext* ctx, const rpc::LeaseR
   p->req = req;
   p->res = FromProto(req.resources());
   if (auto s = ValidateResources(p->res, "lease request resources"); !s.ok()) {
-    SetError(reply, InvalidArgument(s.message()));
+    SetError(reply->mutable_error(), InvalidArgument(s.message()));
     return grpc::Status::OK;
   }
   if (req.label_selector_size() > 0) {
@@ -39,7 +36,7 @@ grpc::Status LeaseScheduler::Request(grpc::ServerContext* ctx, const rpc::LeaseR
     for (const auto& t : req.label_selector()) sel[t.key()] = t.expr();
     auto terms = ParseLabelSelector(sel);
     if (!terms.ok()) {
-      SetError(reply, InvalidArgument(terms.status().message()));
+      SetError(reply->mutable_error(), InvalidArgument(terms.status().message()));
       return grpc::Status::OK;
     }
     p->selector = *terms;
@@ -298,7 +295,7 @@ void LeaseScheduler::GiveBackLocked(PendingLease& p, const Status& why) {
     st_.ledger.Return(&p.hold);
   }
   p.done = true;
-  if (!why.ok()) SetError(&p.reply, why);
+  if (!why.ok()) SetError(p.reply.mutable_error(), why);
 }
 
 void LeaseScheduler::FailGroupLocked(const std::string& pg_id) {
