@@ -166,13 +166,10 @@ std::string ResolveAddress(const Args& a, bool* from_session) {
   std::string addr = a.Get("address");
   if (addr.empty()) addr = AddressFromEnv();
   if (addr.empty()) {
-    auto latest = FindLatestSession();
+    auto latest = LatestHeadAddress();
     if (!latest.ok()) Die(latest.status().message());
-    if (!latest->empty()) {
-      auto r = ReadFile(*latest + "/head_address");
-      if (r.ok()) addr = *r;
-      if (from_session) *from_session = r.ok();
-    }
+    addr = *latest;
+    if (from_session) *from_session = !addr.empty();
   }
   while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
   return addr;

@@ -186,4 +186,18 @@ std::string AddressFromEnv() {
   return "";
 }
 
+std::string SessionHeadAddress(const std::string& session_dir) {
+  auto r = ReadFile(session_dir + "/head_address");
+  if (!r.ok()) return "";
+  std::string a = *r;
+  while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
+  return a;
+}
+
+StatusOr<std::string> LatestHeadAddress() {
+  auto latest = FindLatestSession();
+  if (!latest.ok()) return latest.status();
+  return latest->empty() ? std::string() : SessionHeadAddress(*latest);
+}
+
 }  // namespace torus

@@ -26,6 +26,12 @@ Status MakeLatestSession(const std::string& dir);
 StatusOr<std::string> FindLatestSession();
 // FindLatestSession, with "" for an unsafe root or link too.
 std::string LatestSession();
+// The head address a session records once its head listens (<session>/head_address, trimmed);
+// "" when it has none (yet).
+std::string SessionHeadAddress(const std::string& session_dir);
+// The latest session's head address: "" when there is no session or it records none; an
+// error as FindLatestSession's.
+StatusOr<std::string> LatestHeadAddress();
 // Token for talking to a cluster: $TORUS_TOKEN, else the token file of `session_dir`
 // (or of the latest session when empty). Error says where it looked. A token shorter than
 // kMinTokenLength (an empty token file, say) is refused like a missing one, naming its source.

@@ -345,8 +345,7 @@ StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Create(CoreWorkerOptions opts)
 
 void CoreWorker::SetUpExecution() {
   python_command_ = PythonWorkerCommand(opts_.python_worker_command);
-  python_runtime_key_ = "cmd:";
-  for (const auto& a : python_command_) python_runtime_key_ += a + '\0';
+  python_runtime_key_ = CommandKey(python_command_);
   if (!opts_.is_driver) {
     std::unique_ptr<Executor> executor;
     if (opts_.make_executor) executor = opts_.make_executor();
@@ -831,8 +830,7 @@ void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
 void CoreWorker::FailObject(const std::string& id, StatusCode code, const std::string& msg) {
   rpc::TaskResult r;
   r.set_is_error(true);
-  r.mutable_error()->set_code(static_cast<int>(code));
-  r.mutable_error()->set_message(msg);
+  SetError(r.mutable_error(), code, msg);
   StoreResult(id, r);
 }
 
@@ -881,9 +879,9 @@ void CoreWorker::FetchFromOwner(const std::string& id) {
   rpc::TaskResult r;
   if (!st.ok()) {
     r.set_is_error(true);
-    r.mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
-    r.mutable_error()->set_message("the owner of object " + id + " is unreachable (" +
-                                   st.error_message() + "); the object is lost");
+    SetError(r.mutable_error(), StatusCode::kUnavailable,
+             "the owner of object " + id + " is unreachable (" + st.error_message() +
+                 "); the object is lost");
   } else if (reply.is_error()) {
     r.set_is_error(true);
     *r.mutable_error() = reply.error();
@@ -1230,9 +1228,8 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
     if (it == refs_.objects().end() || !it->second.owned) {
       reply->set_ready(true);
       reply->set_is_error(true);
-      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kUnavailable));
-      reply->mutable_error()->set_message("object " + req->object_id() +
-                                          " is unknown to its owner (already freed)");
+      SetError(reply->mutable_error(), StatusCode::kUnavailable,
+               "object " + req->object_id() + " is unknown to its owner (already freed)");
       return grpc::Status::OK;
     }
     bool is_error = false;
@@ -1888,11 +1885,7 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
     }
     if (t->retry_exceptions && !r.is_error() && t->spec.attempt() < t->max_retries &&
         IsExceptionValue(r.value())) {
-      auto again = std::make_shared<TaskRecord>(*t);  // the writer may still read the sent spec
-      again->spec.set_attempt(again->spec.attempt() + 1);
-      again->conn = nullptr;
-      SetTaskState(again->spec, "PENDING");
-      Enqueue(again);
+      Resubmit(*t);
       continue;
     }
     ReleaseTaskPins(*t);
@@ -2040,6 +2033,15 @@ void CoreWorker::RetryLostTasks(const std::vector<std::shared_ptr<TaskRecord>>& 
   cv_.notify_all();
 }
 
+void CoreWorker::Resubmit(const TaskRecord& t) {
+  // A fresh record: the old connection's writer may still be reading the sent spec.
+  auto again = std::make_shared<TaskRecord>(t);
+  again->spec.set_attempt(again->spec.attempt() + 1);
+  again->conn = nullptr;
+  SetTaskState(again->spec, "PENDING");
+  Enqueue(std::move(again));
+}
+
 void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*,
                              StatusCode code) {
   if (t->cancelled) {
@@ -2047,14 +2049,9 @@ void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& w
     return;
   }
   if (t->spec.attempt() < t->max_retries) {
-    // A fresh record: the broken connection's writer may still be reading the sent spec.
-    t = std::make_shared<TaskRecord>(*t);
-    t->spec.set_attempt(t->spec.attempt() + 1);
     TORUS_LOG(INFO) << "retrying task " << t->spec.function() << " (attempt "
-                    << t->spec.attempt() + 1 << " of " << t->max_retries + 1 << ") because " << why;
-    t->conn = nullptr;
-    SetTaskState(t->spec, "PENDING");
-    Enqueue(t);
+                    << t->spec.attempt() + 2 << " of " << t->max_retries + 1 << ") because " << why;
+    Resubmit(*t);
     return;
   }
   if (code == StatusCode::kSliceLost) {

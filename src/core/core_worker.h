@@ -286,6 +286,8 @@ class CoreWorker final : public internal::Runtime,
   void PumpActor(ActorQueue& a);
   void ResolveActor(const std::string& actor_id, int min_restarts);
   void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
+  // Queues another attempt of `t` (its pins go with it). Requires mu_.
+  void Resubmit(const TaskRecord& t);
   static std::string CancelMessage(const TaskRecord& t);
   // Sets the job's settings in `spec`: the default actor lifetime and, with_env, env_vars (the
   // parent's, i.e. the job's in a driver or the running task's/actor's in a worker, with

@@ -9,7 +9,6 @@
 
 #include "common/ids.h"
 #include "common/logging.h"
-#include "common/process.h"
 #include "common/rpc.h"
 #include "common/session.h"
 #include "core/core_worker.h"
@@ -53,37 +52,26 @@ void ShutdownAtExit() { ShutdownDriver(); }
 
 // "auto": the head of the latest session on this machine.
 std::string AutoAddress() {
-  auto latest = FindLatestSession();
-  if (!latest.ok() || latest->empty()) {
+  auto addr = LatestHeadAddress();
+  if (!addr.ok() || addr->empty()) {
     throw internal::RayException(
         "address=\"auto\": no running Torus cluster found on this machine (" +
-        (latest.ok() ? "no session under " + SessionRoot() : latest.status().message()) +
+        (addr.ok() ? "no session with a head under " + SessionRoot() : addr.status().message()) +
         "); start one with `torus start --head` or leave the address empty for a private cluster");
   }
-  auto addr = ReadFile(*latest + "/head_address");
-  if (!addr.ok()) {
-    throw internal::RayException("address=\"auto\": the latest session " + *latest +
-                                 " has no head address: " + addr.status().message());
-  }
-  std::string a = *addr;
-  while (!a.empty() && (a.back() == '\n' || a.back() == ' ')) a.pop_back();
-  return a;
+  return *addr;
 }
 
 // The latest session's head when it answers with its token, else "".
 std::string RunningAddress() {
-  std::string address;
-  try {
-    address = AutoAddress();
-  } catch (const internal::RayException&) {
-    return "";
-  }
+  auto address = LatestHeadAddress();
+  if (!address.ok() || address->empty()) return "";
   auto tok = FindToken();
   if (!tok.ok()) return "";
-  auto stub = rpc::Head::NewStub(GetChannel(address));
+  auto stub = rpc::Head::NewStub(GetChannel(*address));
   rpc::ListReply reply;
   auto ctx = NewContext(*tok, 2000);
-  return stub->List(ctx.get(), rpc::Empty(), &reply).ok() ? address : "";
+  return stub->List(ctx.get(), rpc::Empty(), &reply).ok() ? *address : "";
 }
 
 // The address of a live node of the cluster at `address` on this host (or any live node).

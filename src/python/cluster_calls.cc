@@ -17,7 +17,9 @@ namespace nb = nanobind;
 namespace torus::python {
 namespace {
 
-nb::dict ToDict(const std::unordered_map<std::string, double>& m) {
+// A map of strings to numbers or strings (std or protobuf) as a dict.
+template <class Map>
+nb::dict ToDict(const Map& m) {
   nb::dict d;
   for (const auto& [k, v] : m) d[k.c_str()] = v;
   return d;
@@ -33,11 +35,7 @@ nb::dict SpecToDict(const internal::PlacementGroupSpec& s) {
   for (const auto& b : s.bundles) bundles.append(ToDict(b));
   d["bundles"] = bundles;
   nb::list selectors;
-  for (const auto& sel : s.bundle_selectors) {
-    nb::dict sd;
-    for (const auto& [k, v] : sel) sd[k.c_str()] = v;
-    selectors.append(sd);
-  }
+  for (const auto& sel : s.bundle_selectors) selectors.append(ToDict(sel));
   d["bundle_selectors"] = selectors;
   d["slice_topology"] = s.slice_topology;
   d["slice_version"] = s.slice_version;
@@ -53,25 +51,8 @@ nb::dict PgToDict(const internal::PlacementGroupInfo& info) {
   d["found"] = info.found;
   d["id"] = info.id;
   d["state"] = info.state;
-  d["name"] = info.spec.name;
-  d["namespace"] = info.spec.ray_namespace;
-  d["strategy"] = info.spec.strategy;
-  d["detached"] = info.spec.detached;
-  nb::list bundles;
-  for (const auto& b : info.spec.bundles) bundles.append(ToDict(b));
-  d["bundles"] = bundles;
-  nb::list selectors;
-  for (const auto& s : info.spec.bundle_selectors) {
-    nb::dict sd;
-    for (const auto& [k, v] : s) sd[k.c_str()] = v;
-    selectors.append(sd);
-  }
-  d["bundle_label_selector"] = selectors;
   d["bundle_nodes"] = info.bundle_nodes;
   d["slice_names"] = info.slice_names;
-  d["slice_topology"] = info.spec.slice_topology;
-  d["slice_version"] = info.spec.slice_version;
-  d["num_slices"] = info.spec.num_slices;
   d["epoch"] = info.epoch;
   d["pending_reason"] = info.pending_reason;
   return d;
@@ -149,13 +130,9 @@ nb::list Nodes() {
     d["address"] = n.address();
     d["hostname"] = n.hostname();
     d["alive"] = n.alive();
-    nb::dict total, avail, labels;
-    for (const auto& [k, v] : n.total().amounts()) total[k.c_str()] = v;
-    for (const auto& [k, v] : n.available().amounts()) avail[k.c_str()] = v;
-    for (const auto& [k, v] : n.labels()) labels[k.c_str()] = v;
-    d["total"] = total;
-    d["available"] = avail;
-    d["labels"] = labels;
+    d["total"] = ToDict(n.total().amounts());
+    d["available"] = ToDict(n.available().amounts());
+    d["labels"] = ToDict(n.labels());
     d["pid"] = n.pid();
     d["start_time_ms"] = n.start_time_ms();
     out.append(d);

@@ -8,6 +8,7 @@
 #include "python/value.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/serializer.h"
+#include "torus/api/xlang.h"
 
 namespace nb = nanobind;
 
@@ -27,10 +28,10 @@ struct CurrentTask {
 const rpc::TaskSpec* CurrentTaskSpec() { return t_current; }
 const rpc::TaskSpec* ActorCreationSpec() { return g_creation.load(std::memory_order_acquire); }
 
-// Called by C++ code (include/torus/api/xlang.h): functions and classes by "py:module:name",
-// methods of such actors by "xlang:method".
+// Called by C++ code: its names carry the prefixes of include/torus/api/xlang.h.
 bool IsCrossLanguage(const std::string& name) {
-  return name.rfind("py:", 0) == 0 || name.rfind("xlang:", 0) == 0;
+  return name.rfind(internal::kXlangFunctionPrefix, 0) == 0 ||
+         name.rfind(internal::kXlangMethodPrefix, 0) == 0;
 }
 
 PyExecutor::PyExecutor(nb::object execute) : execute_(execute.release().ptr()) {}

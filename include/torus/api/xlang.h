@@ -41,11 +41,14 @@ struct PyActorMethod {
 
 namespace internal {
 
-// Wire names of Python code called from C++ (docs/python.md "Cross-language").
+// Wire names of Python code called from C++ (docs/python.md): functions and classes
+// "py:<module>:<name>", methods of such actors "xlang:<method>".
+inline constexpr const char kXlangFunctionPrefix[] = "py:";
+inline constexpr const char kXlangMethodPrefix[] = "xlang:";
 inline std::string XlangName(const std::string& module, const std::string& name) {
-  return "py:" + module + ":" + name;
+  return kXlangFunctionPrefix + module + ":" + name;
 }
-inline std::string XlangMethodName(const std::string& method) { return "xlang:" + method; }
+inline std::string XlangMethodName(const std::string& method) { return kXlangMethodPrefix + method; }
 
 template <typename A>
 TaskArg WrapXlangArg(A&& arg) {

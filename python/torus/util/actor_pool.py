@@ -16,17 +16,13 @@ class ActorPool:
         self._pending_submits = []
 
     def map(self, fn: Callable, values):
-        while self.has_next():
-            self.get_next_unordered()
-        for v in values:
-            self.submit(fn, v)
-
-        def get_generator():
-            while self.has_next():
-                yield self.get_next()
-        return get_generator()
+        return self._map(fn, values, self.get_next)
 
     def map_unordered(self, fn: Callable, values):
+        return self._map(fn, values, self.get_next_unordered)
+
+    def _map(self, fn: Callable, values, next_result):
+        # As Ray: results still pending from earlier submits are drained first.
         while self.has_next():
             self.get_next_unordered()
         for v in values:
@@ -34,7 +30,7 @@ class ActorPool:
 
         def get_generator():
             while self.has_next():
-                yield self.get_next_unordered()
+                yield next_result()
         return get_generator()
 
     def submit(self, fn, value):
