@@ -3,9 +3,13 @@
 // leased worker) and actor calls (one stream per actor), and, in workers, executes what is
 // pushed to it. Implements torus::internal::Runtime for the header-only API.
 //
-// The parts: ReferenceCounter (refs_: object entries and counts), TaskExecutor (workers: runs
-// pushed tasks through a language Executor), LogForwarder (workers: output to the driver),
-// WorkQueue (fire-and-forget RPCs).
+// The parts with their own class: ReferenceCounter (refs_: object entries and counts), Conn
+// (one outgoing PushTasks stream), HeadClient (head_: jobs, actors, placement groups, slices,
+// names, KV), TaskExecutor (workers: runs pushed tasks through a language Executor),
+// LogForwarder (workers: output to the driver), WorkQueue (fire-and-forget RPCs). CoreWorker's
+// own methods are split by concept over core_worker.cc (lifecycle, worker side),
+// core_worker_objects.cc, core_worker_borrows.cc, core_worker_tasks.cc and
+// core_worker_actors.cc; they share mu_.
 //
 // THREADS
 //  - user threads call the Runtime methods; state is guarded by mu_ (objects via refs_, submit
@@ -20,6 +24,8 @@
 //    or WakeHousekeeping(); returns idle leases and joins broken connections' threads.
 //  - borrow thread: sends queued borrow releases, probes borrowers once a second.
 //  - rpc_work_: up to 4 threads for FreeObjects/ReturnLease calls; drained at Shutdown().
+//  - head_ (HeadClient): calls from any thread without mu_; in drivers it owns the WatchJob
+//    thread (head_client.h).
 //  - workers only: the threads of TaskExecutor (task_executor.h) and LogForwarder
 //    (log_forwarder.h); the main thread sits in RunWorkerLoop.
 #pragma once
@@ -45,7 +51,9 @@
 #include "common/shm.h"
 #include "common/status.h"
 #include "core/lease_use.h"
+#include "core/conn.h"
 #include "core/cpp_executor.h"
+#include "core/head_client.h"
 #include "core/reference_counter.h"
 #include "core/task_executor.h"
 #include "proto/torus.grpc.pb.h"
@@ -85,17 +93,14 @@ struct CoreWorkerOptions {
 };
 
 // The Python worker command: `given`, else TORUS_PYTHON_WORKER_COMMAND (a JSON list), else
-// `python3 -m torus._private.worker_main` (head_calls.cc).
+// `python3 -m torus._private.worker_main`.
 std::vector<std::string> PythonWorkerCommand(const std::vector<std::string>& given);
 
-class Conn;
 class LogForwarder;
-struct TaskRecord;
-struct ActorQueue;
-struct SchedulingQueue;
 
 class CoreWorker final : public internal::Runtime,
                          public rpc::CoreWorker::Service,
+                         private Conn::Listener,
                          private TaskExecutor::Host {
  public:
   static StatusOr<std::unique_ptr<CoreWorker>> Create(CoreWorkerOptions opts);
@@ -146,13 +151,9 @@ class CoreWorker final : public internal::Runtime,
   const std::string& node_address() const { return opts_.node_address; }
   const std::string& session_dir() const { return session_dir_; }
   bool is_driver() const { return opts_.is_driver; }
-  // The head's key-value store (head/kv_store.h). Throw RayException when the head fails.
-  bool KvPut(const std::string& ns, const std::string& key, const std::string& value, bool overwrite);
-  std::optional<std::string> KvGet(const std::string& ns, const std::string& key);
-  bool KvDel(const std::string& ns, const std::string& key);
-  std::vector<std::string> KvKeys(const std::string& ns, const std::string& prefix);
-  // The head's listing of nodes (and actors, jobs, groups).
-  rpc::ListReply ListCluster();
+  // The head's client: the key-value store, the cluster listing, and what the Runtime methods
+  // below forward to it.
+  HeadClient& head() { return *head_; }
 
   std::string CreatePlacementGroup(const internal::PlacementGroupSpec& spec) override;
   void RemovePlacementGroup(const std::string& id) override;
@@ -180,9 +181,9 @@ class CoreWorker final : public internal::Runtime,
   // work being run, besides the worker's log files. Call once, early.
   void CaptureOutput();
 
-  // Called by Conn threads.
-  void OnResults(Conn* conn, rpc::ResultBatch& batch);
-  void OnConnBroken(Conn* conn, const std::string& why);
+  // Conn::Listener (called on a Conn's reader thread, without mu_).
+  void OnResults(Conn* conn, rpc::ResultBatch& batch) override;
+  void OnConnBroken(Conn* conn, const std::string& why) override;
 
 
  private:
@@ -263,8 +264,24 @@ class CoreWorker final : public internal::Runtime,
   void TrackArgs(const std::shared_ptr<TaskRecord>& t, const std::vector<std::string>& refs);
   void FillResolvedArgs(TaskRecord& t);
   void OnObjectReady(const std::string& id);
-  void Enqueue(std::shared_ptr<TaskRecord> t);
-  void PumpQueue(SchedulingQueue& q);
+  // Streams given tasks while mu_ was held, flushed (Conn::Flush) when the outbox is destroyed:
+  // declared before the lock, it outlives it, so a submitting thread writes a synchronous call
+  // itself after releasing mu_. Pumps without an outbox wake the streams' writers instead.
+  class Outbox {
+   public:
+    Outbox() = default;
+    Outbox(const Outbox&) = delete;
+    Outbox& operator=(const Outbox&) = delete;
+    ~Outbox() {
+      for (auto& [c, direct] : conns_) c->Flush(direct);
+    }
+    void Add(std::shared_ptr<Conn> c, bool direct) { conns_.emplace_back(std::move(c), direct); }
+
+   private:
+    std::vector<std::pair<std::shared_ptr<Conn>, bool>> conns_;
+  };
+  void Enqueue(std::shared_ptr<TaskRecord> t, Outbox* out = nullptr);
+  void PumpQueue(SchedulingQueue& q, Outbox* out = nullptr);
   int PipelineDepth(const std::string& function) const;
   void RequestLease(SchedulingQueue& q);
   void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address, int spread);
@@ -283,7 +300,7 @@ class CoreWorker final : public internal::Runtime,
                       const std::string& why);
   void RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn* conn,
                    StatusCode code = StatusCode::kWorkerDied);
-  void PumpActor(ActorQueue& a);
+  void PumpActor(ActorQueue& a, Outbox* out = nullptr);
   void ResolveActor(const std::string& actor_id, int min_restarts);
   void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
   // Queues another attempt of `t` (its pins go with it). Requires mu_.
@@ -301,10 +318,6 @@ class CoreWorker final : public internal::Runtime,
   std::chrono::steady_clock::time_point CollectIdleLeases(std::vector<Conn*>* to_return);
   // Requires mu_: a lease went idle or a connection broke.
   void WakeHousekeeping();
-  // Node address of a bundle able to hold `res` (bundle_index -1: any). No lock; asks the head.
-  // `spread` picks among the fitting bundles when bundle_index is -1.
-  StatusOr<std::string> BundleNode(const std::string& pg_id, int bundle_index, const ResourceMap& res,
-                                   int spread = 0);
   std::unique_ptr<rpc::Node::Stub> NodeStub(const std::string& address);
 
   // constant after Create
@@ -320,19 +333,18 @@ class CoreWorker final : public internal::Runtime,
   std::string python_runtime_key_;           // "cmd:" + python_command_
   std::unique_ptr<LaneServer> lane_;  // workers: PushTasks over the lane (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<rpc::Head::Stub> head_;
+  std::unique_ptr<HeadClient> head_;  // set by Connect
   std::unique_ptr<rpc::Node::Stub> node_;
 
   std::mutex mu_;
   std::condition_variable cv_;  // object readiness, lease/conn changes
   // guarded by mu_
   ReferenceCounter refs_;  // the objects this process knows, and their counts
-  std::unordered_set<std::string> created_pgs_;  // placement groups placed during our Create call
   std::unordered_multimap<std::string, std::shared_ptr<TaskRecord>> waiting_on_;  // dep -> task
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
   std::unordered_map<std::string, std::unique_ptr<ActorQueue>> actors_;
-  std::list<std::unique_ptr<Conn>> conns_;
-  std::vector<std::unique_ptr<Conn>> dead_conns_;
+  std::list<std::shared_ptr<Conn>> conns_;
+  std::vector<std::shared_ptr<Conn>> dead_conns_;
   uint64_t next_object_ = 0;
   std::unordered_map<std::string, double> exec_avg_us_;  // EWMA of user-code time per function
   // What this process submitted, for `torus list tasks`; finished entries are kept up to a bound.
@@ -389,9 +401,6 @@ class CoreWorker final : public internal::Runtime,
   // held is safe. Stopped (drained and joined) at the end of Shutdown().
   std::unique_ptr<WorkQueue> rpc_work_;
 
-  // Drivers: a WatchJob call held open so the head notices if this process dies.
-  std::unique_ptr<grpc::ClientContext> watch_ctx_;
-  std::thread watch_thread_;
 };
 
 }  // namespace torus::core

@@ -121,7 +121,7 @@ nb::list Nodes() {
   rpc::ListReply reply;
   {
     nb::gil_scoped_release unlocked;
-    reply = w.ListCluster();
+    reply = w.head().ListCluster();
   }
   nb::list out;
   for (const auto& n : reply.nodes()) {
@@ -211,7 +211,7 @@ void BindKv(nb::module_& m) {
     core::CoreWorker& w = Require();
     std::string k = Bytes(key), v = Bytes(value);
     nb::gil_scoped_release unlocked;
-    return w.KvPut(ns, k, v, overwrite);
+    return w.head().KvPut(ns, k, v, overwrite);
   });
   m.def("kv_get", [](const std::string& ns, nb::handle key) -> nb::object {
     core::CoreWorker& w = Require();
@@ -219,7 +219,7 @@ void BindKv(nb::module_& m) {
     std::optional<std::string> v;
     {
       nb::gil_scoped_release unlocked;
-      v = w.KvGet(ns, k);
+      v = w.head().KvGet(ns, k);
     }
     if (!v) return nb::none();
     return nb::bytes(v->data(), v->size());
@@ -228,7 +228,7 @@ void BindKv(nb::module_& m) {
     core::CoreWorker& w = Require();
     std::string k = Bytes(key);
     nb::gil_scoped_release unlocked;
-    return w.KvDel(ns, k);
+    return w.head().KvDel(ns, k);
   });
   m.def("kv_keys", [](const std::string& ns, nb::handle prefix) {
     core::CoreWorker& w = Require();
@@ -236,7 +236,7 @@ void BindKv(nb::module_& m) {
     std::vector<std::string> keys;
     {
       nb::gil_scoped_release unlocked;
-      keys = w.KvKeys(ns, p);
+      keys = w.head().KvKeys(ns, p);
     }
     nb::list out;
     for (const auto& k : keys) out.append(nb::bytes(k.data(), k.size()));

@@ -1,0 +1,168 @@
+// Conn: see conn.h.
+#include "core/conn.h"
+
+#include "common/lane.h"
+#include "common/rpc.h"
+#include "core/task_executor.h"
+#include "proto/torus.grpc.pb.h"
+
+namespace torus::core {
+
+// The PushTasks stream of a Conn: the lane's or gRPC's.
+class TaskStream {
+ public:
+  virtual ~TaskStream() = default;
+  virtual bool Write(const rpc::TaskBatch& b) = 0;
+  virtual bool Read(rpc::ResultBatch* b) = 0;
+  virtual void WritesDone() = 0;
+  virtual grpc::Status Finish() = 0;
+  virtual void Cancel() = 0;
+};
+
+class GrpcTaskStream final : public TaskStream {
+ public:
+  GrpcTaskStream(const std::string& address, const std::string& token) {
+    ctx_.AddMetadata(kTokenMetadataKey, token);
+    stub_ = rpc::CoreWorker::NewStub(GetChannel(address));
+    stream_ = stub_->PushTasks(&ctx_);
+  }
+  bool Write(const rpc::TaskBatch& b) override { return stream_->Write(b); }
+  bool Read(rpc::ResultBatch* b) override { return stream_->Read(b); }
+  void WritesDone() override { stream_->WritesDone(); }
+  grpc::Status Finish() override { return stream_->Finish(); }
+  void Cancel() override { ctx_.TryCancel(); }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<rpc::CoreWorker::Stub> stub_;
+  std::unique_ptr<grpc::ClientReaderWriter<rpc::TaskBatch, rpc::ResultBatch>> stream_;
+};
+
+class LaneTaskStream final : public TaskStream {
+ public:
+  explicit LaneTaskStream(std::unique_ptr<LaneClientStream> s) : s_(std::move(s)) {}
+  bool Write(const rpc::TaskBatch& b) override { return s_->Write(b); }
+  bool Read(rpc::ResultBatch* b) override { return s_->Read(b); }
+  void WritesDone() override { s_->WritesDone(); }
+  grpc::Status Finish() override { return s_->Finish(); }
+  void Cancel() override { s_->Cancel(); }
+
+ private:
+  std::unique_ptr<LaneClientStream> s_;
+};
+
+Conn::Conn(Listener* listener, std::string address, const std::string& token)
+    : listener_(listener), address_(std::move(address)) {
+  if (auto lane = LaneClientStream::Open(address_, token, kPushTasksMethod)) {
+    stream_ = std::make_unique<LaneTaskStream>(std::move(lane));
+  } else {
+    stream_ = std::make_unique<GrpcTaskStream>(address_, token);
+  }
+  reader_ = std::thread([this] { ReadLoop(); });
+  writer_ = std::thread([this] { WriteLoop(); });
+}
+
+Conn::~Conn() { Join(); }
+
+void Conn::Enqueue(std::shared_ptr<TaskRecord> t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  q_.push_back(std::move(t));
+}
+
+void Conn::Flush(bool direct) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (q_.empty()) return;
+  if (!direct || writing_ || closing_) {
+    cv_.notify_one();
+    return;
+  }
+  writing_ = true;
+  rpc::TaskBatch batch;
+  if (!first_sent_) {
+    batch.set_lease_id(lease_id_for_worker_);
+    first_sent_ = true;
+  }
+  std::vector<std::shared_ptr<TaskRecord>> sending(std::make_move_iterator(q_.begin()),
+                                                   std::make_move_iterator(q_.end()));
+  q_.clear();
+  lock.unlock();
+  bool ok = WriteSpecs(batch, sending.data(), sending.size());
+  lock.lock();
+  writing_ = false;
+  if (!ok) stream_->Cancel();
+  // Only when the writer has something to do: waking it for nothing costs a thread switch
+  // on every synchronous call.
+  if (!q_.empty() || closing_) cv_.notify_one();
+}
+
+void Conn::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closing_ = true;
+  cv_.notify_one();
+}
+
+void Conn::SetLease(const std::string& lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lease_id_for_worker_ = lease_id;
+}
+
+void Conn::Join() {
+  Close();
+  if (writer_.joinable()) writer_.join();
+  if (reader_.joinable()) reader_.join();
+}
+
+// The specs go out as one TaskBatch without being copied: the batch borrows each record's spec
+// for the Write and gives it back. A spec is not modified once sent (a retry sends a copy).
+bool Conn::WriteSpecs(rpc::TaskBatch& batch, const std::shared_ptr<TaskRecord>* ts, size_t n) {
+  auto* tasks = batch.mutable_tasks();
+  tasks->Reserve(static_cast<int>(n));
+  for (size_t i = 0; i < n; ++i) tasks->UnsafeArenaAddAllocated(&ts[i]->spec);
+  bool ok = stream_->Write(batch);
+  tasks->UnsafeArenaExtractSubrange(0, tasks->size(), nullptr);
+  return ok;
+}
+
+void Conn::WriteLoop() {
+  std::vector<std::shared_ptr<TaskRecord>> sending;
+  while (true) {
+    rpc::TaskBatch batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return (!q_.empty() || closing_) && !writing_; });
+      if (q_.empty()) break;
+      writing_ = true;
+      if (!first_sent_) {
+        batch.set_lease_id(lease_id_for_worker_);
+        first_sent_ = true;
+      }
+      sending.assign(std::make_move_iterator(q_.begin()), std::make_move_iterator(q_.end()));
+      q_.clear();
+    }
+    bool ok = WriteSpecs(batch, sending.data(), sending.size());
+    sending.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+    }
+    if (!ok) {
+      stream_->Cancel();
+      return;
+    }
+  }
+  stream_->WritesDone();
+}
+
+void Conn::ReadLoop() {
+  rpc::ResultBatch batch;
+  while (stream_->Read(&batch)) {
+    listener_->OnResults(this, batch);
+    batch.Clear();
+  }
+  auto st = stream_->Finish();
+  listener_->OnConnBroken(this, st.ok() ? "stream closed" : st.error_message());
+}
+
+void Conn::Cancel() { stream_->Cancel(); }
+
+}  // namespace torus::core

@@ -1,0 +1,283 @@
+// CoreWorker's actor calls: creating actors through the head, one ordered queue and stream per
+// actor, resolving (and re-resolving after a restart) where an actor lives, failing calls of a
+// dead one.
+
+#include "core/core_worker.h"
+
+#include <cxxabi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "common/env_key.h"
+#include "common/ids.h"
+#include "common/labels.h"
+#include "common/lane.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/rpc.h"
+#include "common/thread_annotations.h"
+#include "common/work_queue.h"
+#include "core/conn.h"
+#include "core/log_forwarder.h"
+#include "core/task_record.h"
+#include "tpu/chip_visibility.h"
+#include "torus/api/exceptions.h"
+#include "torus/api/runtime_env.h"
+#include "torus/api/serializer.h"
+
+namespace torus::core {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+// ------------------------------------------------------------------------------- actors
+
+std::string CoreWorker::CreateActor(const std::string& factory_name,
+                                    std::vector<internal::TaskArg> args,
+                                    const internal::ActorOptions& options) {
+  rpc::CreateActorRequest req;
+  req.set_placement_group_id(options.placement_group_id);
+  req.set_bundle_index(options.bundle_index);
+  for (const auto& [k, v] : options.label_selector) {
+    auto* term = req.add_label_selector();
+    term->set_key(k);
+    term->set_expr(v);
+  }
+  std::string actor_id = RandomHex(16);
+  rpc::TaskSpec* spec = req.mutable_creation();
+  spec->set_actor_id(actor_id);
+  spec->set_actor_creation(true);
+  spec->set_function(factory_name);
+  const bool python = options.language == internal::Language::kPython;
+  if (python) spec->set_language(rpc::PYTHON);
+  spec->set_owner_address(address_);
+  spec->set_driver_address(DriverAddress());
+  spec->set_job_id(JobId());
+  spec->set_max_concurrency(std::max(1, options.max_concurrency));
+  spec->set_task_id(actor_id);
+  std::string ns = options.ray_namespace.empty() ? GetNamespace() : options.ray_namespace;
+  spec->set_ray_namespace(ns);
+  SetJobConfig(options.serialized_runtime_env, spec);
+  // Refs inside constructor arguments stay held by this process for as long as it lives: a
+  // restarted actor unpacks the same arguments again.
+  std::vector<std::string> ctor_nested;
+  for (auto& a : args) {
+    for (auto& n : a.nested_ids) ctor_nested.push_back(std::move(n));
+    a.nested_ids.clear();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (const auto& n : ctor_nested) refs_.Entry(n).local_refs++;
+    std::vector<std::string> refs;
+    PrepareArgs(args, spec, &refs);
+    // Constructor arguments must be values the node can hand over: resolve refs now.
+    lock.unlock();
+    for (int i = 0; i < spec->args_size(); ++i) {
+      rpc::Arg* a = spec->mutable_args(i);
+      if (!a->is_ref()) continue;
+      auto bufs = Get({a->ref_id()}, -1);
+      a->set_is_ref(false);
+      a->set_value(std::string(bufs[0]->data(), bufs[0]->size()));
+    }
+    lock.lock();
+    for (auto& id : refs) {
+      refs_.ReleaseIfUnused(id);
+    }
+  }
+  req.set_name(options.name);
+  req.set_ray_namespace(ns);
+  req.set_max_restarts(options.max_restarts);
+  req.set_detached(options.lifetime_set ? options.detached : spec->default_detached());
+  req.set_executable(executable_);
+  if (python) {
+    for (const auto& a : python_command_) req.add_worker_command(a);
+  } else {
+    for (const auto& p : opts_.code_search_path) req.add_code_search_path(p);
+  }
+  ResourceMap res(options.resources.begin(), options.resources.end());
+  if (auto it = res.find("TPU"); it != res.end()) {
+    if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
+      throw internal::RayException(st.ToString());
+    }
+  }
+  ToProto(res, req.mutable_resources());
+  *spec->mutable_resources() = req.resources();  // what the actor holds, for its runtime context
+  head_->CreateActor(req);
+  return actor_id;
+}
+
+std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::string& method_name,
+                                        std::vector<internal::TaskArg> args,
+                                        const internal::TaskOptions& options) {
+  auto t = std::make_shared<TaskRecord>();
+  t->actor_id = actor_id;
+  rpc::TaskSpec& spec = t->spec;
+  spec.set_function(method_name);
+  if (options.language == internal::Language::kPython) spec.set_language(rpc::PYTHON);
+  spec.set_actor_id(actor_id);
+  spec.set_owner_address(address_);
+  spec.set_driver_address(DriverAddress());
+  spec.set_caller_id(opts_.worker_id);
+  spec.set_job_id(JobId());
+  spec.set_ray_namespace(GetNamespace());
+  SetJobConfig("", &spec, /*with_env=*/false);  // the actor's process has its own env_vars
+  Outbox out;  // flushed after the lock is released
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
+  std::string rid = NewReturnObject(&spec);
+  std::vector<std::string> refs;
+  PrepareArgs(args, &spec, &refs);
+  TrackArgs(t, refs);
+  if (t->missing == 0) FillResolvedArgs(*t);
+  auto& a = actors_[actor_id];
+  if (!a) {
+    a = std::make_unique<ActorQueue>();
+    a->actor_id = actor_id;
+  }
+  spec.set_seq(a->next_seq++);
+  SetTaskState(spec, t->missing ? "PENDING_ARGS" : "PENDING");
+  a->waiting.push_back(t);
+  PumpActor(*a, &out);
+  return rid;
+}
+
+void CoreWorker::PumpActor(ActorQueue& a, Outbox* out) {
+  if (a.dead) {
+    for (auto& t : a.waiting) {
+      FailTask(*t, StatusCode::kActorDied, "actor " + a.actor_id + " is dead: " + a.death_cause);
+    }
+    a.waiting.clear();
+    cv_.notify_all();
+    return;
+  }
+  if (!a.conn) {
+    if (!a.resolving && !a.waiting.empty()) {
+      a.resolving = true;
+      SpawnTracked([this, id = a.actor_id, r = a.known_restarts] { ResolveActor(id, r); });
+    }
+    return;
+  }
+  // Submission order: stop at the first call whose arguments are not ready yet.
+  bool sent = false;
+  while (!a.waiting.empty() && a.waiting.front()->missing == 0) {
+    auto t = std::move(a.waiting.front());
+    a.waiting.pop_front();
+    t->conn = a.conn;
+    a.conn->in_flight[TaskCounterOf(t->spec.task_id())] = t;
+    SetTaskState(t->spec, "RUNNING", a.conn->worker_id);
+    a.conn->Enqueue(std::move(t));
+    sent = true;
+  }
+  if (!sent) return;
+  if (out) {
+    out->Add(a.conn->shared_from_this(), a.conn->in_flight.size() == 1 && a.waiting.empty());
+  } else {
+    a.conn->Flush(/*direct=*/false);
+  }
+}
+
+void CoreWorker::ResolveActor(const std::string& actor_id, int min_restarts) {
+  StatusOr<rpc::GetActorReply> reply = Unavailable("shutting down");
+  while (!shutting_down_) {
+    rpc::GetActorRequest req;
+    req.set_actor_id(actor_id);
+    req.set_wait_alive_ms(2000);
+    req.set_min_restarts(min_restarts);
+    reply = head_->GetActor(req);
+    if (!reply.ok() || !reply->found()) break;
+    const auto& s = reply->actor().state();
+    if (s == "DEAD" || (s == "ALIVE" && reply->actor().num_restarts() >= min_restarts)) break;
+  }
+  std::shared_ptr<Conn> conn;
+  bool alive = reply.ok() && reply->found() && reply->actor().state() == "ALIVE";
+  if (alive && !shutting_down_) {
+    conn = std::make_shared<Conn>(static_cast<Conn::Listener*>(this), reply->actor().address(),
+                                  opts_.token);
+    conn->actor_id = actor_id;
+    conn->worker_id = reply->actor().worker_id();
+  }
+  Outbox out;  // the waiting calls go out from this thread, after the lock is released
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = actors_.find(actor_id);
+  if (it == actors_.end() || shutting_down_) return;
+  ActorQueue& a = *it->second;
+  a.resolving = false;
+  if (conn) {
+    a.known_restarts = reply->actor().num_restarts();
+    a.conn = conn.get();
+    conns_.push_back(std::move(conn));
+  } else {
+    a.dead = true;
+    if (!reply.ok()) {
+      a.death_cause = reply.status().message();
+    } else if (!reply->found()) {
+      a.death_cause = "no such actor";
+    } else {
+      a.death_cause = reply->actor().death_cause();
+    }
+  }
+  PumpActor(a, &out);
+}
+
+std::string CoreWorker::CreatePlacementGroup(const internal::PlacementGroupSpec& spec) {
+  return head_->CreatePlacementGroup(spec, GetNamespace(), JobId());
+}
+
+void CoreWorker::RemovePlacementGroup(const std::string& id) {
+  head_->RemovePlacementGroup(id);
+  // Work queued for the group's bundles can never run now.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, q] : queues_) {
+    if (key.find("|pg=" + id + ":") == std::string::npos) continue;
+    for (auto& t : q->tasks) FailTask(*t, StatusCode::kTaskError, "placement group " + id + " was removed");
+    q->tasks.clear();
+  }
+  cv_.notify_all();
+}
+
+bool CoreWorker::WaitPlacementGroup(const std::string& id, int timeout_seconds) {
+  return head_->WaitPlacementGroup(id, timeout_seconds);
+}
+
+internal::PlacementGroupInfo CoreWorker::GetPlacementGroupInfo(const std::string& id,
+                                                               const std::string& name) {
+  return head_->GetPlacementGroupInfo(id, name, GetNamespace());
+}
+
+std::vector<internal::PlacementGroupInfo> CoreWorker::GetAllPlacementGroups() {
+  return head_->GetAllPlacementGroups();
+}
+
+internal::SliceQueryResult CoreWorker::QuerySlices(const std::string& topology,
+                                                   const std::string& version, int chips_per_vm,
+                                                   const std::string& slice_name) {
+  return head_->QuerySlices(topology, version, chips_per_vm, slice_name);
+}
+
+std::string CoreWorker::GetNamedActor(const std::string& name, const std::string& ray_namespace) {
+  return head_->GetNamedActor(name, ray_namespace.empty() ? GetNamespace() : ray_namespace);
+}
+
+void CoreWorker::KillActor(const std::string& actor_id, bool no_restart) {
+  head_->KillActor(actor_id, no_restart);
+}
+
+void CoreWorker::ExitActor() {
+  if (!task_executor_ || task_executor_->actor_id().empty()) {
+    throw internal::RayException("ray::ExitActor() can only be called inside an actor method");
+  }
+  throw ExitActorSignal{};
+}
+
+bool CoreWorker::WasCurrentActorRestarted() {
+  return task_executor_ && task_executor_->actor_restarted();
+}
+
+}  // namespace torus::core

@@ -1,0 +1,654 @@
+// CoreWorker's objects: Put, Get and Wait, storing results, materializing shared-memory
+// locations, fetching borrowed values from their owners, and the GetObject service.
+
+#include "core/core_worker.h"
+
+#include <cxxabi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "common/env_key.h"
+#include "common/ids.h"
+#include "common/labels.h"
+#include "common/lane.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/rpc.h"
+#include "common/thread_annotations.h"
+#include "common/work_queue.h"
+#include "core/conn.h"
+#include "core/log_forwarder.h"
+#include "core/task_record.h"
+#include "tpu/chip_visibility.h"
+#include "torus/api/exceptions.h"
+#include "torus/api/runtime_env.h"
+#include "torus/api/serializer.h"
+
+namespace torus::core {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// Bytes owned by a shared string (small values).
+class InlineBuffer final : public internal::Buffer {
+ public:
+  explicit InlineBuffer(std::shared_ptr<const std::string> s) : s_(std::move(s)) {}
+  const char* data() const override { return s_->data(); }
+  size_t size() const override { return s_->size(); }
+
+ private:
+  std::shared_ptr<const std::string> s_;
+};
+
+// A value inside the node's object-store arena, read in place. Keeps the arena mapped.
+class ArenaBuffer final : public internal::Buffer {
+ public:
+  ArenaBuffer(std::shared_ptr<Mapping> arena, uint64_t offset, uint64_t size)
+      : arena_(std::move(arena)), offset_(offset), size_(size) {}
+  const char* data() const override { return arena_->data() + offset_; }
+  size_t size() const override { return size_; }
+
+ private:
+  std::shared_ptr<Mapping> arena_;
+  uint64_t offset_, size_;
+};
+}  // namespace
+
+// ------------------------------------------------------------------------------- objects
+
+std::string CoreWorker::NewObjectId() {
+  // opts_.worker_id[0, 16) + Hex64(counter) + "@" + address_, built with one allocation.
+  static const char* kDigits = "0123456789abcdef";
+  uint64_t v = ++next_object_;
+  std::string id;
+  id.reserve(33 + address_.size());
+  id.append(opts_.worker_id, 0, 16);
+  char hex[16];
+  for (int i = 15; i >= 0; --i, v >>= 4) hex[i] = kDigits[v & 0xf];
+  id.append(hex, 16);
+  id += '@';
+  id += address_;
+  return id;
+}
+
+std::string CoreWorker::Put(std::string bytes) { return PutBytes(std::move(bytes), {}); }
+
+std::string CoreWorker::PutBytes(std::string bytes, std::vector<std::string> nested) {
+  if (bytes.size() >= kInlineLimit) {
+    // Large: through the store (PutWith collects no refs from a memcpy: add the given ones).
+    std::string id =
+        PutWith(bytes.size(), [&](char* dst) { internal::CopyLarge(dst, bytes.data(), bytes.size()); },
+                /*may_hold_refs=*/false);
+    if (!nested.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& n : nested) refs_.Entry(n).local_refs++;
+      auto it = refs_.objects().find(id);
+      if (it != refs_.objects().end()) it->second.L().nested = std::move(nested);
+    }
+    return id;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string id = NewObjectId();
+  ObjectEntry& e = refs_.Entry(id);
+  e.owned = true;
+  e.ready = true;
+  e.local_refs = 1;
+  e.inline_data = std::make_shared<const std::string>(std::move(bytes));
+  // The value keeps the objects it refers to alive (one local reference each).
+  for (const auto& n : nested) refs_.Entry(n).local_refs++;
+  if (!nested.empty()) e.L().nested = std::move(nested);
+  return id;
+}
+
+std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& fill,
+                                bool may_hold_refs) {
+  internal::RefCollector refs;
+  if (size < kInlineLimit) {
+    std::string bytes(size, '\0');
+    if (may_hold_refs) {
+      internal::CollectRefs scope(&refs);
+      fill(bytes.data());
+    } else {
+      fill(bytes.data());
+    }
+    return PutBytes(std::move(bytes), std::move(refs.ids));
+  }
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = NewObjectId();
+  }
+  auto loc = CreateInStore(id, id, size, address_);
+  if (!loc.ok()) throw internal::RayException("Put failed: " + loc.status().message());
+  if (may_hold_refs) {
+    internal::CollectRefs scope(&refs);
+    fill(arena_->data() + loc->offset());
+  } else {
+    fill(arena_->data() + loc->offset());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ObjectEntry& en = refs_.Entry(id);
+  en.owned = true;
+  en.ready = true;
+  en.local_refs = 1;
+  en.in_shm = true;
+  en.shm = *loc;
+  for (const auto& n : refs.ids) refs_.Entry(n).local_refs++;
+  if (!refs.ids.empty()) en.L().nested = std::move(refs.ids);
+  return id;
+}
+
+void CoreWorker::AddLocalReference(const std::string& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ObjectEntry& e = refs_.Entry(id);
+  e.local_refs++;
+  if (e.owned || e.borrow_regs > 0) return;
+  if (e.registering) {
+    // Another thread is registering this process: the reference is good once it is done.
+    cv_.wait(lock, [&] {
+      auto it = refs_.objects().find(id);
+      return it == refs_.objects().end() || !it->second.registering || shutting_down_;
+    });
+    return;
+  }
+  // A reference to an object someone else owns: register with the owner as a borrower before
+  // relying on it (whoever handed it over holds it until then), so the owner keeps it for as
+  // long as this process does.
+  std::string owner = OwnerOf(id);
+  if (owner.empty() || owner == address_ || shutting_down_) return;
+  e.registering = true;
+  lock.unlock();
+  std::set<std::string> unknown;
+  auto st = CallBorrow(owner, address_, 1, {id}, &unknown, 10000);
+  lock.lock();
+  cv_.notify_all();
+  bool registered = st.ok() && unknown.empty();
+  if (!st.ok()) {
+    TORUS_LOG(WARNING) << "cannot register as a borrower of object " << id << " with its owner: "
+                       << st.error_message();
+  }
+  // This reference holds the entry and MaybeFree skips registering entries; only Shutdown
+  // (clearing every entry) can have removed it.
+  auto it = refs_.objects().find(id);
+  if (it == refs_.objects().end()) {
+    if (registered) refs_.QueueBorrowRelease(id, 1);
+    return;
+  }
+  it->second.registering = false;
+  if (registered) it->second.borrow_regs++;
+  if (it->second.local_refs <= 0 && it->second.pins <= 0) refs_.MaybeFreeAt(it);
+}
+
+void CoreWorker::RemoveLocalReference(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  refs_.RemoveLocal(id);
+}
+
+void CoreWorker::FreeInStore(ReferenceCounter::FreeRequest r) {
+  // Free outside the caller's critical path: a fire-and-forget RPC on the pool.
+  rpc_work_->Post([r = std::move(r), token = opts_.token] {
+    rpc::FreeObjectsRequest req;
+    for (auto& n : r.keys) req.add_keys(n);
+    rpc::Empty e;
+    auto ctx = NewContext(token, 5000);
+    (void)rpc::Node::NewStub(GetChannel(r.node_address))->FreeObjects(ctx.get(), req, &e);
+  });
+}
+
+void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
+  auto it = refs_.objects().find(id);
+  if (it == refs_.objects().end()) {
+    refs_.AdoptNested(nullptr, {r.nested_ids().begin(), r.nested_ids().end()});  // give the registrations made for us back
+    // Nobody holds a reference any more: drop the value (and its segment).
+    if (!r.is_error() && r.value().in_shm()) {
+      FreeInStore({r.value().node_address(), {r.value().key()}});
+    }
+    return;
+  }
+  ObjectEntry& e = it->second;
+  e.ready = true;
+  if (e.waited) {
+    e.waited = false;
+    cv_.notify_all();
+  }
+  if (r.is_error()) {
+    e.is_error = true;
+    e.error = r.error();
+  } else if (r.value().in_shm()) {
+    e.in_shm = true;
+    e.shm = r.value();
+  } else {
+    e.inline_data =
+        std::make_shared<const std::string>(std::move(*r.mutable_value()->mutable_inline_data()));
+  }
+  if (r.nested_ids_size() > 0) {
+    refs_.AdoptNested(e.ready && !e.is_error ? &e : nullptr,
+                      {r.nested_ids().begin(), r.nested_ids().end()});
+  }
+  OnObjectReady(id);
+}
+
+void CoreWorker::FailObject(const std::string& id, StatusCode code, const std::string& msg) {
+  rpc::TaskResult r;
+  r.set_is_error(true);
+  SetError(r.mutable_error(), code, msg);
+  StoreResult(id, r);
+}
+
+bool CoreWorker::LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
+                            rpc::Error* err) {
+  auto it = refs_.objects().find(id);
+  if (it == refs_.objects().end() || !it->second.ready) return false;
+  const ObjectEntry& e = it->second;
+  *is_error = e.is_error;
+  if (e.is_error) {
+    *err = e.error;
+  } else if (e.in_shm) {
+    *loc = e.shm;
+  } else {
+    loc->set_inline_data(*e.inline_data);
+  }
+  return true;
+}
+
+void CoreWorker::EnsureFetching(const std::string& id) {
+  ObjectEntry& e = refs_.Entry(id);
+  if (e.ready || e.fetching || e.owned) return;
+  e.fetching = true;
+  SpawnTracked([this, id] { FetchFromOwner(id); });
+}
+
+void CoreWorker::FetchFromOwner(const std::string& id) {
+  std::string owner = OwnerOf(id);
+  rpc::GetObjectReply reply;
+  grpc::Status st;
+  if (owner.empty()) {
+    st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed object id '" + id + "'");
+  } else {
+    auto stub = rpc::CoreWorker::NewStub(GetChannel(owner));
+    rpc::GetObjectRequest req;
+    req.set_object_id(id);
+    req.set_timeout_ms(-1);
+    auto ctx = TrackedContext();
+    st = stub->GetObject(ctx.get(), req, &reply);
+    ReleaseContext(ctx.get());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = refs_.objects().find(id);
+  if (it == refs_.objects().end()) return;
+  it->second.fetching = false;
+  rpc::TaskResult r;
+  if (!st.ok()) {
+    r.set_is_error(true);
+    SetError(r.mutable_error(), StatusCode::kUnavailable,
+             "the owner of object " + id + " is unreachable (" + st.error_message() +
+                 "); the object is lost");
+  } else if (reply.is_error()) {
+    r.set_is_error(true);
+    *r.mutable_error() = reply.error();
+  } else {
+    *r.mutable_value() = reply.value();
+  }
+  StoreResult(id, r);  // may insert entries: `it` is stale after this
+  refs_.ReleaseIfUnused(id);
+}
+
+StatusOr<rpc::ObjectLocation> CoreWorker::CreateInStore(const std::string& object_id,
+                                                       const std::string& key, uint64_t size,
+                                                       const std::string& owner) {
+  rpc::CreateObjectRequest req;
+  req.set_object_id(object_id);
+  req.set_key(key);
+  req.set_size(size);
+  req.set_owner_address(owner);
+  rpc::CreateObjectReply reply;
+  auto ctx = NewContext(opts_.token, 10000);
+  auto st = node_->CreateObject(ctx.get(), req, &reply);
+  if (!st.ok()) return FromGrpc(st, "the node refused to store object " + object_id);
+  if (reply.has_error() && reply.error().code() != 0) {
+    return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
+  }
+  if (reply.offset() + size > arena_->size()) return Internal("node returned an offset out of range");
+  rpc::ObjectLocation loc = StoreLocation(key, node_id_, opts_.node_address);
+  loc.set_offset(reply.offset());
+  loc.set_size(size);
+  return loc;
+}
+
+StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::Materialize(const rpc::ObjectLocation& loc,
+                                                                    const std::string& object_id) {
+  if (!loc.in_shm()) {
+    return std::shared_ptr<internal::Buffer>(
+        std::make_shared<InlineBuffer>(std::make_shared<const std::string>(loc.inline_data())));
+  }
+  if (loc.node_id() == node_id_) {
+    if (loc.offset() + loc.size() > arena_->size()) {
+      return Internal("object " + object_id + " lies outside the arena");
+    }
+    return std::shared_ptr<internal::Buffer>(
+        std::make_shared<ArenaBuffer>(arena_, loc.offset(), loc.size()));
+  }
+  {
+    // Already pulled to this node by this process?
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = refs_.objects().find(object_id);
+    if (it != refs_.objects().end() && it->second.has_local_copy) {
+      const auto& c = it->second.local_copy;
+      return std::shared_ptr<internal::Buffer>(
+          std::make_shared<ArenaBuffer>(arena_, c.offset(), c.size()));
+    }
+  }
+  // Pull from the node that holds it, in chunks, into this node's store.
+  auto local = CreateInStore(object_id, HexOf(object_id) + ".copy." + RandomHex(4), loc.size(),
+                             OwnerOf(object_id));
+  if (!local.ok()) return local.status();
+  auto free_local = [&] {
+    rpc::FreeObjectsRequest req;
+    req.add_keys(local->key());
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 5000);
+    (void)node_->FreeObjects(ctx.get(), req, &e);
+  };
+  auto stub = NodeStub(loc.node_address());
+  rpc::FetchObjectRequest req;
+  req.set_key(loc.key());
+  req.set_chunk_size(4 << 20);
+  auto ctx = NewContext(opts_.token);
+  auto reader = stub->FetchObject(ctx.get(), req);
+  rpc::ObjectChunk chunk;
+  uint64_t got = 0;
+  char* dst = arena_->data() + local->offset();
+  while (reader->Read(&chunk)) {
+    if (chunk.offset() + chunk.data().size() > loc.size()) break;
+    memcpy(dst + chunk.offset(), chunk.data().data(), chunk.data().size());
+    got += chunk.data().size();
+  }
+  auto st = reader->Finish();
+  if (!st.ok() || got != loc.size()) {
+    free_local();
+    return Status(StatusCode::kUnavailable, "cannot pull object " + object_id + " from node " +
+                                                loc.node_address() + ": " +
+                                                (st.ok() ? "short read" : st.error_message()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = refs_.objects().find(object_id);
+    if (it != refs_.objects().end() && !it->second.has_local_copy) {
+      it->second.has_local_copy = true;
+      it->second.local_copy = *local;
+      return std::shared_ptr<internal::Buffer>(
+          std::make_shared<ArenaBuffer>(arena_, local->offset(), local->size()));
+    }
+  }
+  // Nobody left to remember the copy: hand back an owned copy of the bytes and free the slot.
+  auto bytes = std::make_shared<const std::string>(dst, loc.size());
+  free_local();
+  return std::shared_ptr<internal::Buffer>(std::make_shared<InlineBuffer>(bytes));
+}
+
+void CoreWorker::ThrowIfError(const std::string& id, const ObjectEntry& e) {
+  if (!e.is_error) return;
+  auto code = static_cast<StatusCode>(e.error.code());
+  const std::string& msg = e.error.message();
+  switch (code) {
+    case StatusCode::kTaskError: throw internal::RayTaskException(msg);
+    case StatusCode::kActorDied: throw internal::RayActorException(msg);
+    case StatusCode::kWorkerDied: throw internal::RayWorkerException(msg);
+    case StatusCode::kNotFound: throw internal::RayFunctionNotFound(msg);
+    case StatusCode::kSliceLost: throw internal::RaySliceLostException(msg);
+    case StatusCode::kCancelled: throw internal::TaskCancelledException(msg);
+    default: throw internal::UnreconstructableException(msg);
+  }
+}
+
+void CoreWorker::SetBlocked(bool blocked) {
+  if (opts_.is_driver) return;
+  rpc::BlockedRequest req;
+  req.set_worker_id(opts_.worker_id);
+  req.set_blocked(blocked);
+  rpc::Empty e;
+  auto ctx = NewContext(opts_.token, 5000);
+  (void)node_->NotifyBlocked(ctx.get(), req, &e);
+}
+
+// Which of a Get's ids are ready: ids[0, cursor) were when last looked at. A wait sleeps until
+// the first id that is not ready is stored (StoreResult wakes the waiters of entries marked
+// `waited`), so a Get of many refs neither wakes on every result nor rescans every id each
+// time. Once the cursor reaches the end, one full pass confirms that all are ready; it also
+// records each entry for the reads after it (no lookups then: mu_ is held from it to them).
+struct CoreWorker::ReadyScan {
+  ReadyScan(ReferenceCounter& r, const std::vector<std::string>& i)
+      : refs(r), ids(i), entries(i.size()) {}
+  bool AllReady() {
+    for (bool verified = false;; verified = true) {
+      for (; cursor < ids.size(); ++cursor) {
+        ObjectEntry* e = refs.Find(ids[cursor]);
+        if (!e || !e->ready) {
+          if (e) e->waited = true;
+          return false;
+        }
+        entries[cursor] = e;
+      }
+      if (verified) return true;
+      cursor = 0;
+    }
+  }
+  ReferenceCounter& refs;
+  const std::vector<std::string>& ids;
+  size_t cursor = 0;
+  std::vector<ObjectEntry*> entries;
+};
+
+namespace {
+// A store view that holds a local reference to its object until it goes.
+class PinnedBuffer final : public internal::Buffer {
+ public:
+  PinnedBuffer(std::shared_ptr<internal::Buffer> view, std::string id)
+      : view_(std::move(view)), id_(std::move(id)) {}
+  ~PinnedBuffer() override {
+    if (internal::Runtime* rt = internal::GetRuntime()) {
+      try {
+        rt->RemoveLocalReference(id_);
+      } catch (const std::exception&) {  // a destructor must not throw
+      }
+    }
+  }
+  const char* data() const override { return view_->data(); }
+  size_t size() const override { return view_->size(); }
+
+ private:
+  std::shared_ptr<internal::Buffer> view_;
+  std::string id_;
+};
+}  // namespace
+
+std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector<std::string>& ids,
+                                                               int timeout_ms) {
+  auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                 : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::vector<std::shared_ptr<internal::Buffer>> out(ids.size());
+  std::vector<std::pair<size_t, rpc::ObjectLocation>> to_map;
+  std::vector<size_t> local;  // values in this node's store, read in place
+  // A worker blocked in Get tells its node (which may then start another worker); it is
+  // unblocked when this goes, after mu_ is released.
+  struct Blocked {
+    CoreWorker* cw;
+    bool on = false;
+    ~Blocked() {
+      if (on) cw->SetBlocked(false);
+    }
+  } blocked{this};
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    StartFetches(ids);
+    ReadyScan scan(refs_, ids);
+    if (!scan.AllReady()) {
+      if (!opts_.is_driver) {
+        lock.unlock();
+        SetBlocked(true);
+        blocked.on = true;
+        lock.lock();
+      }
+      WaitAllReady(lock, scan, deadline, timeout_ms);
+    }
+    ReadValues(scan, &out, &to_map);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (scan.entries[i]->in_shm && scan.entries[i]->shm.node_id() == node_id_) local.push_back(i);
+    }
+  }
+  // A view of the store pins its object (one local reference) for as long as the view lives,
+  // so memory a reader still looks at is never freed and reused (zero-copy numpy arrays
+  // outlive their ObjectRef).
+  for (size_t i : local) {
+    AddLocalReference(ids[i]);
+    out[i] = std::make_shared<PinnedBuffer>(std::move(out[i]), ids[i]);
+  }
+  for (auto& [i, loc] : to_map) {
+    auto b = Materialize(loc, ids[i]);
+    if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
+    AddLocalReference(ids[i]);
+    out[i] = std::make_shared<PinnedBuffer>(std::move(*b), ids[i]);
+  }
+  return out;
+}
+
+void CoreWorker::StartFetches(const std::vector<std::string>& ids) {
+  for (const auto& id : ids) {
+    ObjectEntry* e = refs_.Find(id);
+    if (!e) {
+      if (OwnerOf(id) == address_) {
+        throw internal::UnreconstructableException("object " + id +
+                                                   " was freed: no ObjectRef to it was held");
+      }
+      refs_.Entry(id);  // a temporary borrowed entry; erased below if nobody refers to it
+      EnsureFetching(id);
+    } else if (!e->ready && !e->fetching && !e->owned) {
+      EnsureFetching(id);
+    }
+  }
+}
+
+void CoreWorker::WaitAllReady(std::unique_lock<std::mutex>& lock, ReadyScan& scan,
+                              Clock::time_point deadline, int timeout_ms) {
+  while (!scan.AllReady()) {
+    if (shutting_down_) throw internal::RayException("ray::Shutdown() was called during Get");
+    if (deadline == Clock::time_point::max()) {
+      cv_.wait(lock);
+    } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !scan.AllReady()) {
+      lock.unlock();
+      throw internal::RayTimeoutException("Get timed out: some object(s) not ready after " +
+                                          std::to_string(timeout_ms) + " ms");
+    }
+  }
+}
+
+void CoreWorker::ReadValues(ReadyScan& scan, std::vector<std::shared_ptr<internal::Buffer>>* out,
+                            std::vector<std::pair<size_t, rpc::ObjectLocation>>* to_map) {
+  const auto& ids = scan.ids;
+  bool any_borrowed = false;
+  try {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ObjectEntry& e = *scan.entries[i];
+      any_borrowed |= !e.owned;
+      ThrowIfError(ids[i], e);
+      if (e.in_shm && e.shm.node_id() == node_id_) {
+        (*out)[i] = std::make_shared<ArenaBuffer>(arena_, e.shm.offset(), e.shm.size());
+      } else if (e.in_shm) {
+        to_map->emplace_back(i, e.shm);
+      } else {
+        (*out)[i] = std::make_shared<InlineBuffer>(e.inline_data);
+      }
+    }
+  } catch (...) {
+    for (const auto& id : ids) refs_.ReleaseIfUnused(id);
+    throw;
+  }
+  // Temporary borrowed entries of inline values: the buffers hold the bytes now.
+  for (size_t i = 0; any_borrowed && i < ids.size(); ++i) {
+    auto it = refs_.objects().find(ids[i]);
+    if (it != refs_.objects().end() && !it->second.in_shm && it->second.Unused() &&
+        !it->second.owned) {
+      refs_.MaybeFreeAt(it);
+    }
+  }
+}
+
+std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_objects,
+                                   int timeout_ms) {
+  if (num_objects < 0 || num_objects > static_cast<int>(ids.size())) {
+    throw internal::RayException("Wait: num_objects (" + std::to_string(num_objects) +
+                                 ") must be between 0 and the number of refs (" +
+                                 std::to_string(ids.size()) + ")");
+  }
+  auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                 : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::vector<bool> ready(ids.size(), false);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (const auto& id : ids) {
+    if (!refs_.objects().count(id) && OwnerOf(id) != address_) refs_.Entry(id);
+    if (refs_.objects().count(id)) EnsureFetching(id);
+  }
+  while (true) {
+    int n = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = refs_.objects().find(ids[i]);
+      ready[i] = it == refs_.objects().end() ? OwnerOf(ids[i]) == address_ : it->second.ready;
+      n += ready[i];
+    }
+    if (n >= num_objects || shutting_down_) break;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ready[i]) continue;
+      auto it = refs_.objects().find(ids[i]);
+      if (it != refs_.objects().end()) it->second.waited = true;
+    }
+    if (deadline == Clock::time_point::max()) {
+      cv_.wait(lock);
+    } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto it = refs_.objects().find(ids[i]);
+        ready[i] = it != refs_.objects().end() && it->second.ready;
+      }
+      break;
+    }
+  }
+  return ready;
+}
+
+grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjectRequest* req,
+                                   rpc::GetObjectReply* reply) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  {
+    std::unique_lock<std::mutex> lock(ready_mu_);
+    ready_cv_.wait(lock, [this] { return ready_; });
+  }
+  auto deadline = req->timeout_ms() < 0 ? Clock::time_point::max()
+                                        : Clock::now() + std::chrono::milliseconds(req->timeout_ms());
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    auto it = refs_.objects().find(req->object_id());
+    if (it == refs_.objects().end() || !it->second.owned) {
+      reply->set_ready(true);
+      reply->set_is_error(true);
+      SetError(reply->mutable_error(), StatusCode::kUnavailable,
+               "object " + req->object_id() + " is unknown to its owner (already freed)");
+      return grpc::Status::OK;
+    }
+    bool is_error = false;
+    if (LocationOf(req->object_id(), reply->mutable_value(), &is_error, reply->mutable_error())) {
+      reply->set_ready(true);
+      reply->set_is_error(is_error);
+      return grpc::Status::OK;
+    }
+    if (ctx->IsCancelled() || shutting_down_ || Clock::now() >= deadline) return grpc::Status::OK;
+    it->second.waited = true;
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace torus::core

@@ -1,0 +1,96 @@
+// The core worker's client of the head: the job of a driver (registered, watched, finished),
+// actors (create, look up, kill, report an exit), placement groups and slice reservations, the
+// key-value store and the cluster listing. It knows nothing of tasks, objects or connections to
+// workers; the core worker composes it.
+//
+// Errors: calls that feed the API throw internal::RayException with the head's reason (the
+// exception the header-only API and the Python layer turn into Ray's types); calls the core worker
+// decides on itself return Status/StatusOr.
+//
+// THREADS
+//  - every method may be called from any thread, concurrently; each blocks for its RPCs only and
+//    takes no lock of the core worker. The gRPC stub is thread-safe.
+//  - created_ (groups placed while CreatePlacementGroup ran) is guarded by mu_.
+//  - a driver's WatchJob call is held open by watch_thread_, started by RegisterJob and joined by
+//    FinishJob (or the destructor).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "common/resources.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "proto/torus.grpc.pb.h"
+#include "torus/internal/runtime.h"
+
+namespace torus::core {
+
+class HeadClient {
+ public:
+  HeadClient(std::string address, std::string token);
+  ~HeadClient();
+  HeadClient(const HeadClient&) = delete;
+  HeadClient& operator=(const HeadClient&) = delete;
+
+  const std::string& address() const { return address_; }
+
+  // Drivers: registers the job and holds a WatchJob call open, so the head notices when this
+  // process dies. FinishJob marks it finished (best effort) and ends the watch.
+  Status RegisterJob(const rpc::JobRequest& job);
+  void FinishJob(const std::string& job_id);
+
+  // Actors.
+  void CreateActor(const rpc::CreateActorRequest& req);  // throws why the head refused
+  // One lookup (with the request's own wait for ALIVE / min_restarts).
+  StatusOr<rpc::GetActorReply> GetActor(const rpc::GetActorRequest& req);
+  // The id of the live actor named `name` in `ray_namespace`; "" if none.
+  std::string GetNamedActor(const std::string& name, const std::string& ray_namespace);
+  void KillActor(const std::string& actor_id, bool no_restart);
+  // Best effort: the actor on `worker_id` exits on purpose (ray::ExitActor()).
+  void ReportActorExit(const std::string& actor_id, const std::string& worker_id);
+
+  // Placement groups and slice reservations. `ray_namespace` and `job_id` fill what the spec
+  // leaves empty.
+  std::string CreatePlacementGroup(const internal::PlacementGroupSpec& spec,
+                                   const std::string& ray_namespace, const std::string& job_id);
+  void RemovePlacementGroup(const std::string& id);
+  bool WaitPlacementGroup(const std::string& id, int timeout_seconds);
+  internal::PlacementGroupInfo GetPlacementGroupInfo(const std::string& id, const std::string& name,
+                                                     const std::string& ray_namespace);
+  std::vector<internal::PlacementGroupInfo> GetAllPlacementGroups();
+  internal::SliceQueryResult QuerySlices(const std::string& topology, const std::string& version,
+                                         int chips_per_vm, const std::string& slice_name);
+  // The node address of a bundle of group `pg_id` able to hold `res` (bundle_index -1: any;
+  // `spread` then picks among the fitting ones). Waits while the group is pending, until it is
+  // placed, removed, or `stop` is set.
+  StatusOr<std::string> BundleNode(const std::string& pg_id, int bundle_index,
+                                   const ResourceMap& res, int spread,
+                                   const std::atomic<bool>& stop);
+
+  // The key-value store (head/kv_store.h).
+  bool KvPut(const std::string& ns, const std::string& key, const std::string& value, bool overwrite);
+  std::optional<std::string> KvGet(const std::string& ns, const std::string& key);
+  bool KvDel(const std::string& ns, const std::string& key);
+  std::vector<std::string> KvKeys(const std::string& ns, const std::string& prefix);
+  // Nodes, actors, jobs and placement groups, as the head lists them.
+  rpc::ListReply ListCluster();
+
+ private:
+  const std::string address_;
+  const std::string token_;
+  std::unique_ptr<rpc::Head::Stub> stub_;
+
+  Mutex mu_;
+  std::unordered_set<std::string> created_ GUARDED_BY(mu_);
+
+  std::unique_ptr<grpc::ClientContext> watch_ctx_;  // set before watch_thread_ starts
+  std::thread watch_thread_;
+};
+
+}  // namespace torus::core

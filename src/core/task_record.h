@@ -1,0 +1,93 @@
+// What the core worker's submitter keeps per task and per queue: the record of one submitted
+// task (its spec, dependencies, pins, attempt state), the queue of normal tasks of one scheduling
+// key with its leases, and the queue of one actor's calls.
+//
+// THREADS: plain data. Every field is read and written under CoreWorker::mu_, except a record's
+// `spec`, which is not modified once the task was sent (a retry sends a copy) and may then be
+// read by a Conn's writer without the lock.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proto/torus.pb.h"
+
+namespace torus::core {
+
+class Conn;
+
+// Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
+// 16-hex counter. The task table is keyed by that counter (no string key per task).
+inline uint64_t TaskCounterOf(const std::string& task_id) {
+  uint64_t v = 0;
+  size_t start = task_id.size() >= 16 ? task_id.size() - 16 : 0;
+  for (size_t i = start; i < task_id.size(); ++i) {
+    char c = task_id[i];
+    v = (v << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  return v;
+}
+
+struct TaskRecordFields {
+  int max_retries = 0;
+  std::string key;                 // scheduling key (normal tasks)
+  std::string actor_id;            // actor calls
+  std::vector<std::string> deps;   // owned refs not yet ready
+  std::vector<std::string> pinned; // refs pinned until the task ends
+  std::vector<int> dep_arg_index;  // which args are deps
+  int missing = 0;
+  bool cancelled = false;          // Cancel(): fail as cancelled, never retry
+  bool retry_exceptions = false;   // retry when the value is a Python exception value
+  Conn* conn = nullptr;
+  std::chrono::steady_clock::time_point sent_at;
+};
+
+// The spec lives on an arena whose first block is inside the record: building a spec (about
+// ten strings and a map) costs no heap allocation per field, and dropping it none per field.
+struct TaskRecord : TaskRecordFields {
+  TaskRecord() : arena(Options(block)), spec(*google::protobuf::Arena::CreateMessage<rpc::TaskSpec>(&arena)) {}
+  // A copy for a retry: the same fields, a fresh arena holding a copy of the spec.
+  TaskRecord(const TaskRecord& o)
+      : TaskRecordFields(o), arena(Options(block)),
+        spec(*google::protobuf::Arena::CreateMessage<rpc::TaskSpec>(&arena)) {
+    spec.CopyFrom(o.spec);
+  }
+  TaskRecord& operator=(const TaskRecord&) = delete;
+
+  static google::protobuf::ArenaOptions Options(char* b) {
+    google::protobuf::ArenaOptions o;
+    o.initial_block = b;
+    o.initial_block_size = kBlockSize;
+    return o;
+  }
+  static constexpr size_t kBlockSize = 1024;
+  alignas(16) char block[kBlockSize];
+  google::protobuf::Arena arena;
+  rpc::TaskSpec& spec;
+};
+
+struct SchedulingQueue {
+  std::string key;
+  rpc::LeaseRequest lease_template;
+  std::deque<std::shared_ptr<TaskRecord>> tasks;
+  std::vector<Conn*> leases;
+  int lease_requests = 0;
+  int lease_spread = 0;  // placement-group work on any bundle: which fitting bundle to ask next
+};
+
+struct ActorQueue {
+  std::string actor_id;
+  Conn* conn = nullptr;
+  bool resolving = false;
+  bool dead = false;
+  std::string death_cause;
+  int known_restarts = 0;
+  uint64_t next_seq = 0;
+  std::deque<std::shared_ptr<TaskRecord>> waiting;  // not sent yet, in submission order
+};
+
+}  // namespace torus::core
