@@ -118,6 +118,8 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
                                         const internal::TaskOptions& options) {
   auto t = std::make_shared<TaskRecord>();
   t->actor_id = actor_id;
+  // Retries of a call whose actor died and restarts (max_task_retries; negative: forever).
+  t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
   rpc::TaskSpec& spec = t->spec;
   spec.set_function(method_name);
   if (options.language == internal::Language::kPython) spec.set_language(rpc::PYTHON);

@@ -574,18 +574,35 @@ void CoreWorker::FailActorCalls(const std::string& actor_id,
   req.set_actor_id(actor_id);
   req.set_wait_alive_ms(2000);
   req.set_min_restarts(restarts + 1);
+  bool restarted = false;
   if (auto reply = head_->GetActor(req); reply.ok() && reply->found()) {
     const auto& a = reply->actor();
-    if (a.state() == "DEAD") cause = a.death_cause();
+    restarted = a.state() != "DEAD";
+    if (!restarted) cause = a.death_cause();
     else cause = "the actor's worker died and the actor was restarted";
   }
   std::lock_guard<std::mutex> lock(mu_);
+  auto it = actors_.find(actor_id);
+  // Calls with retries left (max_task_retries) go to the restarted actor again, ahead of the
+  // calls queued since, in their submission order; the others fail.
+  std::vector<std::shared_ptr<TaskRecord>> replay;
   for (auto& t : lost) {
+    if (restarted && it != actors_.end() && !t->cancelled && t->spec.attempt() < t->max_retries) {
+      auto again = std::make_shared<TaskRecord>(*t);  // the old stream may still read the spec
+      again->spec.set_attempt(again->spec.attempt() + 1);
+      again->conn = nullptr;
+      SetTaskState(again->spec, "PENDING");
+      replay.push_back(std::move(again));
+      continue;
+    }
     FailTask(*t, StatusCode::kActorDied, "actor " + actor_id + " died while running " +
                                              t->spec.function() + ": " + cause);
   }
-  auto it = actors_.find(actor_id);
   if (it != actors_.end()) {
+    std::sort(replay.begin(), replay.end(),
+              [](const auto& a, const auto& b) { return a->spec.seq() < b->spec.seq(); });
+    auto& waiting = it->second->waiting;
+    waiting.insert(waiting.begin(), replay.begin(), replay.end());
     it->second->known_restarts = restarts + 1;
     PumpActor(*it->second);
   }

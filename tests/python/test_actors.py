@@ -217,9 +217,6 @@ def test_restart_after_sigkill(torus_local):
     assert torus.get(plus_one.remote(1)) == 2   # the cluster keeps serving
 
 
-@pytest.mark.xfail(reason="the core does not yet retry an actor call whose actor died and was "
-                          "restarted (max_task_retries: python/NEEDS_FROM_CORE.md B.12)",
-                   strict=False)
 def test_max_task_retries_replays_call_after_sigkill(torus_local):
     c = Counter.options(max_restarts=-1, max_task_retries=-1).remote(0)
     pid1 = torus.get(c.pid.remote())
