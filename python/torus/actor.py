@@ -6,6 +6,7 @@ import inspect
 import threading
 from typing import Any, Dict, Optional
 
+from torus._private import actor_lifetime
 from torus._private import options as _opts
 from torus._private import serialization, worker
 
@@ -142,8 +143,12 @@ class ActorClass:
                                  f"existing actor using ray.get_actor('{name}')") from None
             raise mapped from None
         del keep
-        return ActorHandle(actor_id, self._class_name, self._method_defaults,
-                           core_opts["max_task_retries"])
+        handle = ActorHandle(actor_id, self._class_name, self._method_defaults,
+                             core_opts["max_task_retries"])
+        detached = core_opts["detached"] if core_opts["lifetime_set"] else core.default_detached()
+        if not detached:  # ends once its handles are gone (_private/actor_lifetime.py)
+            actor_lifetime.owned(actor_id, handle._gen)
+        return handle
 
 
 class ActorMethod:
@@ -181,6 +186,16 @@ class ActorHandle:
         self._class_name = class_name
         self._method_defaults = method_defaults or {}
         self._max_task_retries = max_task_retries
+        self._gen = worker.generation()
+        actor_lifetime.created(actor_id, self._gen)
+
+    def __del__(self):
+        gen = self.__dict__.get("_gen")  # absent if __init__ did not finish
+        if gen is not None:
+            try:
+                actor_lifetime.dropped(self._actor_id, gen)
+            except Exception:  # interpreter teardown: the module may be gone already
+                pass
 
     def __getattr__(self, name):
         if name.startswith("__") and name != "__ray_terminate__":
@@ -207,6 +222,7 @@ class ActorHandle:
         return ObjectRef(oid)
 
     def __reduce__(self):
+        actor_lifetime.escaped(self._actor_id, self._gen)
         return (ActorHandle, (self._actor_id, self._class_name, self._method_defaults,
                               self._max_task_retries))
 

@@ -372,6 +372,12 @@ std::string CoreWorker::GetNamespace() {
   return current_namespace_;
 }
 
+bool CoreWorker::DefaultDetached() {
+  if (opts_.is_driver) return opts_.default_detached;
+  std::lock_guard<std::mutex> lock(log_mu_);
+  return current_default_detached_;
+}
+
 std::string CoreWorker::DriverAddress() {
   if (opts_.is_driver) return address_;
   std::lock_guard<std::mutex> lock(log_mu_);

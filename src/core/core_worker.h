@@ -138,6 +138,9 @@ class CoreWorker final : public internal::Runtime,
   bool WasCurrentActorRestarted() override;
   // Drivers: their own; workers: those of the work they are running.
   std::string GetNamespace() override;
+  // The job's default actor lifetime here (drivers: their own; workers: that of the work they
+  // are running): true when actors created without a lifetime are detached.
+  bool DefaultDetached();
   std::string JobId();
   // Cancels the task whose result is `object_id` (Ray's cancel): a task not yet running never
   // runs; a running one's value is dropped, and with `force` its worker is killed (not an

@@ -146,6 +146,7 @@ void BindKv(nb::module_& m);
 
 void BindCluster(nb::module_& m) {
   BindKv(m);
+  m.def("default_detached", [] { return Require().DefaultDetached(); });
   m.def("get_named_actor", [](const std::string& name, const std::string& ns) {
     core::CoreWorker& w = Require();
     nb::gil_scoped_release unlocked;

@@ -173,7 +173,10 @@ def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1):
                 raise RuntimeError(f"actor {actor_id!r} is not alive in this worker")
             actor = rec.instance
             fname = f"{rec.class_name}.{name}"
-            if name == "__ray_terminate__":
+            if name == "__ray_terminate__":  # graceful: after the calls queued before it
+                shutdown_hook = getattr(actor, "__ray_shutdown__", None)
+                if callable(shutdown_hook):
+                    shutdown_hook()
                 raise ActorExit()
             if name == "__ray_ready__":
                 return _encode_result(True)
