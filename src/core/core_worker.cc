@@ -155,7 +155,12 @@ Status CoreWorker::Connect() {
   return Status::Ok();
 }
 
-CoreWorker::~CoreWorker() { Shutdown(); }
+CoreWorker::~CoreWorker() {
+  Shutdown();
+  // Destroying the server joins its RPC threads, so no handler (BorrowObjects, GetObject) still
+  // touches the object table that the member destructors below tear down.
+  server_.reset();
+}
 
 void CoreWorker::Shutdown() {
   if (shutting_down_.exchange(true)) return;
