@@ -306,7 +306,9 @@ class CoreWorker final : public internal::Runtime,
   void PumpActor(ActorQueue& a, Outbox* out = nullptr);
   void ResolveActor(const std::string& actor_id, int min_restarts);
   void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
-  // Queues another attempt of `t` (its pins go with it). Requires mu_.
+  // Another attempt of `t` (its pins go with it), marked PENDING. Requires mu_.
+  std::shared_ptr<TaskRecord> NextAttempt(const TaskRecord& t);
+  // Queues NextAttempt(t). Requires mu_.
   void Resubmit(const TaskRecord& t);
   static std::string CancelMessage(const TaskRecord& t);
   // Sets the job's settings in `spec`: the default actor lifetime and, with_env, env_vars (the

@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 
 #include "common/env_key.h"
 #include "common/ids.h"
@@ -119,7 +118,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   auto t = std::make_shared<TaskRecord>();
   t->actor_id = actor_id;
   // Retries of a call whose actor died and restarts (max_task_retries; negative: forever).
-  t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
+  t->max_retries = RetryLimit(options.max_retries);
   rpc::TaskSpec& spec = t->spec;
   spec.set_function(method_name);
   if (options.language == internal::Language::kPython) spec.set_language(rpc::PYTHON);
@@ -148,6 +147,51 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   a->waiting.push_back(t);
   PumpActor(*a, &out);
   return rid;
+}
+
+void CoreWorker::FailActorCalls(const std::string& actor_id,
+                                const std::vector<std::shared_ptr<TaskRecord>>& lost,
+                                const std::string& why) {
+  std::string cause = "the actor's worker stopped (" + why + ")";
+  int restarts = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = actors_.find(actor_id);
+    if (it != actors_.end()) restarts = it->second->known_restarts;
+  }
+  rpc::GetActorRequest req;
+  req.set_actor_id(actor_id);
+  req.set_wait_alive_ms(2000);
+  req.set_min_restarts(restarts + 1);
+  bool restarted = false;
+  if (auto reply = head_->GetActor(req); reply.ok() && reply->found()) {
+    const auto& a = reply->actor();
+    restarted = a.state() != "DEAD";
+    if (!restarted) cause = a.death_cause();
+    else cause = "the actor's worker died and the actor was restarted";
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = actors_.find(actor_id);
+  // Calls with retries left (max_task_retries) go to the restarted actor again, ahead of the
+  // calls queued since, in their submission order; the others fail.
+  std::vector<std::shared_ptr<TaskRecord>> replay;
+  for (auto& t : lost) {
+    if (restarted && it != actors_.end() && !t->cancelled && t->spec.attempt() < t->max_retries) {
+      replay.push_back(NextAttempt(*t));
+      continue;
+    }
+    FailTask(*t, StatusCode::kActorDied, "actor " + actor_id + " died while running " +
+                                             t->spec.function() + ": " + cause);
+  }
+  if (it != actors_.end()) {
+    std::sort(replay.begin(), replay.end(),
+              [](const auto& a, const auto& b) { return a->spec.seq() < b->spec.seq(); });
+    auto& waiting = it->second->waiting;
+    waiting.insert(waiting.begin(), replay.begin(), replay.end());
+    it->second->known_restarts = restarts + 1;
+    PumpActor(*it->second);
+  }
+  cv_.notify_all();
 }
 
 void CoreWorker::PumpActor(ActorQueue& a, Outbox* out) {

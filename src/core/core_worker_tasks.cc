@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 
 #include "common/env_key.h"
 #include "common/ids.h"
@@ -94,8 +93,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
                                               options.label_selector.end());
   std::string key = SchedulingKey(options, selector, &spec);
   if (python) key += "|py";
-  // Negative means "retry forever", as in Ray.
-  t->max_retries = options.max_retries < 0 ? std::numeric_limits<int>::max() : options.max_retries;
+  t->max_retries = RetryLimit(options.max_retries);
   t->retry_exceptions = options.retry_exceptions;
   SetJobConfig(options.serialized_runtime_env, &spec);
   const std::string env_key = EnvVarsKey(spec.env_vars());  // no sharing across env_vars
@@ -508,7 +506,8 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
   }
   if (shutting_down_) return;
   if (!actor_id.empty()) {
-    // Actor: in-flight calls fail; queued ones wait for a restart (or fail if the actor is dead).
+    // Actor: in-flight calls are replayed into the restarted actor while they have retries,
+    // else fail; queued ones wait for a restart (or fail if the actor is dead).
     SpawnTracked([this, actor_id, lost, why] { FailActorCalls(actor_id, lost, why); });
     return;
   }
@@ -560,55 +559,6 @@ std::vector<std::shared_ptr<TaskRecord>> CoreWorker::DetachConn(Conn* conn) {
   return lost;
 }
 
-void CoreWorker::FailActorCalls(const std::string& actor_id,
-                                const std::vector<std::shared_ptr<TaskRecord>>& lost,
-                                const std::string& why) {
-  std::string cause = "the actor's worker stopped (" + why + ")";
-  int restarts = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = actors_.find(actor_id);
-    if (it != actors_.end()) restarts = it->second->known_restarts;
-  }
-  rpc::GetActorRequest req;
-  req.set_actor_id(actor_id);
-  req.set_wait_alive_ms(2000);
-  req.set_min_restarts(restarts + 1);
-  bool restarted = false;
-  if (auto reply = head_->GetActor(req); reply.ok() && reply->found()) {
-    const auto& a = reply->actor();
-    restarted = a.state() != "DEAD";
-    if (!restarted) cause = a.death_cause();
-    else cause = "the actor's worker died and the actor was restarted";
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = actors_.find(actor_id);
-  // Calls with retries left (max_task_retries) go to the restarted actor again, ahead of the
-  // calls queued since, in their submission order; the others fail.
-  std::vector<std::shared_ptr<TaskRecord>> replay;
-  for (auto& t : lost) {
-    if (restarted && it != actors_.end() && !t->cancelled && t->spec.attempt() < t->max_retries) {
-      auto again = std::make_shared<TaskRecord>(*t);  // the old stream may still read the spec
-      again->spec.set_attempt(again->spec.attempt() + 1);
-      again->conn = nullptr;
-      SetTaskState(again->spec, "PENDING");
-      replay.push_back(std::move(again));
-      continue;
-    }
-    FailTask(*t, StatusCode::kActorDied, "actor " + actor_id + " died while running " +
-                                             t->spec.function() + ": " + cause);
-  }
-  if (it != actors_.end()) {
-    std::sort(replay.begin(), replay.end(),
-              [](const auto& a, const auto& b) { return a->spec.seq() < b->spec.seq(); });
-    auto& waiting = it->second->waiting;
-    waiting.insert(waiting.begin(), replay.begin(), replay.end());
-    it->second->known_restarts = restarts + 1;
-    PumpActor(*it->second);
-  }
-  cv_.notify_all();
-}
-
 void CoreWorker::RetryLostTasks(const std::vector<std::shared_ptr<TaskRecord>>& lost,
                                 const std::string& worker_id, const std::string& node_address,
                                 const std::string& why) {
@@ -633,14 +583,16 @@ void CoreWorker::RetryLostTasks(const std::vector<std::shared_ptr<TaskRecord>>& 
   cv_.notify_all();
 }
 
-void CoreWorker::Resubmit(const TaskRecord& t) {
+std::shared_ptr<TaskRecord> CoreWorker::NextAttempt(const TaskRecord& t) {
   // A fresh record: the old connection's writer may still be reading the sent spec.
   auto again = std::make_shared<TaskRecord>(t);
   again->spec.set_attempt(again->spec.attempt() + 1);
   again->conn = nullptr;
   SetTaskState(again->spec, "PENDING");
-  Enqueue(std::move(again));
+  return again;
 }
+
+void CoreWorker::Resubmit(const TaskRecord& t) { Enqueue(NextAttempt(t)); }
 
 void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn*,
                              StatusCode code) {

@@ -98,7 +98,6 @@ StatusOr<std::string> HeadClient::BundleNode(const std::string& pg_id, int bundl
                                              const std::atomic<bool>& stop) {
   rpc::PlacementGroupRequest req;
   req.set_pg_id(pg_id);
-  req.set_wait_created_ms(0);
   rpc::GetPlacementGroupReply reply;
   // Wait for the group to be placed: work submitted into a pending group waits for it.
   while (true) {

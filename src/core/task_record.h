@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,11 @@
 namespace torus::core {
 
 class Conn;
+
+// A task's retry limit from its options: negative means "retry forever", as in Ray.
+inline int RetryLimit(int max_retries) {
+  return max_retries < 0 ? std::numeric_limits<int>::max() : max_retries;
+}
 
 // Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
 // 16-hex counter. The task table is keyed by that counter (no string key per task).
