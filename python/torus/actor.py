@@ -205,7 +205,6 @@ class ActorHandle:
         return ActorMethod(self, name, self._method_defaults.get(name))
 
     def _call(self, method_name, args, kwargs, opts):
-        from torus.object_ref import ObjectRef
         worker.ensure_initialized()
         if opts:
             _opts.validate({k: v for k, v in opts.items() if k == "num_returns"},
@@ -219,7 +218,7 @@ class ActorHandle:
         except Exception as e:
             raise worker.map_core_error(e) from None
         del keep
-        return ObjectRef(oid)
+        return _opts.return_refs(oid, mo.get("num_returns"))
 
     def __reduce__(self):
         actor_lifetime.escaped(self._actor_id, self._gen)

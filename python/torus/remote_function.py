@@ -68,7 +68,6 @@ class RemoteFunction:
         raise NotImplementedError("Ray DAG (.bind) is not implemented by Torus")
 
     def _remote(self, args, kwargs, opts, cache):
-        from torus.object_ref import ObjectRef
         worker.ensure_initialized()
         # The core options of one set of options are computed once (per runtime: a new cluster
         # may differ); a soft node affinity is looked at on every call.
@@ -87,4 +86,4 @@ class RemoteFunction:
         except Exception as e:
             raise worker.map_core_error(e) from None
         del keep
-        return ObjectRef(oid)
+        return _opts.return_refs(oid, opts.get("num_returns"))

@@ -470,11 +470,11 @@ std::shared_ptr<internal::Buffer> CoreWorker::GetOne(const std::string& id) {
   return Get({id}, -1)[0];
 }
 
-StatusOr<rpc::ObjectLocation> CoreWorker::StoreLarge(const rpc::TaskSpec& spec,
+StatusOr<rpc::ObjectLocation> CoreWorker::StoreLarge(const rpc::TaskSpec& spec, int index,
                                                      const std::string& bytes) {
-  auto stored = CreateInStore(spec.return_id(),
-                              HexOf(spec.return_id()) + ".r" + std::to_string(spec.attempt()),
-                              bytes.size(), spec.owner_address());
+  const std::string id = ReturnIdOf(spec.return_id(), index);
+  auto stored = CreateInStore(id, HexOf(id) + ".r" + std::to_string(spec.attempt()), bytes.size(),
+                              spec.owner_address());
   if (stored.ok()) internal::CopyLarge(arena_->data() + stored->offset(), bytes.data(), bytes.size());
   return stored;
 }

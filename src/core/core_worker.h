@@ -195,10 +195,13 @@ class CoreWorker final : public internal::Runtime,
   // The runtime keys of C++ and Python work, and in workers the task executor. Part of Connect.
   void SetUpExecution();
 
-  std::string NewObjectId();
+  // A new owned object id; n > 1 reserves n consecutive ids (a task's returns: ReturnIdOf).
+  std::string NewObjectId(int n = 1);
   std::string PutBytes(std::string bytes, std::vector<std::string> nested);
   // Object store. Require mu_.
   void StoreResult(const std::string& id, rpc::TaskResult& r);  // takes the value out of r
+  // A task's result into each of its returns (one, or spec.num_returns). Takes values out of r.
+  void StoreTaskResult(const rpc::TaskSpec& spec, rpc::TaskResult& r);
   // Frees store segments in the background (fire and forget). Any lock.
   void FreeInStore(ReferenceCounter::FreeRequest r);
   // Borrowed references (docs/objects.md); the counting is refs_'s.
@@ -210,14 +213,14 @@ class CoreWorker final : public internal::Runtime,
   void WaitReady() override;
   void EnterTask(const rpc::TaskSpec& spec) override;
   std::shared_ptr<internal::Buffer> GetOne(const std::string& id) override;
-  StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec,
+  StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec, int index,
                                            const std::string& bytes) override;
   void ReportActorExit(const std::string& actor_id) override;
   void ReturnLease(const std::string& lease_id) override;
   // Executor side: registers `submitter` as a borrower of each id (with their owners) and lists
-  // the registered ones in result->nested_ids. No lock.
+  // the registered ones in *registered. No lock.
   void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
-                             rpc::TaskResult* result) override;
+                             google::protobuf::RepeatedPtrField<std::string>* registered) override;
   // No lock. Sends queued releases; probes borrowers and drops those that are gone.
   void BorrowLoop();
   void FlushBorrowReleases(int deadline_ms, bool cancellable);
@@ -261,8 +264,9 @@ class CoreWorker final : public internal::Runtime,
   std::unique_ptr<SchedulingQueue> NewSchedulingQueue(
       const std::string& key, const rpc::TaskSpec& spec, const internal::TaskOptions& options,
       const std::map<std::string, std::string>& selector, const std::string& runtime_key);
-  // The owned return object of a new task; names the task after it. Requires mu_.
-  std::string NewReturnObject(rpc::TaskSpec* spec);
+  // The owned return objects of a new task (num_returns of them, ids ReturnIdOf(first, i));
+  // names the task after the first, which it returns. Requires mu_.
+  std::string NewReturnObject(rpc::TaskSpec* spec, int num_returns);
   // Pins the task's refs until it ends and counts the owned ones not yet ready. Requires mu_.
   void TrackArgs(const std::shared_ptr<TaskRecord>& t, const std::vector<std::string>& refs);
   void FillResolvedArgs(TaskRecord& t);

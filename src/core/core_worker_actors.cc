@@ -132,7 +132,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   Outbox out;  // flushed after the lock is released
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
-  std::string rid = NewReturnObject(&spec);
+  std::string rid = NewReturnObject(&spec, options.num_returns);
   std::vector<std::string> refs;
   PrepareArgs(args, &spec, &refs);
   TrackArgs(t, refs);

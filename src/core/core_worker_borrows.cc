@@ -70,7 +70,7 @@ grpc::Status CoreWorker::BorrowObjects(grpc::ServerContext* ctx, const rpc::Borr
 }
 
 void CoreWorker::RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
-                                       rpc::TaskResult* result) {
+                                       google::protobuf::RepeatedPtrField<std::string>* registered) {
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   std::map<std::string, std::vector<std::string>> by_owner;
@@ -87,7 +87,7 @@ void CoreWorker::RegisterResultBorrows(const std::string& submitter, std::vector
       auto it = refs_.objects().find(id);
       if (it == refs_.objects().end() || !it->second.owned) continue;
       refs_.AdjustBorrower(it->second, submitter, 1);
-      result->add_nested_ids(id);
+      registered->Add(std::string(id));
     }
   }
   for (auto& [owner, owned] : by_owner) {
@@ -99,7 +99,7 @@ void CoreWorker::RegisterResultBorrows(const std::string& submitter, std::vector
       continue;  // the caller will find them lost
     }
     for (const auto& id : owned) {
-      if (!unknown.count(id)) result->add_nested_ids(id);
+      if (!unknown.count(id)) registered->Add(std::string(id));
     }
   }
 }

@@ -61,10 +61,11 @@ class ArenaBuffer final : public internal::Buffer {
 
 // ------------------------------------------------------------------------------- objects
 
-std::string CoreWorker::NewObjectId() {
+std::string CoreWorker::NewObjectId(int n) {
   // opts_.worker_id[0, 16) + Hex64(counter) + "@" + address_, built with one allocation.
   static const char* kDigits = "0123456789abcdef";
-  uint64_t v = ++next_object_;
+  uint64_t v = next_object_ + 1;
+  next_object_ += static_cast<uint64_t>(n);
   std::string id;
   id.reserve(33 + address_.size());
   id.append(opts_.worker_id, 0, 16);
@@ -231,6 +232,38 @@ void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
                       {r.nested_ids().begin(), r.nested_ids().end()});
   }
   OnObjectReady(id);
+}
+
+void CoreWorker::StoreTaskResult(const rpc::TaskSpec& spec, rpc::TaskResult& r) {
+  const int n = spec.num_returns();
+  if (n <= 1) {
+    StoreResult(spec.return_id(), r);
+    return;
+  }
+  // Taken out first: StoreResult may insert entries, and the first return's store moves r.
+  auto more = std::move(*r.mutable_more_returns());
+  r.clear_more_returns();
+  if (!r.is_error() && more.size() != n - 1) {
+    r.set_is_error(true);
+    SetError(r.mutable_error(), StatusCode::kInternal,
+             "task " + spec.function() + " gave " + std::to_string(more.size() + 1) +
+                 " return values for num_returns=" + std::to_string(n));
+  }
+  const bool is_error = r.is_error();
+  const rpc::Error error = is_error ? r.error() : rpc::Error();
+  StoreResult(spec.return_id(), r);
+  for (int i = 1; i < n; ++i) {
+    rpc::TaskResult ri;
+    if (is_error) {
+      ri.set_is_error(true);
+      *ri.mutable_error() = error;
+    } else {
+      rpc::ReturnValue& rv = *more.Mutable(i - 1);
+      ri.mutable_value()->Swap(rv.mutable_value());
+      ri.mutable_nested_ids()->Swap(rv.mutable_nested_ids());
+    }
+    StoreResult(ReturnIdOf(spec.return_id(), i), ri);
+  }
 }
 
 void CoreWorker::FailObject(const std::string& id, StatusCode code, const std::string& msg) {

@@ -102,7 +102,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   Outbox out;  // flushed after the lock is released
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) throw internal::RayException("ray::Shutdown() has been called");
-  std::string rid = NewReturnObject(&spec);
+  std::string rid = NewReturnObject(&spec, options.num_returns);
   std::vector<std::string> refs;
   PrepareArgs(args, &spec, &refs);
   auto& q = queues_[key];
@@ -184,13 +184,17 @@ std::unique_ptr<SchedulingQueue> CoreWorker::NewSchedulingQueue(
   return q;
 }
 
-std::string CoreWorker::NewReturnObject(rpc::TaskSpec* spec) {
-  std::string rid = NewObjectId();
+std::string CoreWorker::NewReturnObject(rpc::TaskSpec* spec, int num_returns) {
+  const int n = std::max(num_returns, 1);
+  std::string rid = NewObjectId(n);
   spec->set_task_id(HexOf(rid));
   spec->set_return_id(rid);
-  ObjectEntry& re = refs_.Entry(rid);
-  re.owned = true;
-  re.local_refs = 1;
+  if (n > 1) spec->set_num_returns(n);
+  for (int i = 0; i < n; ++i) {
+    ObjectEntry& re = refs_.Entry(i == 0 ? rid : ReturnIdOf(rid, i));
+    re.owned = true;
+    re.local_refs = 1;
+  }
   return rid;
 }
 
@@ -246,7 +250,7 @@ void CoreWorker::OnObjectReady(const std::string& id) {
         r.set_is_error(true);
         *r.mutable_error() = it->second.error;
         ReleaseTaskPins(*t);
-        StoreResult(t->spec.return_id(), r);
+        StoreTaskResult(t->spec, r);
         t.reset();
         break;
       }
@@ -474,7 +478,7 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
     ReleaseTaskPins(*t);
     SetTaskState(t->spec, r.is_error() ? "FAILED" : "FINISHED", conn->worker_id,
                  r.is_error() ? r.error().message() : "");
-    StoreResult(t->spec.return_id(), r);
+    StoreTaskResult(t->spec, r);
   }
   if (conn->in_flight.empty()) conn->idle_since = Clock::now();
   if (q) PumpQueue(*q);
@@ -491,7 +495,8 @@ void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
 void CoreWorker::FailTask(TaskRecord& t, StatusCode code, const std::string& msg) {
   SetTaskState(t.spec, "FAILED", "", msg);
   ReleaseTaskPins(t);
-  FailObject(t.spec.return_id(), code, msg);
+  const int n = std::max(t.spec.num_returns(), 1);
+  for (int i = 0; i < n; ++i) FailObject(ReturnIdOf(t.spec.return_id(), i), code, msg);
 }
 
 void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
@@ -628,7 +633,7 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force) {
     std::lock_guard<std::mutex> lock(mu_);
     auto drop = [&](std::deque<std::shared_ptr<TaskRecord>>& q) {
       for (auto it = q.begin(); it != q.end(); ++it) {
-        if ((*it)->spec.return_id() != object_id) continue;
+        if (!IsReturnOf((*it)->spec, object_id)) continue;
         auto t = *it;
         q.erase(it);
         FailTask(*t, StatusCode::kCancelled, CancelMessage(*t));
@@ -645,7 +650,7 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force) {
     }
     // Waiting for its arguments: it is enqueued once they are ready, and then fails at once.
     for (auto& [dep, t] : waiting_on_) {
-      if (t->spec.return_id() == object_id && !t->cancelled) {
+      if (IsReturnOf(t->spec, object_id) && !t->cancelled) {
         t->cancelled = true;
         return true;
       }
@@ -653,7 +658,7 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force) {
     // Running: its value is dropped when it comes; `force` kills the worker (not an actor's).
     for (auto& c : conns_) {
       for (auto& [n, t] : c->in_flight) {
-        if (t->spec.return_id() != object_id) continue;
+        if (!IsReturnOf(t->spec, object_id)) continue;
         t->cancelled = true;
         if (force && c->actor_id.empty()) {
           kill_worker = c->worker_id;

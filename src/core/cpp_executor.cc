@@ -9,10 +9,14 @@ const std::string& NilBytes() {
 }
 }  // namespace
 
-StatusOr<std::string> CppExecutor::Invoke(const rpc::TaskSpec& spec,
-                                          const std::vector<internal::ArgView>& args,
-                                          const std::vector<std::shared_ptr<internal::Buffer>>&) {
+StatusOr<TaskOutput> CppExecutor::Invoke(const rpc::TaskSpec& spec,
+                                         const std::vector<internal::ArgView>& args,
+                                         const std::vector<std::shared_ptr<internal::Buffer>>&) {
   const auto& registry = internal::FunctionRegistry::Instance();
+  if (spec.num_returns() > 1) {
+    return InvalidArgument("C++ function '" + spec.function() + "' returns one object, not " +
+                           std::to_string(spec.num_returns()) + " (num_returns)");
+  }
   if (spec.actor_creation()) {
     const auto* f = registry.FindFactory(spec.function());
     if (!f) {
@@ -21,7 +25,7 @@ StatusOr<std::string> CppExecutor::Invoke(const rpc::TaskSpec& spec,
                       " (missing RAY_REMOTE?)");
     }
     actor_ = (*f)(args);
-    return NilBytes();
+    return TaskOutput::One(NilBytes());
   }
   if (!spec.actor_id().empty()) {
     const auto* m = registry.FindMethod(spec.function());
@@ -29,14 +33,14 @@ StatusOr<std::string> CppExecutor::Invoke(const rpc::TaskSpec& spec,
       return NotFound("actor method '" + spec.function() +
                       "' is not registered in worker executable " + executable_);
     }
-    return (*m)(actor_.ptr, args);
+    return TaskOutput::One((*m)(actor_.ptr, args));
   }
   const auto* f = registry.FindFunction(spec.function());
   if (!f) {
     return NotFound("function '" + spec.function() + "' is not registered in worker executable " +
                     executable_ + " (missing RAY_REMOTE?)");
   }
-  return (*f)(args);
+  return TaskOutput::One((*f)(args));
 }
 
 }  // namespace torus::core

@@ -16,9 +16,9 @@ class CppExecutor final : public Executor {
  public:
   // `executable`: this worker's executable, named in "not registered" errors.
   explicit CppExecutor(std::string executable) : executable_(std::move(executable)) {}
-  StatusOr<std::string> Invoke(const rpc::TaskSpec& spec,
-                               const std::vector<internal::ArgView>& args,
-                               const std::vector<std::shared_ptr<internal::Buffer>>& owners) override;
+  StatusOr<TaskOutput> Invoke(const rpc::TaskSpec& spec,
+                              const std::vector<internal::ArgView>& args,
+                              const std::vector<std::shared_ptr<internal::Buffer>>& owners) override;
 
  private:
   const std::string executable_;

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -21,15 +22,33 @@
 
 namespace torus::core {
 
+// What a task returned, packed.
+struct TaskOutput {
+  std::string value;  // the first (or only) return
+  // A task with spec.num_returns = N > 1 (Python): returns 2 .. N, and the refs packed into
+  // each of the N returns (nested.size() == N; each id is also in the thread's result-ref
+  // collector, which holds it until the reply). Both empty for a single return, whose packed
+  // refs are the collector's.
+  std::vector<std::string> more;
+  std::vector<std::vector<std::string>> nested;
+
+  static TaskOutput One(std::string v) {
+    TaskOutput o;
+    o.value = std::move(v);
+    return o;
+  }
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
   // Runs `spec` (a function, an actor's creation or one of its methods) on `args` and returns
   // the packed result (creation: msgpack nil). NotFound when nothing of that name is
-  // registered. User code's exceptions (and ExitActorSignal) propagate to the caller.
+  // registered; InvalidArgument for num_returns it cannot give. User code's exceptions (and
+  // ExitActorSignal) propagate to the caller.
   // args[i] is valid during the call; owners[i], when not null, is the shared-memory buffer
   // args[i] views, which an executor may keep to use the bytes after the call (zero copy).
-  virtual StatusOr<std::string> Invoke(
+  virtual StatusOr<TaskOutput> Invoke(
       const rpc::TaskSpec& spec, const std::vector<internal::ArgView>& args,
       const std::vector<std::shared_ptr<internal::Buffer>>& owners) = 0;
 };

@@ -14,6 +14,23 @@ std::string HexOf(const std::string& id) {
   return at == std::string::npos ? id : id.substr(0, at);
 }
 
+std::string ReturnIdOf(const std::string& first, int index) {
+  if (index == 0) return first;
+  // The counter is the 16 hex digits after the worker's 16.
+  constexpr size_t kAt = 16, kLen = 16;
+  static const char* kDigits = "0123456789abcdef";
+  uint64_t v = 0;
+  for (size_t i = kAt; i < kAt + kLen && i < first.size(); ++i) {
+    char c = first[i];
+    v = v * 16 + static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  v += static_cast<uint64_t>(index);
+  std::string id = first;
+  if (id.size() < kAt + kLen) return id + "#" + std::to_string(index);  // not a task's id
+  for (size_t i = kAt + kLen; i-- > kAt; v >>= 4) id[i] = kDigits[v & 0xf];
+  return id;
+}
+
 rpc::ObjectLocation StoreLocation(const std::string& key, const std::string& node_id,
                                   const std::string& node_address) {
   rpc::ObjectLocation loc;

@@ -34,6 +34,10 @@ inline constexpr size_t kInlineLimit = 100 * 1024;
 std::string OwnerOf(const std::string& id);
 // "<hex>@host:port" -> "<hex>".
 std::string HexOf(const std::string& id);
+// Return `index` (0-based) of a task whose first return is `first`: the ids of a task's returns
+// are consecutive (CoreWorker::NewObjectId(n) reserves n), "<worker:16><counter:16>@owner", so
+// each is derived from the first and none travels on the wire. index 0 gives `first`.
+std::string ReturnIdOf(const std::string& first, int index);
 
 // A value's place in the store of node `node_id` (at `node_address`), under `key`.
 rpc::ObjectLocation StoreLocation(const std::string& key, const std::string& node_id,

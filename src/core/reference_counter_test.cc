@@ -46,6 +46,16 @@ TEST(ObjectIdTest, OwnerAndHex) {
   EXPECT_EQ(HexOf("ab12"), "ab12");
 }
 
+TEST(ObjectIdTest, ReturnIdsFollowTheFirstWithTheSameOwner) {
+  const std::string first = "0123456789abcdef00000000000000ff@10.0.0.1:7000";
+  EXPECT_EQ(ReturnIdOf(first, 0), first);
+  EXPECT_EQ(ReturnIdOf(first, 1), "0123456789abcdef0000000000000100@10.0.0.1:7000");
+  EXPECT_EQ(ReturnIdOf(first, 17), "0123456789abcdef0000000000000110@10.0.0.1:7000");
+  EXPECT_EQ(OwnerOf(ReturnIdOf(first, 3)), "10.0.0.1:7000");
+  // The counter carries across digits and never touches the worker part.
+  EXPECT_EQ(ReturnIdOf("ffffffffffffffff0fffffffffffffff@h:1", 1), "ffffffffffffffff1000000000000000@h:1");
+}
+
 TEST_F(ReferenceCounterTest, LastLocalReferenceFreesTheSegment) {
   Owned(Mine("a"), "seg-a");
   refs_.AddLocal(Mine("a"));

@@ -255,16 +255,47 @@ void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   // Refs inside the arguments: registered with their owners now, in one call per owner, and
   // pinned while the task runs (unpacking them then costs no call).
   ArgBorrows arg_borrows{host_, host_->PinArgBorrows(spec)};
-  std::string bytes;
-  if (!Invoke(spec, result, &bytes)) return;
+  TaskOutput out;
+  if (!Invoke(spec, result, &out)) return;
   result->set_exec_us(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-  StoreValue(spec, std::move(bytes), result);
-  if (result->is_error()) return;
+  if (!StoreValue(spec, 0, std::move(out.value), result->mutable_value(), result)) return;
+  if (spec.num_returns() > 1) {
+    StoreMoreReturns(spec, out, result);
+    return;
+  }
   // The result refers to objects: the submitter becomes a borrower of each before we reply
   // (our own hold on them ends when result_refs goes).
   if (!result_refs.c.ids.empty()) {
-    host_->RegisterResultBorrows(spec.owner_address(), result_refs.c.ids, result);
+    host_->RegisterResultBorrows(spec.owner_address(), result_refs.c.ids,
+                                 result->mutable_nested_ids());
+  }
+}
+
+void TaskExecutor::StoreMoreReturns(const rpc::TaskSpec& spec, TaskOutput& out,
+                                    rpc::TaskResult* result) {
+  const int n = spec.num_returns();
+  if (static_cast<int>(out.more.size()) != n - 1 ||
+      (!out.nested.empty() && static_cast<int>(out.nested.size()) != n)) {
+    Fail(result, StatusCode::kInternal,
+         "the executor of " + spec.function() + " gave " + std::to_string(out.more.size() + 1) +
+             " return values for num_returns=" + std::to_string(n));
+    return;
+  }
+  for (int i = 1; i < n; ++i) {
+    rpc::ReturnValue* rv = result->add_more_returns();
+    if (!StoreValue(spec, i, std::move(out.more[i - 1]), rv->mutable_value(), result)) {
+      result->clear_more_returns();
+      return;
+    }
+  }
+  // Each return's packed refs, registered per return: a ref packed into two returns is two
+  // registrations, one for each value that holds it.
+  for (int i = 0; i < static_cast<int>(out.nested.size()); ++i) {
+    if (out.nested[i].empty()) continue;
+    host_->RegisterResultBorrows(spec.owner_address(), std::move(out.nested[i]),
+                                 i == 0 ? result->mutable_nested_ids()
+                                        : result->mutable_more_returns(i - 1)->mutable_nested_ids());
   }
 }
 
@@ -293,7 +324,7 @@ void TaskExecutor::ReadArgs(const rpc::TaskSpec& spec,
   }
 }
 
-bool TaskExecutor::Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, std::string* bytes) {
+bool TaskExecutor::Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, TaskOutput* output) {
   const std::string what = spec.actor_creation() ? "constructor " : "task ";
   try {
     std::vector<std::shared_ptr<internal::Buffer>> keep;
@@ -309,7 +340,7 @@ bool TaskExecutor::Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, st
       Fail(result, out.status().code(), out.status().message());
       return false;
     }
-    *bytes = std::move(*out);
+    *output = std::move(*out);
     return true;
   } catch (const ExitActorSignal&) {
     OnExitActor(result);
@@ -335,19 +366,20 @@ void TaskExecutor::OnExitActor(rpc::TaskResult* result) {
                     Clock::now().time_since_epoch()).count() + 200;
 }
 
-void TaskExecutor::StoreValue(const rpc::TaskSpec& spec, std::string bytes, rpc::TaskResult* result) {
-  rpc::ObjectLocation* loc = result->mutable_value();
+bool TaskExecutor::StoreValue(const rpc::TaskSpec& spec, int index, std::string bytes,
+                              rpc::ObjectLocation* loc, rpc::TaskResult* result) {
   if (bytes.size() < kInlineLimit) {
     loc->set_inline_data(std::move(bytes));
-    return;
+    return true;
   }
-  auto stored = host_->StoreLarge(spec, bytes);
+  auto stored = host_->StoreLarge(spec, index, bytes);
   if (!stored.ok()) {
     Fail(result, StatusCode::kInternal,
          "cannot store the result of " + spec.function() + ": " + stored.status().message());
-    return;
+    return false;
   }
   *loc = *stored;
+  return true;
 }
 
 template grpc::Status TaskExecutor::ServeTasks(

@@ -63,11 +63,13 @@ class TaskExecutor {
     virtual StatusOr<std::shared_ptr<internal::Buffer>> Materialize(
         const rpc::ObjectLocation& loc, const std::string& object_id) = 0;
     virtual std::shared_ptr<internal::Buffer> GetOne(const std::string& id) = 0;  // may throw
-    // Stores a large result value in this node's store (key: return id and attempt).
-    virtual StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec,
+    // Stores large return value `index` in this node's store (key: its return id and attempt).
+    virtual StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec, int index,
                                                      const std::string& bytes) = 0;
+    // Registers `submitter` as a borrower of each id with its owner; lists the registered ids
+    // in *registered.
     virtual void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
-                                       rpc::TaskResult* result) = 0;
+                                       google::protobuf::RepeatedPtrField<std::string>* registered) = 0;
     virtual void ReportActorExit(const std::string& actor_id) = 0;  // ray::ExitActor()
     virtual void ReturnLease(const std::string& lease_id) = 0;
   };
@@ -94,11 +96,15 @@ class TaskExecutor {
   // Fills *views with the arguments' bytes; *keep holds the buffers behind them. Throws.
   void ReadArgs(const rpc::TaskSpec& spec, std::vector<std::shared_ptr<internal::Buffer>>* keep,
                 std::vector<internal::ArgView>* views);
-  // Runs the executor with the arguments; returns false (result failed) or fills *bytes.
-  bool Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, std::string* bytes);
+  // Runs the executor with the arguments; returns false (result failed) or fills *out.
+  bool Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, TaskOutput* out);
   void OnExitActor(rpc::TaskResult* result);
-  // Puts the packed value into the result (inline, or in the store when large).
-  void StoreValue(const rpc::TaskSpec& spec, std::string bytes, rpc::TaskResult* result);
+  // Puts packed return value `index` into *loc (inline, or in the store when large); false
+  // (result failed) when it cannot be stored.
+  bool StoreValue(const rpc::TaskSpec& spec, int index, std::string bytes,
+                  rpc::ObjectLocation* loc, rpc::TaskResult* result);
+  // The returns after the first of a task with several, and the refs packed in each.
+  void StoreMoreReturns(const rpc::TaskSpec& spec, TaskOutput& out, rpc::TaskResult* result);
 
   Host* const host_;
   const std::unique_ptr<Executor> executor_;

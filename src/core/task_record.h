@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/reference_counter.h"
 #include "proto/torus.pb.h"
 
 namespace torus::core {
@@ -24,6 +25,15 @@ class Conn;
 // A task's retry limit from its options: negative means "retry forever", as in Ray.
 inline int RetryLimit(int max_retries) {
   return max_retries < 0 ? std::numeric_limits<int>::max() : max_retries;
+}
+
+// Whether `id` is one of the objects `spec` returns (its first, or one of num_returns).
+inline bool IsReturnOf(const rpc::TaskSpec& spec, const std::string& id) {
+  if (id == spec.return_id()) return true;
+  for (int i = 1; i < spec.num_returns(); ++i) {
+    if (id == ReturnIdOf(spec.return_id(), i)) return true;
+  }
+  return false;
 }
 
 // Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a

@@ -126,7 +126,8 @@ internal::Language LanguageOf(nb::dict d) {
 
 internal::TaskOptions ToTaskOptions(nb::dict d) {
   CheckKeys(d, {"name", "resources", "max_retries", "retry_exceptions", "placement_group_id",
-                "bundle_index", "label_selector", "serialized_runtime_env", "language"},
+                "bundle_index", "label_selector", "serialized_runtime_env", "language",
+                "num_returns"},
             "task options");
   internal::TaskOptions o;
   o.language = LanguageOf(d);
@@ -134,6 +135,8 @@ internal::TaskOptions ToTaskOptions(nb::dict d) {
   o.resources = Resources(d);
   o.max_retries = Opt<int>(d, "max_retries", 3);
   o.retry_exceptions = Opt<bool>(d, "retry_exceptions", false);
+  o.num_returns = Opt<int>(d, "num_returns", 1);
+  if (o.num_returns < 1) throw nb::value_error("num_returns must be at least 1");
   o.placement_group_id = Opt<std::string>(d, "placement_group_id", "");
   o.bundle_index = Opt<int>(d, "bundle_index", -1);
   o.label_selector = Selector(d);

@@ -15,6 +15,7 @@
 
 #include "core/core_worker.h"
 #include "core/process_runtime.h"
+#include "core/reference_counter.h"
 #include "python/binding_util.h"
 #include "python/py_executor.h"
 #include "python/value.h"
@@ -222,6 +223,12 @@ NB_MODULE(_core, m) {
   m.def("add_ref", &AddRef);
   m.def("remove_ref", &RemoveRef);
   m.def("submit_task", &SubmitTask);
+  // The ids of a task's num_returns objects, from the first (what submit_* returned).
+  m.def("return_ids", [](const std::string& first, int n) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(torus::core::ReturnIdOf(first, i));
+    return ids;
+  }, nb::arg("first"), nb::arg("num_returns"));
   m.def("cancel", [](const std::string& id, bool force) {
     torus::core::CoreWorker& w = Require();
     nb::gil_scoped_release unlocked;

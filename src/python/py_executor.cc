@@ -36,7 +36,24 @@ bool IsCrossLanguage(const std::string& name) {
 
 PyExecutor::PyExecutor(nb::object execute) : execute_(execute.release().ptr()) {}
 
-StatusOr<std::string> PyExecutor::Invoke(const rpc::TaskSpec& spec,
+namespace {
+// Holds `ids` (packed into a result) until the submitter registered as their borrower: the
+// task executor's result collector drops the holds after replying.
+void HoldResultRefs(nb::list ids, std::vector<std::string>* out) {
+  internal::Runtime* rt = internal::GetRuntime();
+  internal::RefCollector* c = internal::ResultRefCollector();
+  for (nb::handle h : ids) {
+    std::string id = nb::cast<std::string>(h);
+    if (c && rt) {
+      rt->AddLocalReference(id);
+      c->ids.push_back(id);
+    }
+    if (out) out->push_back(std::move(id));
+  }
+}
+}  // namespace
+
+StatusOr<core::TaskOutput> PyExecutor::Invoke(const rpc::TaskSpec& spec,
                                          const std::vector<internal::ArgView>& args,
                                          const std::vector<std::shared_ptr<internal::Buffer>>& owners) {
   nb::gil_scoped_acquire gil;
@@ -50,27 +67,37 @@ StatusOr<std::string> PyExecutor::Invoke(const rpc::TaskSpec& spec,
   }
   int kind = spec.actor_creation() ? 1 : (spec.actor_id().empty() ? 0 : 2);
   CurrentTask current(&spec);
+  const int num_returns = std::max(spec.num_returns(), 1);
   nb::object out = nb::borrow(execute_)(kind, spec.function(), spec.actor_id(), py_args,
-                                        spec.max_concurrency());
+                                        spec.max_concurrency(), num_returns);
   // Python errors inside the executor itself (not user code, which it encodes) propagate as
   // nb::python_error, a std::exception the TaskExecutor reports as the task's failure.
   auto result = nb::cast<nb::tuple>(out);
-  if (result.size() != 3) throw internal::RayException("executor returned a malformed result");
-  int status = nb::cast<int>(result[1]);
-  nb::list nested = nb::cast<nb::list>(result[2]);
-  if (nested.size() > 0) {
-    // The result packs refs: hold them until the submitter registered as their borrower (the
-    // task executor's result collector drops the holds after replying).
-    internal::Runtime* rt = internal::GetRuntime();
-    internal::RefCollector* c = internal::ResultRefCollector();
-    for (nb::handle h : nested) {
-      std::string id = nb::cast<std::string>(h);
-      if (c && rt) {
-        rt->AddLocalReference(id);
-        c->ids.push_back(std::move(id));
-      }
-    }
+  // (value bytes, status, nested ids[, the value: it keeps the refs in it alive until they are
+  // held below]).
+  if (result.size() != 3 && result.size() != 4) {
+    throw internal::RayException("executor returned a malformed result");
   }
+  int status = nb::cast<int>(result[1]);
+  core::TaskOutput output;
+  if (num_returns > 1 && kind != 1) {
+    // One value and one list of packed refs per return (the executor checked the count).
+    nb::list values = nb::cast<nb::list>(result[0]);
+    nb::list nested = nb::cast<nb::list>(result[2]);
+    if (values.size() != static_cast<size_t>(num_returns) || nested.size() != values.size()) {
+      throw internal::RayException("executor returned a malformed multi-return result");
+    }
+    output.more.reserve(num_returns - 1);
+    output.nested.resize(num_returns);
+    for (int i = 0; i < num_returns; ++i) {
+      nb::bytes v = nb::cast<nb::bytes>(values[i]);
+      (i == 0 ? output.value : output.more.emplace_back()).assign(v.c_str(), v.size());
+      HoldResultRefs(nb::cast<nb::list>(nested[i]), &output.nested[i]);
+    }
+    if (status == 2) throw core::ExitActorSignal{};
+    return output;
+  }
+  HoldResultRefs(nb::cast<nb::list>(result[2]), nullptr);
   nb::bytes value = nb::cast<nb::bytes>(result[0]);
   std::string bytes(value.c_str(), value.size());
   if (status == 2) throw core::ExitActorSignal{};
@@ -92,7 +119,8 @@ StatusOr<std::string> PyExecutor::Invoke(const rpc::TaskSpec& spec,
     creation.clear_args();
     g_creation.store(&creation, std::memory_order_release);
   }
-  return bytes;
+  output.value = std::move(bytes);
+  return output;
 }
 
 }  // namespace torus::python

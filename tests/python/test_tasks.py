@@ -53,7 +53,9 @@ def test_options_and_resources(torus_local):
     with pytest.raises(ValueError):
         add.options(num_cpuz=1)
     with pytest.raises(NotImplementedError, match="num_returns"):
-        add.options(num_returns=2).remote(1, 2)
+        add.options(num_returns="streaming").remote(1, 2)
+    with pytest.raises(ValueError, match="num_returns"):
+        add.options(num_returns=-1).remote(1, 2)
 
 
 def test_runtime_env_vars(torus_local):
@@ -230,3 +232,13 @@ def test_is_initialized_and_reinit(torus_local):
     with pytest.raises(RuntimeError):
         torus.init()
     torus.init(ignore_reinit_error=True)
+
+
+def test_object_created_in_a_task_and_returned_outlives_the_task(torus_local):
+    @torus.remote
+    def make():
+        inner = torus.put({"made": "in the task"})
+        return [inner]
+
+    (inner,) = torus.get(make.remote(), timeout=60)
+    assert torus.get(inner, timeout=30) == {"made": "in the task"}

@@ -50,6 +50,9 @@ struct TaskOptions {
   // Python tasks: also retry (within max_retries) when the task raised (its value is an
   // exception value, docs/python.md "Values").
   bool retry_exceptions = false;
+  // Objects the task returns (Python's num_returns); Submit*Task returns the first id, and the
+  // others follow from it (core::ReturnIdOf). C++ functions return one.
+  int num_returns = 1;
   std::string placement_group_id;                     // empty: none
   int bundle_index = -1;
   LabelSelector label_selector;

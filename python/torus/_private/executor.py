@@ -105,11 +105,29 @@ class _DependencyFailed(Exception):
         self.err = err
 
 
-def _encode_result(value, xlang: bool = False) -> Tuple[bytes, int, List[Any]]:
+def _encode_result(value, xlang: bool = False):
     if xlang:  # the caller is C++: msgpack, as in Ray's cross-language calls
         return serialization.msgpack_dumps(value), STATUS_OK, []
+    n = getattr(_tls, "num_returns", 1)
+    if n > 1:  # one value per return, each with its own packed refs
+        try:
+            values = list(value)
+        except TypeError:
+            raise ValueError(f"the task has num_returns={n} but returned a "
+                             f"{type(value).__name__}, not a sequence of {n} values") from None
+        if len(values) != n:
+            raise ValueError(f"the task has num_returns={n} but returned {len(values)} "
+                             f"value(s)")
+        datas, nesteds = [], []
+        for v in values:
+            data, nested = serialization.serialize_to_bytes(v)
+            datas.append(data)
+            nesteds.append(nested)
+        return datas, STATUS_OK, nesteds, value
     data, nested = serialization.serialize_to_bytes(value)
-    return data, STATUS_OK, nested
+    # The value goes back too: the ObjectRefs in it must live until the core holds their ids
+    # (a ref the task created would otherwise be freed as the task's frame goes).
+    return data, STATUS_OK, nested, value
 
 
 def _encode_error(e: BaseException, function_name: str, actor=None, actor_id=None):
@@ -139,7 +157,26 @@ def _exit_value():
     return data, STATUS_EXIT, nested
 
 
-def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1):
+def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1,
+            num_returns: int = 1):
+    """Runs one task; returns (data, status, nested refs[, value]). With num_returns > 1, data
+    and nested are lists with one entry per return (an error is every return's value). The
+    value, when there, keeps the ObjectRefs packed in data alive until the core holds them."""
+    if num_returns <= 1:
+        return _execute(kind, name, actor_id, args, max_concurrency)
+    prev = getattr(_tls, "num_returns", 1)
+    _tls.num_returns = num_returns
+    try:
+        res = _execute(kind, name, actor_id, args, max_concurrency)
+    finally:
+        _tls.num_returns = prev
+    data, status, nested = res[0], res[1], res[2]
+    if not isinstance(data, list):
+        data, nested = [data] * num_returns, [nested] * num_returns
+    return (data, status, nested) + tuple(res[3:])
+
+
+def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
     from torus.actor import ActorExit
     fname = name
     actor = None

@@ -42,9 +42,11 @@ def validate(opts: Dict[str, Any], allowed, what: str) -> None:
             raise ValueError("Use the 'num_cpus' and 'num_gpus' keyword instead of 'CPU' and "
                              "'GPU' in 'resources' keyword")
     nr = opts.get("num_returns")
-    if nr is not None and nr != 1:
-        raise NotImplementedError(f"num_returns={nr!r} is not implemented by Torus (its core "
-                                  "returns one object per task); return a tuple instead")
+    if nr in ("dynamic", "streaming"):
+        raise NotImplementedError(f"num_returns={nr!r} (generator tasks) is not implemented by "
+                                  "Torus")
+    if nr is not None and (isinstance(nr, bool) or not isinstance(nr, int) or nr < 0):
+        raise ValueError(f"The keyword 'num_returns' accepts 0 or a positive integer, got {nr!r}")
     for k in ("fallback_strategy", "tensor_transport", "_generator_backpressure_num_objects"):
         if opts.get(k) is not None:
             raise NotImplementedError(f"the '{k}' option is not implemented by Torus")
@@ -143,7 +145,22 @@ def task_options(opts: Dict[str, Any], name: str) -> Dict[str, Any]:
                                                           f"{name}.options"),
     }
     o.update(_placement(opts))
+    nr = opts.get("num_returns")
+    if nr is not None and nr > 1:
+        o["num_returns"] = nr
     return o
+
+
+def return_refs(oid: str, num_returns):
+    """What .remote() gives for a submitted task whose first return is `oid`: one ObjectRef,
+    a list of num_returns of them, or None for num_returns=0 (as in Ray)."""
+    from torus.object_ref import ObjectRef
+    if num_returns is None or num_returns == 1:
+        return ObjectRef(oid)
+    if num_returns == 0:  # the task runs; its (single, hidden) return is dropped at once
+        ObjectRef(oid)
+        return None
+    return [ObjectRef(i) for i in worker.core().return_ids(oid, num_returns)]
 
 
 def _retry_exceptions(v) -> bool:
@@ -181,8 +198,12 @@ def actor_options(opts: Dict[str, Any], class_name: str, is_async: bool) -> Dict
 
 
 def method_options(opts: Dict[str, Any], name: str) -> Dict[str, Any]:
-    return {
+    o = {
         "name": opts.get("name") or name,
         "max_retries": int(opts.get("max_task_retries") or 0),
         "retry_exceptions": _retry_exceptions(opts.get("retry_exceptions", False)),
     }
+    nr = opts.get("num_returns")
+    if nr is not None and nr > 1:
+        o["num_returns"] = nr
+    return o
