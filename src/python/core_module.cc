@@ -90,7 +90,7 @@ nb::dict Context() {
     for (const auto& [k, v] : holder->resources().amounts()) assigned[k.c_str()] = v;
   }
   d["assigned_resources"] = assigned;
-  d["placement_group_id"] = std::string();  // not carried in the task spec yet
+  d["placement_group_id"] = holder ? holder->placement_group_id() : std::string();
   d["actor_name"] = creation ? creation->name() : std::string();
   return d;
 }

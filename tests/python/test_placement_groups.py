@@ -61,6 +61,33 @@ def test_tasks_and_actors_in_bundles(torus_local):
     remove_placement_group(pg)
 
 
+@torus.remote
+def my_group():
+    from torus.util import get_current_placement_group
+    cur = get_current_placement_group()
+    return torus.get_runtime_context().get_placement_group_id(), cur.id.hex() if cur else None
+
+
+@torus.remote
+class GroupReporter:
+    def group(self):
+        return torus.get_runtime_context().get_placement_group_id()
+
+
+def test_runtime_context_names_the_placement_group(torus_local):
+    pg = placement_group([{"CPU": 1}], strategy="PACK")
+    torus.get(pg.ready(), timeout=30)
+    in_pg = PlacementGroupSchedulingStrategy(placement_group=pg)
+    assert torus.get(my_group.options(scheduling_strategy=in_pg).remote(), timeout=60) == (
+        pg.id.hex(), pg.id.hex())
+    assert torus.get(my_group.remote(), timeout=60) == (None, None)
+    a = GroupReporter.options(num_cpus=0, scheduling_strategy=in_pg).remote()
+    assert torus.get(a.group.remote(), timeout=60) == pg.id.hex()
+    assert torus.get_runtime_context().get_placement_group_id() is None  # the driver
+    torus.kill(a)
+    remove_placement_group(pg)
+
+
 def test_infeasible_group_stays_pending(torus_local):
     pg = placement_group([{"CPU": 64}])
     assert not pg.wait(1)
