@@ -424,6 +424,13 @@ grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::
   return grpc::Status::OK;
 }
 
+grpc::Status CoreWorker::CancelTask(grpc::ServerContext* ctx, const rpc::CancelTaskRequest* req,
+                                    rpc::Empty*) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  if (task_executor_) task_executor_->Interrupt(req->task_id());
+  return grpc::Status::OK;
+}
+
 grpc::Status CoreWorker::CheckLease(grpc::ServerContext* ctx, const rpc::CheckLeaseRequest* req,
                                     rpc::CheckLeaseReply* reply) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;

@@ -23,7 +23,7 @@
 //  - housekeeping thread: sleeps on hk_cv_ (with mu_) until the next idle lease's linger ends
 //    or WakeHousekeeping(); returns idle leases and joins broken connections' threads.
 //  - borrow thread: sends queued borrow releases, probes borrowers once a second.
-//  - rpc_work_: up to 4 threads for FreeObjects/ReturnLease calls; drained at Shutdown().
+//  - rpc_work_: up to 4 threads for FreeObjects/ReturnLease/CancelTask calls; drained at Shutdown().
 //  - head_ (HeadClient): calls from any thread without mu_; in drivers it owns the WatchJob
 //    thread (head_client.h).
 //  - workers only: the threads of TaskExecutor (task_executor.h) and LogForwarder
@@ -179,6 +179,8 @@ class CoreWorker final : public internal::Runtime,
   grpc::Status ListTasks(grpc::ServerContext*, const rpc::Empty*, rpc::TaskList*) override;
   grpc::Status CheckLease(grpc::ServerContext*, const rpc::CheckLeaseRequest*,
                           rpc::CheckLeaseReply*) override;
+  grpc::Status CancelTask(grpc::ServerContext*, const rpc::CancelTaskRequest*,
+                          rpc::Empty*) override;
 
   // Workers: sends what user code writes to stdout/stderr (fds 1 and 2) to the driver of the
   // work being run, besides the worker's log files. Call once, early.

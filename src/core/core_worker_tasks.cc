@@ -629,7 +629,7 @@ std::string CoreWorker::CancelMessage(const TaskRecord& t) {
 }
 
 bool CoreWorker::Cancel(const std::string& object_id, bool force) {
-  std::string kill_worker, kill_node;
+  std::string kill_worker, kill_node, interrupt_address, interrupt_task;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto drop = [&](std::deque<std::shared_ptr<TaskRecord>>& q) {
@@ -656,18 +656,34 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force) {
         return true;
       }
     }
-    // Running: its value is dropped when it comes; `force` kills the worker (not an actor's).
+    // Running: its value is dropped when it comes (TaskCancelledError); `force` kills the
+    // worker (not an actor's), else the worker is asked to interrupt it.
+    bool found = false;
     for (auto& c : conns_) {
       for (auto& [n, t] : c->in_flight) {
         if (!IsReturnOf(t->spec, object_id)) continue;
         t->cancelled = true;
+        found = true;
         if (force && c->actor_id.empty()) {
           kill_worker = c->worker_id;
           kill_node = c->node_address;
+        } else {
+          interrupt_address = c->address();
+          interrupt_task = t->spec.task_id();
         }
         break;
       }
-      if (!kill_worker.empty()) break;
+      if (found) break;
+    }
+    if (!interrupt_address.empty()) {
+      rpc_work_->Post([addr = interrupt_address, task = interrupt_task, token = opts_.token] {
+        rpc::CancelTaskRequest req;
+        req.set_task_id(task);
+        rpc::Empty e;
+        auto ctx = NewContext(token, 5000);
+        (void)rpc::CoreWorker::NewStub(GetChannel(addr))->CancelTask(ctx.get(), req, &e);
+      });
+      return true;
     }
     if (kill_worker.empty()) return refs_.Find(object_id) != nullptr;
   }

@@ -51,6 +51,10 @@ class Executor {
   virtual StatusOr<TaskOutput> Invoke(
       const rpc::TaskSpec& spec, const std::vector<internal::ArgView>& args,
       const std::vector<std::shared_ptr<internal::Buffer>>& owners) = 0;
+  // Interrupts task `task_id` if it is running now (ray.cancel without force); false when it
+  // is not running or its language cannot be interrupted (C++: the default). Called on any
+  // thread, concurrently with Invoke.
+  virtual bool Interrupt(const std::string& task_id) { return false; }
 };
 
 // Thrown through user code by ray::ExitActor(); deliberately not a std::exception.

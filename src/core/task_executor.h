@@ -82,6 +82,9 @@ class TaskExecutor {
   grpc::Status ServeTasks(Stream* stream);
   // Runs one task; fills *result.
   void Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result);
+  // Asks the executor to interrupt task `task_id` if it is running (Executor::Interrupt).
+  // Any thread.
+  void Interrupt(const std::string& task_id) { executor_->Interrupt(task_id); }
 
   LeaseUse& lease_use() { return lease_use_; }
   // The actor this worker runs ("" if none), and whether it is a restart.

@@ -53,14 +53,15 @@ void Shutdown() {
   core::ShutdownDriver();
 }
 
-[[noreturn]] void RunWorker(nb::object execute) {
+[[noreturn]] void RunWorker(nb::object execute, nb::object cancel_async) {
   // The executor is created on the core worker's thread before any task runs; it keeps its own
-  // reference to `execute`.
+  // references to `execute` and `cancel_async`.
   PyObject* fn = execute.release().ptr();
+  PyObject* cancel = cancel_async.release().ptr();
   nb::gil_scoped_release unlocked;
-  core::RunWorker([fn]() -> std::unique_ptr<core::Executor> {
+  core::RunWorker([fn, cancel]() -> std::unique_ptr<core::Executor> {
     nb::gil_scoped_acquire gil;
-    return std::make_unique<PyExecutor>(nb::borrow(fn));
+    return std::make_unique<PyExecutor>(nb::borrow(fn), nb::borrow(cancel));
   });
 }
 
@@ -215,7 +216,7 @@ NB_MODULE(_core, m) {
         nb::arg("code_search_path") = std::vector<std::string>{});
   m.def("shutdown", &Shutdown);
   m.def("is_initialized", [] { return torus::internal::GetRuntime() != nullptr; });
-  m.def("run_worker", &RunWorker);
+  m.def("run_worker", &RunWorker, nb::arg("execute"), nb::arg("cancel_async") = nb::none());
   m.def("context", &Context);
   m.def("put", &Put, nb::arg("size"), nb::arg("parts"), nb::arg("nested_ids"));
   m.def("get", &Get, nb::arg("ids"), nb::arg("timeout_ms"));

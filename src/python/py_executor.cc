@@ -3,7 +3,10 @@
 #include <nanobind/stl/string.h>
 
 #include <atomic>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "python/value.h"
 #include "torus/api/exceptions.h"
@@ -23,6 +26,39 @@ struct CurrentTask {
   ~CurrentTask() { t_current = prev; }
   const rpc::TaskSpec* prev;
 };
+
+// Tasks running now, by task id: the Python thread running each and whether it is an actor
+// call. Registered and erased with the GIL held, as Interrupt holds it while it looks one up
+// and sets its exception, so an interrupt never reaches a thread after its task ended.
+struct RunningTask {
+  unsigned long thread;
+  bool actor_call;
+};
+std::mutex g_running_mu;
+std::unordered_map<std::string, RunningTask>& Running() {
+  static auto* m = new std::unordered_map<std::string, RunningTask>();
+  return *m;
+}
+
+class RunningScope {
+ public:
+  explicit RunningScope(const rpc::TaskSpec& spec) : id_(spec.task_id()) {
+    thread_ = PyThread_get_thread_ident();
+    std::lock_guard<std::mutex> lock(g_running_mu);
+    Running()[id_] = {thread_, !spec.actor_id().empty()};
+  }
+  ~RunningScope() {  // GIL held
+    {
+      std::lock_guard<std::mutex> lock(g_running_mu);
+      Running().erase(id_);
+    }
+    PyThreadState_SetAsyncExc(thread_, nullptr);  // an interrupt that came as the task ended
+  }
+
+ private:
+  std::string id_;
+  unsigned long thread_;
+};
 }  // namespace
 
 const rpc::TaskSpec* CurrentTaskSpec() { return t_current; }
@@ -34,7 +70,31 @@ bool IsCrossLanguage(const std::string& name) {
          name.rfind(internal::kXlangMethodPrefix, 0) == 0;
 }
 
-PyExecutor::PyExecutor(nb::object execute) : execute_(execute.release().ptr()) {}
+PyExecutor::PyExecutor(nb::object execute, nb::object cancel_async)
+    : execute_(execute.release().ptr()),
+      cancel_async_(cancel_async.is_none() ? nullptr : cancel_async.release().ptr()) {}
+
+bool PyExecutor::Interrupt(const std::string& task_id) {
+  nb::gil_scoped_acquire gil;
+  RunningTask t;
+  {
+    std::lock_guard<std::mutex> lock(g_running_mu);
+    auto it = Running().find(task_id);
+    if (it == Running().end()) return false;
+    t = it->second;
+  }
+  if (!t.actor_call) {
+    // Raised in the task's thread at its next Python instruction, as Ray's SIGINT does.
+    return PyThreadState_SetAsyncExc(t.thread, PyExc_KeyboardInterrupt) == 1;
+  }
+  // An actor call: only an async actor's (the coroutine is cancelled); sync calls run on.
+  if (!cancel_async_) return false;
+  try {
+    return nb::cast<bool>(nb::borrow(cancel_async_)(t.thread));
+  } catch (const nb::python_error&) {
+    return false;
+  }
+}
 
 namespace {
 // Holds `ids` (packed into a result) until the submitter registered as their borrower: the
@@ -67,6 +127,8 @@ StatusOr<core::TaskOutput> PyExecutor::Invoke(const rpc::TaskSpec& spec,
   }
   int kind = spec.actor_creation() ? 1 : (spec.actor_id().empty() ? 0 : 2);
   CurrentTask current(&spec);
+  std::optional<RunningScope> running;
+  if (kind != 1) running.emplace(spec);
   const int num_returns = std::max(spec.num_returns(), 1);
   nb::object out = nb::borrow(execute_)(kind, spec.function(), spec.actor_id(), py_args,
                                         spec.max_concurrency(), num_returns);

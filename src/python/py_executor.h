@@ -9,7 +9,8 @@
 // return. `value` keeps the ObjectRefs packed in it alive until Invoke holds their ids.
 //
 // THREADS: Invoke runs on the task's thread (the stream's, or a threaded actor's pool thread)
-// and holds the GIL while Python runs; nothing else is shared.
+// and holds the GIL while Python runs; Interrupt runs on a gRPC thread and takes the GIL. The
+// table of running tasks they share has its own mutex.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -25,14 +26,21 @@ const rpc::TaskSpec* ActorCreationSpec();
 
 class PyExecutor final : public core::Executor {
  public:
-  // `execute` stays referenced for the life of the process (workers never return).
-  explicit PyExecutor(nanobind::object execute);
+  // `execute` (and `cancel_async`, when not None) stay referenced for the life of the process
+  // (workers never return). cancel_async(thread_ident) -> bool cancels the async actor call
+  // that thread waits for.
+  PyExecutor(nanobind::object execute, nanobind::object cancel_async);
   StatusOr<core::TaskOutput> Invoke(
       const rpc::TaskSpec& spec, const std::vector<internal::ArgView>& args,
       const std::vector<std::shared_ptr<internal::Buffer>>& owners) override;
+  // A task: KeyboardInterrupt raised in its thread (at its next Python instruction: a thread
+  // blocked in one long C call sees it when the call returns). An async actor's call: its
+  // coroutine is cancelled. Sync actor calls and creations: false (run on, as in Ray).
+  bool Interrupt(const std::string& task_id) override;
 
  private:
-  PyObject* execute_;  // a strong reference, never released
+  PyObject* execute_;       // strong references, never released
+  PyObject* cancel_async_;  // or null
 };
 
 }  // namespace torus::python

@@ -242,3 +242,58 @@ def test_object_created_in_a_task_and_returned_outlives_the_task(torus_local):
 
     (inner,) = torus.get(make.remote(), timeout=60)
     assert torus.get(inner, timeout=30) == {"made": "in the task"}
+
+
+def test_cancel_without_force_interrupts_the_running_task(torus_local, tmp_path):
+    from helpers import wait_until
+    started, interrupted = tmp_path / "started", tmp_path / "interrupted"
+
+    @torus.remote
+    def spin(started, interrupted):
+        open(started, "w").close()
+        try:
+            while True:
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            with open(interrupted, "w") as f:
+                f.write("KeyboardInterrupt")
+            raise
+
+    ref = spin.remote(str(started), str(interrupted))
+    wait_until(started.exists, timeout=60)
+    torus.cancel(ref)
+    with pytest.raises(exc.TaskCancelledError):
+        torus.get(ref, timeout=30)
+    wait_until(interrupted.exists, timeout=30)
+    assert interrupted.read_text() == "KeyboardInterrupt"
+    assert torus.get(add.remote(2, 3), timeout=60) == 5
+
+
+def test_cancel_of_a_running_async_actor_call_cancels_its_coroutine(torus_local, tmp_path):
+    import asyncio
+    from helpers import wait_until
+    marker = tmp_path / "cancelled"
+
+    @torus.remote
+    class Sleeper:
+        async def nap(self, path):
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                with open(path, "w") as f:
+                    f.write("CancelledError")
+                raise
+
+        async def ping(self):
+            return "pong"
+
+    a = Sleeper.remote()
+    assert torus.get(a.ping.remote(), timeout=60) == "pong"
+    ref = a.nap.remote(str(marker))
+    time.sleep(0.5)
+    torus.cancel(ref)
+    with pytest.raises(exc.TaskCancelledError):
+        torus.get(ref, timeout=30)
+    wait_until(marker.exists, timeout=30)
+    assert torus.get(a.ping.remote(), timeout=60) == "pong"  # the actor lives on
+    torus.kill(a)

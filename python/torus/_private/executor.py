@@ -230,7 +230,15 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
                         return m(*a, **kw)
                     coro = _sync()
                 fut = asyncio.run_coroutine_threadsafe(_with_actor(coro, actor_id), rec.loop)
-                return _encode_result(fut.result(), xlang)
+                me = threading.get_ident()
+                with _async_lock:
+                    _async_waits[me] = fut
+                try:
+                    value = fut.result()
+                finally:
+                    with _async_lock:
+                        _async_waits.pop(me, None)
+                return _encode_result(value, xlang)
             if inspect.isasyncgenfunction(m) or inspect.isgeneratorfunction(m):
                 raise NotImplementedError("generator actor methods (streaming returns) are "
                                           "not implemented by Torus")
@@ -270,6 +278,19 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
         return _encode_error(e, fname, actor, actor_id)
     finally:
         _tls.actor_id = prev_actor
+
+
+# Async actor calls being waited for, by the waiting thread (cancel_async).
+_async_lock = threading.Lock()
+_async_waits = {}
+
+
+def cancel_async(thread_ident: int) -> bool:
+    """ray.cancel() of a running async actor call: cancels its coroutine (CancelledError in
+    it); called by the core with the id of the thread waiting for the call."""
+    with _async_lock:
+        fut = _async_waits.get(thread_ident)
+    return fut.cancel() if fut is not None else False
 
 
 async def _with_actor(coro, actor_id):

@@ -16,7 +16,7 @@ def main() -> None:
         shim.install()
     from torus import _core
     from torus._private import executor
-    _core.run_worker(executor.execute)
+    _core.run_worker(executor.execute, executor.cancel_async)
     sys.exit(0)
 
 
