@@ -92,8 +92,9 @@ struct CoreWorkerOptions {
   std::function<void(CoreWorker*)> on_ready;
 };
 
-// The Python worker command: `given`, else TORUS_PYTHON_WORKER_COMMAND (a JSON list), else
-// `python3 -m torus._private.worker_main`.
+// The Python worker command: `given` (a Python driver's), else TORUS_PYTHON_WORKER_COMMAND (a
+// JSON list: in a Python worker, set by its node to the command that started it; a C++ driver
+// may set it too), else `python3 -m torus._private.worker_main`.
 std::vector<std::string> PythonWorkerCommand(const std::vector<std::string>& given);
 
 class LogForwarder;

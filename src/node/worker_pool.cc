@@ -1,6 +1,7 @@
 #include "node/worker_pool.h"
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "common/ids.h"
@@ -28,6 +29,12 @@ void SetWorkerEnv(const WorkerPoolConfig& cfg, const std::string& worker_id, con
   opts->env_set["TORUS_SESSION_DIR"] = cfg.session_dir;
   opts->env_set["TORUS_HEAD_ADDRESS"] = cfg.head_address;
   opts->env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
+  if (!spawn.command.empty()) {
+    // A Python worker: the command it was started with, which it gives the Python work it
+    // submits (core::PythonWorkerCommand), so nested work runs in the same interpreter and
+    // import path and reuses the same pool of workers.
+    opts->env_set["TORUS_PYTHON_WORKER_COMMAND"] = nlohmann::json(spawn.command).dump();
+  }
   if (!spawn.chips.empty()) {
     // docs/tpu.md section 7: which chips this worker may use.
     std::map<std::string, std::string> env;

@@ -297,3 +297,17 @@ def test_cancel_of_a_running_async_actor_call_cancels_its_coroutine(torus_local,
     wait_until(marker.exists, timeout=30)
     assert torus.get(a.ping.remote(), timeout=60) == "pong"  # the actor lives on
     torus.kill(a)
+
+
+def test_nested_work_runs_in_the_drivers_interpreter(torus_local):
+    import sys
+
+    @torus.remote
+    def interpreter():
+        return sys.executable
+
+    @torus.remote
+    def outer():
+        return torus.get(interpreter.remote(), timeout=60)
+
+    assert torus.get(outer.remote(), timeout=120) == sys.executable

@@ -162,12 +162,10 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
                 namespace = job_config.ray_namespace
         env_vars = _runtime_env_vars(runtime_env, "torus.init")
         cmd = worker_command()
-        # Workers submit nested tasks with the worker command they find in this variable
-        # (src/core/head_calls.cc), so nested work runs in this interpreter too.
-        core_env = dict(env_vars)
-        core_env["TORUS_PYTHON_WORKER_COMMAND"] = json.dumps(cmd)
+        # Python workers are started with `cmd` and submit nested work with the command their
+        # node started them with (TORUS_PYTHON_WORKER_COMMAND, set by the node): the same.
         try:
-            core().init(address, namespace or "", core_env, cmd,
+            core().init(address, namespace or "", dict(env_vars), cmd,
                         _temp_dir or "", head_args,
                         bool(job_config and job_config.default_actor_lifetime == "detached"),
                         list(job_config.code_search_path) if job_config else [])
