@@ -119,7 +119,8 @@ class ActorClass:
     def _remote(self, args, kwargs, opts):
         worker.ensure_initialized()
         core = worker.core()
-        core_opts = _opts.actor_options(opts, self._class_name, self._is_async)
+        core_opts = _opts.captured(opts, _opts.actor_options(opts, self._class_name,
+                                                             self._is_async))
         name = core_opts["name"]
         if opts.get("get_if_exists"):
             if not name:

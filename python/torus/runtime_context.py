@@ -99,7 +99,7 @@ class RuntimeContext:
 
     @property
     def should_capture_child_tasks_in_placement_group(self) -> bool:
-        return False
+        return worker.in_worker() and bool(worker.core().capture_group())
 
     def get_runtime_env_string(self) -> str:
         import json

@@ -62,6 +62,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   spec->set_max_concurrency(std::max(1, options.max_concurrency));
   spec->set_task_id(actor_id);
   spec->set_placement_group_id(options.placement_group_id);
+  spec->set_capture_child_tasks(options.capture_child_tasks && !options.placement_group_id.empty());
   std::string ns = options.ray_namespace.empty() ? GetNamespace() : options.ray_namespace;
   spec->set_ray_namespace(ns);
   SetJobConfig(options.serialized_runtime_env, spec);

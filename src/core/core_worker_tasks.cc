@@ -87,7 +87,10 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   spec.set_job_id(JobId());
   spec.set_ray_namespace(GetNamespace());
   spec.set_name(options.name.empty() ? function_name : options.name);
-  if (!options.placement_group_id.empty()) spec.set_placement_group_id(options.placement_group_id);
+  if (!options.placement_group_id.empty()) {
+    spec.set_placement_group_id(options.placement_group_id);
+    spec.set_capture_child_tasks(options.capture_child_tasks);
+  }
   const bool python = options.language == internal::Language::kPython;
   if (python) spec.set_language(rpc::PYTHON);
   std::map<std::string, std::string> selector(options.label_selector.begin(),

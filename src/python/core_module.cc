@@ -218,6 +218,13 @@ NB_MODULE(_core, m) {
   m.def("is_initialized", [] { return torus::internal::GetRuntime() != nullptr; });
   m.def("run_worker", &RunWorker, nb::arg("execute"), nb::arg("cancel_async") = nb::none());
   m.def("context", &Context);
+  // The placement group that work submitted here without a strategy of its own goes into: the
+  // running task's (or this actor's) group when it was scheduled with capture_child_tasks.
+  m.def("capture_group", []() -> std::string {
+    const torus::rpc::TaskSpec* creation = ActorCreationSpec();
+    const torus::rpc::TaskSpec* holder = creation ? creation : CurrentTaskSpec();
+    return holder && holder->capture_child_tasks() ? holder->placement_group_id() : std::string();
+  });
   m.def("put", &Put, nb::arg("size"), nb::arg("parts"), nb::arg("nested_ids"));
   m.def("get", &Get, nb::arg("ids"), nb::arg("timeout_ms"));
   m.def("wait", &Wait, nb::arg("ids"), nb::arg("num_returns"), nb::arg("timeout_ms"));

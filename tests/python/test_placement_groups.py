@@ -175,3 +175,41 @@ def test_strategies_across_nodes():
             print("OK")
         """, env=c.driver_env(), timeout=300)
         assert "OK" in out.stdout, out.stdout + out.stderr
+
+
+@torus.remote
+def child_group():
+    return torus.get_runtime_context().get_placement_group_id()
+
+
+@torus.remote
+def parent_group():
+    return (torus.get(child_group.remote(), timeout=60),
+            torus.get(child_group.options(scheduling_strategy="DEFAULT").remote(), timeout=60))
+
+
+@torus.remote(num_cpus=0)
+class Spawner:
+    def spawn(self):
+        return torus.get(child_group.remote(), timeout=60)
+
+
+def test_capture_child_tasks(torus_local):
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+    torus.get(pg.ready(), timeout=30)
+    gid = pg.id.hex()
+    capture = PlacementGroupSchedulingStrategy(placement_group=pg,
+                                               placement_group_capture_child_tasks=True)
+    # Children without a strategy of their own go into the parent's group; an explicit
+    # strategy wins.
+    assert torus.get(parent_group.options(scheduling_strategy=capture).remote(),
+                     timeout=120) == (gid, None)
+    # Without capture, children are scheduled as usual.
+    plain = PlacementGroupSchedulingStrategy(placement_group=pg)
+    assert torus.get(parent_group.options(scheduling_strategy=plain).remote(),
+                     timeout=120) == (None, None)
+    # An actor created with capture places the tasks its methods submit in the group too.
+    a = Spawner.options(scheduling_strategy=capture).remote()
+    assert torus.get(a.spawn.remote(), timeout=120) == gid
+    torus.kill(a)
+    remove_placement_group(pg)

@@ -55,6 +55,7 @@ struct TaskOptions {
   int num_returns = 1;
   std::string placement_group_id;                     // empty: none
   int bundle_index = -1;
+  bool capture_child_tasks = false;  // with a group: the task's own untargeted work goes there too
   LabelSelector label_selector;
   std::string serialized_runtime_env;  // RuntimeEnv::Serialize(); empty: the parent's (job's)
 };
@@ -70,6 +71,7 @@ struct ActorOptions {
   bool lifetime_set = false;  // false: `detached` is ignored, the job's default lifetime applies
   std::string placement_group_id;
   int bundle_index = -1;
+  bool capture_child_tasks = false;  // with a group: the actor's untargeted work goes there too
   LabelSelector label_selector;
   std::string serialized_runtime_env;  // RuntimeEnv::Serialize(); empty: the parent's (job's)
 };

@@ -94,9 +94,6 @@ def _placement(opts: Dict[str, Any]) -> Dict[str, Any]:
                                   "(use DEFAULT, a placement group, node affinity or labels)")
     elif isinstance(strat, ss.PlacementGroupSchedulingStrategy):
         pg = strat.placement_group
-        if strat.placement_group_capture_child_tasks:
-            raise NotImplementedError("placement_group_capture_child_tasks=True is not "
-                                      "implemented by Torus")
         if pg is not None and not (isinstance(pg, PlacementGroup) and pg.is_empty):
             if not isinstance(pg, PlacementGroup):
                 raise TypeError("placement_group must be a PlacementGroup")
@@ -106,6 +103,7 @@ def _placement(opts: Dict[str, Any]) -> Dict[str, Any]:
                                  f"placement group indexes: 0-{pg.bundle_count - 1}")
             out["placement_group_id"] = pg.id.hex()
             out["bundle_index"] = int(idx)
+            out["capture_child_tasks"] = bool(strat.placement_group_capture_child_tasks)
     elif isinstance(strat, ss.NodeAffinitySchedulingStrategy):
         if strat._spill_on_unavailable or strat._fail_on_unavailable:
             raise NotImplementedError("NodeAffinitySchedulingStrategy _spill_on_unavailable / "
@@ -127,6 +125,18 @@ def _placement(opts: Dict[str, Any]) -> Dict[str, Any]:
         raise TypeError(f"unknown scheduling_strategy {strat!r}")
     out["label_selector"] = {str(k): str(v) for k, v in sel.items()}
     return out
+
+
+def captured(opts: Dict[str, Any], core_opts: Dict[str, Any]) -> Dict[str, Any]:
+    """core_opts for work submitted inside a task or actor scheduled with
+    placement_group_capture_child_tasks: work without a scheduling strategy of its own goes into
+    the same group (any bundle) and captures its own children too, as in Ray."""
+    if opts.get("scheduling_strategy") is not None or not worker.in_worker():
+        return core_opts
+    pg = worker.core().capture_group()
+    if not pg:
+        return core_opts
+    return dict(core_opts, placement_group_id=pg, bundle_index=-1, capture_child_tasks=True)
 
 
 def _nodes_alive():
