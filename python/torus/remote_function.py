@@ -10,8 +10,6 @@ from typing import Any, Dict
 from torus._private import options as _opts
 from torus._private import serialization, worker
 
-_IN_WORKER = worker.in_worker()  # only work inside a task or actor can be captured into a group
-
 
 class RemoteFunction:
     def __init__(self, function, task_options: Dict[str, Any]):
@@ -81,8 +79,7 @@ class RemoteFunction:
             if not getattr(strat, "soft", False):
                 cache.clear()
                 cache[gen] = core_opts
-        if _IN_WORKER:
-            core_opts = _opts.captured(opts, core_opts)
+        core_opts = _opts.captured(opts, core_opts)
         key = self._export()
         encoded, keep = worker.encode_args(args, kwargs)
         try:

@@ -1,6 +1,9 @@
 #include "core/reference_counter.h"
 
 #include <algorithm>
+#include <charconv>
+
+#include "common/ids.h"
 
 namespace torus::core {
 
@@ -18,16 +21,13 @@ std::string ReturnIdOf(const std::string& first, int index) {
   if (index == 0) return first;
   // The counter is the 16 hex digits after the worker's 16.
   constexpr size_t kAt = 16, kLen = 16;
-  static const char* kDigits = "0123456789abcdef";
   uint64_t v = 0;
-  for (size_t i = kAt; i < kAt + kLen && i < first.size(); ++i) {
-    char c = first[i];
-    v = v * 16 + static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  if (first.size() < kAt + kLen ||
+      std::from_chars(first.data() + kAt, first.data() + kAt + kLen, v, 16).ec != std::errc()) {
+    return first + "#" + std::to_string(index);  // not a task's id
   }
-  v += static_cast<uint64_t>(index);
   std::string id = first;
-  if (id.size() < kAt + kLen) return id + "#" + std::to_string(index);  // not a task's id
-  for (size_t i = kAt + kLen; i-- > kAt; v >>= 4) id[i] = kDigits[v & 0xf];
+  id.replace(kAt, kLen, Hex64(v + static_cast<uint64_t>(index)));
   return id;
 }
 

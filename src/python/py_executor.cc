@@ -33,6 +33,7 @@ struct CurrentTask {
 struct RunningTask {
   unsigned long thread;
   bool actor_call;
+  bool interrupted = false;  // an exception was set for the thread
 };
 std::mutex g_running_mu;
 std::unordered_map<std::string, RunningTask>& Running() {
@@ -48,11 +49,15 @@ class RunningScope {
     Running()[id_] = {thread_, !spec.actor_id().empty()};
   }
   ~RunningScope() {  // GIL held
+    bool interrupted = false;
     {
       std::lock_guard<std::mutex> lock(g_running_mu);
-      Running().erase(id_);
+      auto it = Running().find(id_);
+      interrupted = it->second.interrupted;
+      Running().erase(it);
     }
-    PyThreadState_SetAsyncExc(thread_, nullptr);  // an interrupt that came as the task ended
+    // An interrupt that came as the task ended must not reach the thread's next task.
+    if (interrupted) PyThreadState_SetAsyncExc(thread_, nullptr);
   }
 
  private:
@@ -81,6 +86,7 @@ bool PyExecutor::Interrupt(const std::string& task_id) {
     std::lock_guard<std::mutex> lock(g_running_mu);
     auto it = Running().find(task_id);
     if (it == Running().end()) return false;
+    if (!it->second.actor_call) it->second.interrupted = true;
     t = it->second;
   }
   if (!t.actor_call) {

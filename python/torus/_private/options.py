@@ -127,11 +127,14 @@ def _placement(opts: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+_IN_WORKER = worker.in_worker()  # only work inside a task or actor can be captured into a group
+
+
 def captured(opts: Dict[str, Any], core_opts: Dict[str, Any]) -> Dict[str, Any]:
     """core_opts for work submitted inside a task or actor scheduled with
     placement_group_capture_child_tasks: work without a scheduling strategy of its own goes into
     the same group (any bundle) and captures its own children too, as in Ray."""
-    if opts.get("scheduling_strategy") is not None or not worker.in_worker():
+    if opts.get("scheduling_strategy") is not None or not _IN_WORKER:
         return core_opts
     pg = worker.core().capture_group()
     if not pg:
@@ -155,10 +158,14 @@ def task_options(opts: Dict[str, Any], name: str) -> Dict[str, Any]:
                                                           f"{name}.options"),
     }
     o.update(_placement(opts))
+    _num_returns(opts, o)
+    return o
+
+
+def _num_returns(opts: Dict[str, Any], o: Dict[str, Any]) -> None:
     nr = opts.get("num_returns")
     if nr is not None and nr > 1:
         o["num_returns"] = nr
-    return o
 
 
 def return_refs(oid: str, num_returns):
@@ -213,7 +220,5 @@ def method_options(opts: Dict[str, Any], name: str) -> Dict[str, Any]:
         "max_retries": int(opts.get("max_task_retries") or 0),
         "retry_exceptions": _retry_exceptions(opts.get("retry_exceptions", False)),
     }
-    nr = opts.get("num_returns")
-    if nr is not None and nr > 1:
-        o["num_returns"] = nr
+    _num_returns(opts, o)
     return o
