@@ -1,15 +1,18 @@
 #include "common/rpc.h"
 
+#include <execinfo.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
 
+#include "common/logging.h"
 #include "common/thread_annotations.h"
 #include "proto/torus.pb.h"
 
@@ -94,6 +97,18 @@ DirectCallScope::DirectCallScope() : prev_(t_direct_call) { t_direct_call = true
 DirectCallScope::~DirectCallScope() { t_direct_call = prev_; }
 
 std::shared_ptr<grpc::Channel> GetChannel(const std::string& address) {
+  if (address.empty()) {
+    // Never meant: a caller lost an address on its way. Say who, once per process (gRPC only
+    // says "no server name supplied in dns URI", and every call on the channel fails).
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      TORUS_LOG(ERROR) << "a gRPC channel to an empty address was asked for; the calls on it "
+                          "will fail. Caller's stack:";
+      void* frames[32];
+      int n = backtrace(frames, 32);
+      backtrace_symbols_fd(frames, n, STDERR_FILENO);
+    }
+  }
   MutexLock lock(g_channels_mu);
   auto* channels = g_channels;
   auto it = channels->find(address);

@@ -303,7 +303,7 @@ class CoreWorker final : public internal::Runtime,
   // The steps of OnConnBroken. DetachConn requires mu_: takes the broken stream out of the
   // queues and hands it to housekeeping; returns its in-flight tasks. The others take mu_.
   std::vector<std::shared_ptr<TaskRecord>> DetachConn(Conn* conn);
-  void FailActorCalls(const std::string& actor_id,
+  void FailActorCalls(const std::string& actor_id, const std::string& worker_id,
                       const std::vector<std::shared_ptr<TaskRecord>>& lost, const std::string& why);
   void RetryLostTasks(const std::vector<std::shared_ptr<TaskRecord>>& lost,
                       const std::string& worker_id, const std::string& node_address,
@@ -311,7 +311,9 @@ class CoreWorker final : public internal::Runtime,
   void RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& why, Conn* conn,
                    StatusCode code = StatusCode::kWorkerDied);
   void PumpActor(ActorQueue& a, Outbox* out = nullptr);
-  void ResolveActor(const std::string& actor_id, int min_restarts);
+  // Asks the head where the actor lives until it is ALIVE in a worker other than `lost_worker`
+  // or DEAD; then connects (or fails the waiting calls). No lock held on entry.
+  void ResolveActor(const std::string& actor_id, const std::string& lost_worker);
   void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
   // Another attempt of `t` (its pins go with it), marked PENDING. Requires mu_.
   std::shared_ptr<TaskRecord> NextAttempt(const TaskRecord& t);

@@ -151,26 +151,24 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   return rid;
 }
 
-void CoreWorker::FailActorCalls(const std::string& actor_id,
+void CoreWorker::FailActorCalls(const std::string& actor_id, const std::string& worker_id,
                                 const std::vector<std::shared_ptr<TaskRecord>>& lost,
                                 const std::string& why) {
   std::string cause = "the actor's worker stopped (" + why + ")";
-  int restarts = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = actors_.find(actor_id);
-    if (it != actors_.end()) restarts = it->second->known_restarts;
-  }
   rpc::GetActorRequest req;
   req.set_actor_id(actor_id);
   req.set_wait_alive_ms(2000);
-  req.set_min_restarts(restarts + 1);
+  req.set_not_worker_id(worker_id);
   bool restarted = false;
   if (auto reply = head_->GetActor(req); reply.ok() && reply->found()) {
     const auto& a = reply->actor();
+    // Not DEAD: restarting, or placed elsewhere, or the head has not heard of the end yet.
     restarted = a.state() != "DEAD";
-    if (!restarted) cause = a.death_cause();
-    else cause = "the actor's worker died and the actor was restarted";
+    if (!restarted) {
+      cause = a.death_cause();
+    } else if (a.worker_id() != worker_id) {
+      cause = "the actor's worker died and the actor was restarted";
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = actors_.find(actor_id);
@@ -190,7 +188,6 @@ void CoreWorker::FailActorCalls(const std::string& actor_id,
               [](const auto& a, const auto& b) { return a->spec.seq() < b->spec.seq(); });
     auto& waiting = it->second->waiting;
     waiting.insert(waiting.begin(), replay.begin(), replay.end());
-    it->second->known_restarts = restarts + 1;
     PumpActor(*it->second);
   }
   cv_.notify_all();
@@ -208,7 +205,7 @@ void CoreWorker::PumpActor(ActorQueue& a, Outbox* out) {
   if (!a.conn) {
     if (!a.resolving && !a.waiting.empty()) {
       a.resolving = true;
-      SpawnTracked([this, id = a.actor_id, r = a.known_restarts] { ResolveActor(id, r); });
+      SpawnTracked([this, id = a.actor_id, w = a.lost_worker] { ResolveActor(id, w); });
     }
     return;
   }
@@ -231,21 +228,31 @@ void CoreWorker::PumpActor(ActorQueue& a, Outbox* out) {
   }
 }
 
-void CoreWorker::ResolveActor(const std::string& actor_id, int min_restarts) {
+void CoreWorker::ResolveActor(const std::string& actor_id, const std::string& lost_worker) {
+  // The head may still name the worker whose connection broke: it has not heard of that
+  // worker's end yet (its node reports it within a second), or the worker lives and only the
+  // connection broke. Past this grace, connect to it again: a dead worker refuses at once and
+  // its calls take the usual path, so no call waits on the head for ever.
+  constexpr auto kSameWorkerGrace = std::chrono::seconds(10);
+  const auto since = Clock::now();
   StatusOr<rpc::GetActorReply> reply = Unavailable("shutting down");
+  auto placed = [&] {
+    return reply->actor().state() == "ALIVE" && !reply->actor().address().empty();
+  };
   while (!shutting_down_) {
     rpc::GetActorRequest req;
     req.set_actor_id(actor_id);
     req.set_wait_alive_ms(2000);
-    req.set_min_restarts(min_restarts);
+    req.set_not_worker_id(lost_worker);
     reply = head_->GetActor(req);
-    if (!reply.ok() || !reply->found()) break;
-    const auto& s = reply->actor().state();
-    if (s == "DEAD" || (s == "ALIVE" && reply->actor().num_restarts() >= min_restarts)) break;
+    if (!reply.ok() || !reply->found() || reply->actor().state() == "DEAD") break;
+    if (placed() && (reply->actor().worker_id() != lost_worker ||
+                     Clock::now() - since > kSameWorkerGrace)) {
+      break;
+    }
   }
   std::shared_ptr<Conn> conn;
-  bool alive = reply.ok() && reply->found() && reply->actor().state() == "ALIVE";
-  if (alive && !shutting_down_) {
+  if (reply.ok() && reply->found() && placed() && !shutting_down_) {
     conn = std::make_shared<Conn>(static_cast<Conn::Listener*>(this), reply->actor().address(),
                                   opts_.token);
     conn->actor_id = actor_id;
@@ -258,7 +265,6 @@ void CoreWorker::ResolveActor(const std::string& actor_id, int min_restarts) {
   ActorQueue& a = *it->second;
   a.resolving = false;
   if (conn) {
-    a.known_restarts = reply->actor().num_restarts();
     a.conn = conn.get();
     conns_.push_back(std::move(conn));
   } else {

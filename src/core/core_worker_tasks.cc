@@ -517,7 +517,9 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
   if (!actor_id.empty()) {
     // Actor: in-flight calls are replayed into the restarted actor while they have retries,
     // else fail; queued ones wait for a restart (or fail if the actor is dead).
-    SpawnTracked([this, actor_id, lost, why] { FailActorCalls(actor_id, lost, why); });
+    SpawnTracked([this, actor_id, worker_id, lost, why] {
+      FailActorCalls(actor_id, worker_id, lost, why);
+    });
     return;
   }
   if (why.find(kLeaseRevokedError) != std::string::npos) {
@@ -553,7 +555,10 @@ std::vector<std::shared_ptr<TaskRecord>> CoreWorker::DetachConn(Conn* conn) {
     }
   } else {
     auto it = actors_.find(conn->actor_id);
-    if (it != actors_.end() && it->second->conn == conn) it->second->conn = nullptr;
+    if (it != actors_.end() && it->second->conn == conn) {
+      it->second->conn = nullptr;
+      it->second->lost_worker = conn->worker_id;
+    }
   }
   // Hand the Conn to housekeeping to be joined (we are running on its reader thread); once
   // shutting down, Shutdown() joins what is in dead_conns_ when it takes conns_.

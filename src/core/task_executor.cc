@@ -250,6 +250,14 @@ void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
     Fail(result, StatusCode::kActorDied, "actor " + actor_id_ + " has exited (ray::ExitActor())");
     return;
   }
+  if (!spec.actor_creation() && !spec.actor_id().empty() && spec.actor_id() != actor_id_) {
+    // A caller with a stale address (the actor's worker died and this process took its port).
+    Fail(result, StatusCode::kActorDied,
+         "actor " + spec.actor_id() + " does not live in this worker (" +
+             (actor_id_.empty() ? std::string("it hosts no actor") : "it hosts actor " + actor_id_) +
+             "): the caller's address for it is stale");
+    return;
+  }
   // Refs packed into the result are collected (and held) while the invoker packs it.
   ResultRefs result_refs(host_);
   // Refs inside the arguments: registered with their owners now, in one call per owner, and

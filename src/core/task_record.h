@@ -101,7 +101,9 @@ struct ActorQueue {
   bool resolving = false;
   bool dead = false;
   std::string death_cause;
-  int known_restarts = 0;
+  // The worker whose connection broke last (set by FailActorCalls): resolving waits for the
+  // head to place the actor elsewhere or declare it dead, not to hand this one out again.
+  std::string lost_worker;
   uint64_t next_seq = 0;
   std::deque<std::shared_ptr<TaskRecord>> waiting;  // not sent yet, in submission order
 };

@@ -280,7 +280,8 @@ void ActorDirectory::Get(grpc::ServerContext* ctx, const rpc::GetActorRequest& r
     if (it == actors_.end()) return;
     const auto& rec = it->second.rec;
     bool settled = rec.state() == "DEAD" ||
-                   (rec.state() == "ALIVE" && rec.num_restarts() >= req.min_restarts());
+                   (rec.state() == "ALIVE" && rec.num_restarts() >= req.min_restarts() &&
+                    (req.not_worker_id().empty() || rec.worker_id() != req.not_worker_id()));
     if (settled || req.wait_alive_ms() <= 0 || Clock::now() >= deadline || stopping_ ||
         ctx->IsCancelled()) {
       if (!req.name().empty() && rec.state() == "DEAD") return;
