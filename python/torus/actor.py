@@ -187,6 +187,7 @@ class ActorHandle:
         self._class_name = class_name
         self._method_defaults = method_defaults or {}
         self._max_task_retries = max_task_retries
+        self._plain_calls: Dict[str, Dict[str, Any]] = {}  # method -> core options, no .options()
         self._gen = worker.generation()
         actor_lifetime.created(actor_id, self._gen)
 
@@ -207,6 +208,20 @@ class ActorHandle:
 
     def _call(self, method_name, args, kwargs, opts):
         worker.ensure_initialized()
+        if not opts:
+            # The common call: no per-call options. Its core options depend on the method's
+            # name alone, so they are built once per handle and method.
+            mo = self._plain_calls.get(method_name)
+            if mo is None:
+                mo = self._plain_calls[method_name] = _opts.method_options(
+                    {"max_task_retries": self._max_task_retries}, method_name)
+            encoded, keep = worker.encode_args(args, kwargs) if (args or kwargs) else ([], None)
+            try:
+                oid = worker.core().submit_actor_task(self._actor_id, method_name, encoded, mo)
+            except Exception as e:
+                raise worker.map_core_error(e) from None
+            del keep
+            return _opts._object_ref_cls()(oid)
         if opts:
             _opts.validate({k: v for k, v in opts.items() if k == "num_returns"},
                            _opts.METHOD_OPTIONS, "actor methods")

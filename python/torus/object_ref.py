@@ -7,7 +7,7 @@ import string
 import threading
 from typing import Any
 
-from torus._private import serialization
+from torus._private import serialization, worker
 
 _HEX = set(string.hexdigits)
 
@@ -31,9 +31,8 @@ class ObjectRef:
     __slots__ = ("_id", "_gen", "__weakref__")
 
     def __init__(self, object_id, *, adopt: bool = True):
-        from torus._private import worker
         self._id = object_id
-        self._gen = worker.generation()
+        self._gen = worker._generation
         if not adopt:
             worker.core().add_ref(object_id)
 
@@ -68,7 +67,6 @@ class ObjectRef:
     # --- lifetime -------------------------------------------------------------------------
     def __del__(self):
         try:
-            from torus._private import worker
             worker.release_ref(self._id, self._gen)
         except Exception:  # interpreter shutdown: the runtime is going away anyway
             pass
@@ -85,7 +83,6 @@ class ObjectRef:
 
     # --- waiting --------------------------------------------------------------------------
     def _get_blocking(self) -> Any:
-        from torus._private import worker
         return worker.get(self)
 
     def future(self) -> concurrent.futures.Future:

@@ -29,6 +29,9 @@ class _Actor:
     def __init__(self, instance, is_async: bool, class_name: str):
         self.instance = instance
         self.class_name = class_name
+        # Method name -> whether it is a generator (streaming returns, not implemented), looked
+        # up once per name: inspect's checks cost several microseconds per call.
+        self.generator: Dict[str, bool] = {}
         self.loop = None
         if is_async:
             self.loop = asyncio.new_event_loop()
@@ -130,6 +133,45 @@ def _encode_result(value, xlang: bool = False):
     return data, STATUS_OK, nested, value
 
 
+_NO_KWARGS: Dict[str, Any] = {}
+_actor_exit_cls = None
+
+
+def _actor_exit():
+    """torus.actor.ActorExit (torus.actor imports this module, so it is looked up late, once)."""
+    global _actor_exit_cls
+    if _actor_exit_cls is None:
+        from torus.actor import ActorExit
+        _actor_exit_cls = ActorExit
+    return _actor_exit_cls
+
+
+class _MethodName:
+    """"Class.method" for error messages, formatted only when one is needed."""
+    __slots__ = ("cls", "name")
+
+    def __init__(self, cls: str, name: str):
+        self.cls, self.name = cls, name
+
+    def __str__(self):
+        return f"{self.cls}.{self.name}"
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
+
+
+class _FunctionName:
+    """"module.qualname" of a task's function for error messages, formatted only when needed."""
+    __slots__ = ("fn", "name")
+
+    def __init__(self, fn, name: str):
+        self.fn, self.name = fn, name
+
+    def __str__(self):
+        return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.name)}"
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
+
+
 def _encode_error(e: BaseException, function_name: str, actor=None, actor_id=None):
     from torus.exceptions import RayTaskError
     if isinstance(e, _DependencyFailed):
@@ -177,15 +219,15 @@ def execute(kind: int, name: str, actor_id, args, max_concurrency: int = 1,
 
 
 def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
-    from torus.actor import ActorExit
+    ActorExit = _actor_exit()
     fname = name
     actor = None
     prev_actor = getattr(_tls, "actor_id", None)
     try:
         if kind == KIND_FUNCTION:
             fn = _load(name)
-            fname = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}"
-            a, kw = _decode_args(args)
+            fname = _FunctionName(fn, name)
+            a, kw = _decode_args(args) if args else ((), _NO_KWARGS)
             return _encode_result(fn(*a, **kw), name.startswith("py:"))
         if kind == KIND_CREATE:
             _tls.actor_id = actor_id
@@ -209,7 +251,7 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
             if rec is None:
                 raise RuntimeError(f"actor {actor_id!r} is not alive in this worker")
             actor = rec.instance
-            fname = f"{rec.class_name}.{name}"
+            fname = _MethodName(rec.class_name, name)
             if name == "__ray_terminate__":  # graceful: after the calls queued before it
                 shutdown_hook = getattr(actor, "__ray_shutdown__", None)
                 if callable(shutdown_hook):
@@ -221,7 +263,7 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
             if xlang:
                 name = name[len("xlang:"):]
             m = getattr(actor, name)
-            a, kw = _decode_args(args)
+            a, kw = _decode_args(args) if args else ((), _NO_KWARGS)
             if rec.loop is not None:
                 if inspect.iscoroutinefunction(m):
                     coro = m(*a, **kw)
@@ -239,7 +281,11 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
                     with _async_lock:
                         _async_waits.pop(me, None)
                 return _encode_result(value, xlang)
-            if inspect.isasyncgenfunction(m) or inspect.isgeneratorfunction(m):
+            gen = rec.generator.get(name)
+            if gen is None:
+                gen = rec.generator[name] = (inspect.isasyncgenfunction(m) or
+                                             inspect.isgeneratorfunction(m))
+            if gen:
                 raise NotImplementedError("generator actor methods (streaming returns) are "
                                           "not implemented by Torus")
             return _encode_result(m(*a, **kw), xlang)
@@ -251,7 +297,7 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
         if kind != KIND_FUNCTION:  # sys.exit() in an actor ends the actor, as in Ray
             _actors.pop(actor_id, None)
             return _exit_value()
-        return _encode_error(e, fname)
+        return _encode_error(e, str(fname))
     except BaseException as e:  # the user's error travels to whoever gets the result
         from torus.exceptions import AsyncioActorExit
         if isinstance(e, AsyncioActorExit):
@@ -275,7 +321,7 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
             text = f"{fname} raised (pid={os.getpid()}):\n" + "".join(
                 traceback.format_exception(type(e), e, tb))
             return text.encode("utf-8", "replace"), STATUS_ERROR, []
-        return _encode_error(e, fname, actor, actor_id)
+        return _encode_error(e, str(fname), actor, actor_id)
     finally:
         _tls.actor_id = prev_actor
 

@@ -168,10 +168,22 @@ def _num_returns(opts: Dict[str, Any], o: Dict[str, Any]) -> None:
         o["num_returns"] = nr
 
 
+_ref_cls = None
+
+
+def _object_ref_cls():
+    """torus.object_ref.ObjectRef, imported on first use (it imports this package)."""
+    global _ref_cls
+    if _ref_cls is None:
+        from torus.object_ref import ObjectRef
+        _ref_cls = ObjectRef
+    return _ref_cls
+
+
 def return_refs(oid: str, num_returns):
     """What .remote() gives for a submitted task whose first return is `oid`: one ObjectRef,
     a list of num_returns of them, or None for num_returns=0 (as in Ray)."""
-    from torus.object_ref import ObjectRef
+    ObjectRef = _object_ref_cls()
     if num_returns is None or num_returns == 1:
         return ObjectRef(oid)
     if num_returns == 0:  # the task runs; its (single, hidden) return is dropped at once
