@@ -187,7 +187,7 @@ class ActorHandle:
         self._class_name = class_name
         self._method_defaults = method_defaults or {}
         self._max_task_retries = max_task_retries
-        self._plain_calls: Dict[str, Dict[str, Any]] = {}  # method -> core options, no .options()
+        self._plain_calls: Dict[str, Any] = {}  # method -> _core.TaskOptions of option-less calls
         self._gen = worker.generation()
         actor_lifetime.created(actor_id, self._gen)
 
@@ -213,8 +213,9 @@ class ActorHandle:
             # name alone, so they are built once per handle and method.
             mo = self._plain_calls.get(method_name)
             if mo is None:
-                mo = self._plain_calls[method_name] = _opts.method_options(
-                    {"max_task_retries": self._max_task_retries}, method_name)
+                mo = self._plain_calls[method_name] = worker.core().TaskOptions(
+                    _opts.method_options({"max_task_retries": self._max_task_retries},
+                                         method_name))
             encoded, keep = worker.encode_args(args, kwargs) if (args or kwargs) else ([], None)
             try:
                 oid = worker.core().submit_actor_task(self._actor_id, method_name, encoded, mo)

@@ -202,6 +202,15 @@ std::string SubmitActorTask(const std::string& actor_id, const std::string& meth
   return w.SubmitActorTask(actor_id, method, std::move(a), o);
 }
 
+// The same with options parsed once (TaskOptions): a handle's option-less calls of one method.
+std::string SubmitActorTaskParsed(const std::string& actor_id, const std::string& method,
+                                  nb::list args, const internal::TaskOptions& options) {
+  core::CoreWorker& w = Require();
+  auto a = ToArgs(args);
+  nb::gil_scoped_release unlocked;
+  return w.SubmitActorTask(actor_id, method, std::move(a), options);
+}
+
 }  // namespace
 }  // namespace torus::python
 
@@ -243,6 +252,13 @@ NB_MODULE(_core, m) {
     return w.Cancel(id, force);
   }, nb::arg("object_id"), nb::arg("force") = false);
   m.def("create_actor", &CreateActor);
+  // Options as submit_task/submit_actor_task take them, checked and parsed once: calls that
+  // repeat the same options pass this instead of the dict (parsing it costs microseconds).
+  nb::class_<torus::internal::TaskOptions>(m, "TaskOptions")
+      .def("__init__", [](torus::internal::TaskOptions* self, nb::dict d) {
+        new (self) torus::internal::TaskOptions(torus::python::ToTaskOptions(d));
+      }, nb::arg("options"));
+  m.def("submit_actor_task", &SubmitActorTaskParsed);
   m.def("submit_actor_task", &SubmitActorTask);
   BindCluster(m);
 }

@@ -71,6 +71,21 @@ class AsyncWorker:
 
 
 @torus.remote
+class ThreadProbe:
+    """What a sync actor's calls see of their Python thread."""
+
+    def __init__(self):
+        self.local = threading.local()
+
+    def mark(self, v):
+        self.local.v = v
+        return threading.get_ident()
+
+    def seen(self):
+        return threading.get_ident(), getattr(self.local, "v", None)
+
+
+@torus.remote
 def plus_one(x):
     return x + 1
 
@@ -85,6 +100,16 @@ def test_sync_actor_keeps_state_in_order(torus_local):
     refs = [c.inc.remote() for _ in range(20)]
     assert torus.get(refs) == list(range(11, 31))
     assert torus.get(c.inc.remote(by=5)) == 35
+
+
+def test_sync_actor_calls_from_one_caller_run_on_one_python_thread(torus_local):
+    # As in Ray: thread-local state (and libraries that keep per-thread state) set in one call
+    # is there in the next.
+    p = ThreadProbe.remote()
+    ident = torus.get(p.mark.remote("kept"))
+    seen = torus.get([p.seen.remote() for _ in range(20)])
+    assert seen == [(ident, "kept")] * 20
+    torus.kill(p)
 
 
 def test_actor_method_exception(torus_local):

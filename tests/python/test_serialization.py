@@ -76,3 +76,38 @@ def test_truncated_value_is_refused():
     data, _ = s.serialize_to_bytes(np.ones(100))
     with pytest.raises(ValueError):
         s.deserialize(data[:40])
+
+
+class _Point:  # importable from this module: pickled by reference either way
+    def __init__(self, x):
+        self.x = x
+
+
+def test_plain_values_take_the_c_pickler_and_read_back_the_same():
+    # Built-in scalars and small flat containers of them are written by the C pickler (no
+    # cloudpickle Pickler per value); the layout and the reader are the same.
+    for v in [b"ok", "text", 0, -7, 2**80, 1.5, True, False, None,
+              (1, "a", None), [1.0, b"x"], {"k": 1, 2: "v"}, (), [], {}]:
+        data, nested = s.serialize_to_bytes(v)
+        assert nested == []
+        assert data[0] == 0xC1 and data[1] == ord("P")
+        out = s.deserialize(data)
+        assert out == v and type(out) is type(v)
+        size, parts, nested = s.serialize(v)
+        assert s.join(size, parts) == data
+    # bool stays bool, int stays int (no type folding on the fast path)
+    assert s.deserialize(s.serialize_to_bytes(True)[0]) is True
+    assert type(s.deserialize(s.serialize_to_bytes(1)[0])) is int
+
+
+def test_values_outside_the_plain_set_still_go_through_cloudpickle():
+    # Nested containers, instances, functions: cloudpickle (by value for what needs it).
+    fn = lambda x: x + 1  # noqa: E731  (only cloudpickle can pickle a lambda)
+    for v in [[[1, 2], [3]], {"a": [1]}, _Point(3), [fn], tuple(range(100))]:
+        out = s.deserialize(s.serialize_to_bytes(v)[0])
+        if isinstance(v, _Point):
+            assert out.x == 3
+        elif isinstance(v, list) and v and callable(v[0]):
+            assert out[0](1) == 2
+        else:
+            assert out == v
