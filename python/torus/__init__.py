@@ -80,9 +80,9 @@ def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> No
                         f"ray.kill(). Got: {type(ref)}.")
     _worker.ensure_initialized()
     try:
-        # `recursive` is accepted: the core cancels the task itself; tasks it submitted keep
-        # running (their results are dropped with it).
-        _worker.core().cancel(ref._id, bool(force))
+        # recursive (Ray's default): the tasks the cancelled one submitted are cancelled too,
+        # and theirs in turn (not with force, which kills the task's worker).
+        _worker.core().cancel(ref._id, bool(force), bool(recursive))
     except Exception as e:
         raise _worker.map_core_error(e) from None
 

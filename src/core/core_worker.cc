@@ -428,7 +428,31 @@ grpc::Status CoreWorker::CancelTask(grpc::ServerContext* ctx, const rpc::CancelT
                                     rpc::Empty*) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
   if (task_executor_) task_executor_->Interrupt(req->task_id());
+  if (req->recursive()) CancelChildren(req->task_id());
   return grpc::Status::OK;
+}
+
+void CoreWorker::CancelChildren(const std::string& parent_task) {
+  std::vector<std::string> children;  // their first return ids, each once
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto take = [&](const std::shared_ptr<TaskRecord>& t) {
+      if (t->parent_task == parent_task && !t->cancelled) children.push_back(t->spec.return_id());
+    };
+    for (auto& [key, q] : queues_) {
+      for (auto& t : q->tasks) take(t);
+    }
+    for (auto& [id, a] : actors_) {
+      for (auto& t : a->waiting) take(t);
+    }
+    for (auto& [dep, t] : waiting_on_) take(t);
+    for (auto& c : conns_) {
+      for (auto& [n, t] : c->in_flight) take(t);
+    }
+  }
+  std::sort(children.begin(), children.end());
+  children.erase(std::unique(children.begin(), children.end()), children.end());
+  for (const auto& id : children) Cancel(id, /*force=*/false, /*recursive=*/true);
 }
 
 grpc::Status CoreWorker::CheckLease(grpc::ServerContext* ctx, const rpc::CheckLeaseRequest* req,
@@ -478,11 +502,12 @@ std::shared_ptr<internal::Buffer> CoreWorker::GetOne(const std::string& id) {
 }
 
 StatusOr<rpc::ObjectLocation> CoreWorker::StoreLarge(const rpc::TaskSpec& spec, int index,
-                                                     const std::string& bytes) {
+                                                     size_t size,
+                                                     const std::function<void(char*)>& write) {
   const std::string id = ReturnIdOf(spec.return_id(), index);
-  auto stored = CreateInStore(id, HexOf(id) + ".r" + std::to_string(spec.attempt()), bytes.size(),
+  auto stored = CreateInStore(id, HexOf(id) + ".r" + std::to_string(spec.attempt()), size,
                               spec.owner_address());
-  if (stored.ok()) internal::CopyLarge(arena_->data() + stored->offset(), bytes.data(), bytes.size());
+  if (stored.ok()) write(arena_->data() + stored->offset());
   return stored;
 }
 

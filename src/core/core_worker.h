@@ -146,7 +146,10 @@ class CoreWorker final : public internal::Runtime,
   // Cancels the task whose result is `object_id` (Ray's cancel): a task not yet running never
   // runs; a running one's value is dropped, and with `force` its worker is killed (not an
   // actor's). Get then throws TaskCancelledException. False when the object is unknown here.
-  bool Cancel(const std::string& object_id, bool force);
+  bool Cancel(const std::string& object_id, bool force, bool recursive = false);
+  // Cancels (recursively, not forced) every task that `parent_task`, running here, submitted
+  // and that has not ended. No lock held on entry.
+  void CancelChildren(const std::string& parent_task);
   // Workers: the actor this process hosts ("" if none).
   std::string CurrentActorId() const {
     return task_executor_ ? task_executor_->actor_id() : std::string();
@@ -216,8 +219,8 @@ class CoreWorker final : public internal::Runtime,
   void WaitReady() override;
   void EnterTask(const rpc::TaskSpec& spec) override;
   std::shared_ptr<internal::Buffer> GetOne(const std::string& id) override;
-  StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec, int index,
-                                           const std::string& bytes) override;
+  StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec, int index, size_t size,
+                                           const std::function<void(char*)>& write) override;
   void ReportActorExit(const std::string& actor_id) override;
   void ReturnLease(const std::string& lease_id) override;
   // Executor side: registers `submitter` as a borrower of each id (with their owners) and lists

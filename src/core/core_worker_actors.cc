@@ -25,6 +25,7 @@
 #include "core/conn.h"
 #include "core/log_forwarder.h"
 #include "core/task_record.h"
+#include "core/throw_status.h"
 #include "tpu/chip_visibility.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/runtime_env.h"
@@ -104,9 +105,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   }
   ResourceMap res(options.resources.begin(), options.resources.end());
   if (auto it = res.find("TPU"); it != res.end()) {
-    if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
-      throw internal::RayException(st.ToString());
-    }
+    if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) ThrowStatus(st);
   }
   ToProto(res, req.mutable_resources());
   *spec->mutable_resources() = req.resources();  // what the actor holds, for its runtime context
@@ -119,6 +118,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
                                         const internal::TaskOptions& options) {
   auto t = std::make_shared<TaskRecord>();
   t->actor_id = actor_id;
+  t->parent_task = CurrentTaskId();
   // Retries of a call whose actor died and restarts (max_task_retries; negative: forever).
   t->max_retries = RetryLimit(options.max_retries);
   rpc::TaskSpec& spec = t->spec;

@@ -24,6 +24,7 @@
 #include "core/conn.h"
 #include "core/log_forwarder.h"
 #include "core/task_record.h"
+#include "core/throw_status.h"
 #include "tpu/chip_visibility.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/runtime_env.h"
@@ -80,6 +81,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
                                    std::vector<internal::TaskArg> args,
                                    const internal::TaskOptions& options) {
   auto t = std::make_shared<TaskRecord>();
+  t->parent_task = CurrentTaskId();
   rpc::TaskSpec& spec = t->spec;
   spec.set_function(function_name);
   spec.set_owner_address(address_);
@@ -141,9 +143,7 @@ std::string CoreWorker::SchedulingKey(const internal::TaskOptions& options,
   } else {
     ResourceMap res(options.resources.begin(), options.resources.end());
     if (auto it = res.find("TPU"); it != res.end()) {
-      if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) {
-        throw internal::RayException(st.ToString());
-      }
+      if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) ThrowStatus(st);
     }
     ToProto(res, spec->mutable_resources());
     key = ResourcesToString(res);
@@ -153,7 +153,7 @@ std::string CoreWorker::SchedulingKey(const internal::TaskOptions& options,
   }
   if (!selector.empty()) {
     auto terms = ParseLabelSelector(selector);
-    if (!terms.ok()) throw internal::RayException(terms.status().message());
+    if (!terms.ok()) ThrowStatus(terms.status());
     for (const auto& [k, v] : selector) key += "|" + k + "=" + v;
   }
   return key;
@@ -636,7 +636,7 @@ std::string CoreWorker::CancelMessage(const TaskRecord& t) {
   return "task " + t.spec.name() + " (" + t.spec.task_id() + ") was cancelled";
 }
 
-bool CoreWorker::Cancel(const std::string& object_id, bool force) {
+bool CoreWorker::Cancel(const std::string& object_id, bool force, bool recursive) {
   std::string kill_worker, kill_node, interrupt_address, interrupt_task;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -684,9 +684,11 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force) {
       if (found) break;
     }
     if (!interrupt_address.empty()) {
-      rpc_work_->Post([addr = interrupt_address, task = interrupt_task, token = opts_.token] {
+      rpc_work_->Post([addr = interrupt_address, task = interrupt_task, token = opts_.token,
+                       recursive] {
         rpc::CancelTaskRequest req;
         req.set_task_id(task);
+        req.set_recursive(recursive);
         rpc::Empty e;
         auto ctx = NewContext(token, 5000);
         (void)rpc::CoreWorker::NewStub(GetChannel(addr))->CancelTask(ctx.get(), req, &e);

@@ -11,6 +11,7 @@
 // the creation task, which runs before any method call.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +32,11 @@ struct TaskOutput {
   // refs are the collector's.
   std::vector<std::string> more;
   std::vector<std::vector<std::string>> nested;
+  // A single return may come as a writer instead of `value`: `value_size` bytes that
+  // `write_value(dst)` fills in place (Python's out-of-band buffers go from the user's memory
+  // straight into the store: one copy). Called at most once, on the executing thread.
+  size_t value_size = 0;
+  std::function<void(char* dst)> write_value;
 
   static TaskOutput One(std::string v) {
     TaskOutput o;

@@ -6,6 +6,7 @@
 
 #include "common/lane.h"
 #include "common/rpc.h"
+#include "core/throw_status.h"
 #include "torus/api/exceptions.h"
 
 namespace torus::core {
@@ -67,9 +68,7 @@ void HeadClient::CreateActor(const rpc::CreateActorRequest& req) {
   auto ctx = NewContext(token_, 30000);
   auto st = stub_->CreateActor(ctx.get(), req, &reply);
   if (!st.ok()) throw internal::RayException("cannot create actor: " + st.error_message());
-  if (reply.has_error() && reply.error().code() != 0) {
-    throw internal::RayException("cannot create actor: " + reply.error().message());
-  }
+  if (reply.has_error() && reply.error().code() != 0) ThrowStatus(reply.error(), "cannot create actor: ");
 }
 
 StatusOr<rpc::GetActorReply> HeadClient::GetActor(const rpc::GetActorRequest& req) {
@@ -151,9 +150,9 @@ std::string HeadClient::CreatePlacementGroup(const internal::PlacementGroupSpec&
     sl->set_timeout_ms(spec.slice_timeout_ms);
   }
   if (!spec.bundle_selectors.empty() && spec.bundle_selectors.size() != spec.bundles.size()) {
-    throw internal::RayException("bundle_label_selectors has " +
-                                 std::to_string(spec.bundle_selectors.size()) +
-                                 " entries for " + std::to_string(spec.bundles.size()) + " bundles");
+    ThrowStatus(InvalidArgument("bundle_label_selectors has " +
+                                std::to_string(spec.bundle_selectors.size()) + " entries for " +
+                                std::to_string(spec.bundles.size()) + " bundles"));
   }
   for (size_t i = 0; i < spec.bundles.size(); ++i) {
     auto* b = req.add_bundles();
@@ -170,9 +169,7 @@ std::string HeadClient::CreatePlacementGroup(const internal::PlacementGroupSpec&
   auto st = LaneUnary(address_, token_, 10000, "/torus.rpc.Head/CreatePlacementGroup",
                       &rpc::Head::Service::CreatePlacementGroup, &rpc::Head::Stub::CreatePlacementGroup, req, &reply);
   if (!st.ok()) throw internal::RayException("CreatePlacementGroup failed: " + st.error_message());
-  if (reply.has_error() && reply.error().code() != 0) {
-    throw internal::RayException("CreatePlacementGroup: " + reply.error().message());
-  }
+  if (reply.has_error() && reply.error().code() != 0) ThrowStatus(reply.error(), "CreatePlacementGroup: ");
   if (reply.state() == "CREATED") {
     MutexLock lock(mu_);
     created_.insert(reply.pg_id());
@@ -286,8 +283,8 @@ internal::SliceQueryResult HeadClient::QuerySlices(const std::string& topology,
   auto st = stub_->QuerySlices(ctx.get(), req, &reply);
   if (!st.ok()) throw internal::RayException("slice query failed: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) {
-    throw internal::RayException(std::string(StatusCodeName(static_cast<StatusCode>(reply.error().code()))) +
-                                 ": " + reply.error().message());
+    const auto code = static_cast<StatusCode>(reply.error().code());
+    ThrowStatus(reply.error(), std::string(StatusCodeName(code)) + ": ");
   }
   internal::SliceQueryResult out;
   out.intact = reply.intact();

@@ -240,8 +240,24 @@ void TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* result
   }
 }
 
+namespace {
+thread_local const std::string* t_task_id = nullptr;
+
+struct CurrentTaskScope {
+  explicit CurrentTaskScope(const std::string* id) : prev(t_task_id) { t_task_id = id; }
+  ~CurrentTaskScope() { t_task_id = prev; }
+  const std::string* prev;
+};
+}  // namespace
+
+const std::string& CurrentTaskId() {
+  static const std::string kNone;
+  return t_task_id ? *t_task_id : kNone;
+}
+
 void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   auto start = Clock::now();
+  CurrentTaskScope current(&spec.task_id());
   if (!spec.driver_address().empty()) host_->EnterTask(spec);
   result->set_task_id(spec.task_id());
   result->set_return_id(spec.return_id());
@@ -267,7 +283,11 @@ void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   if (!Invoke(spec, result, &out)) return;
   result->set_exec_us(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-  if (!StoreValue(spec, 0, std::move(out.value), result->mutable_value(), result)) return;
+  const bool stored =
+      out.write_value
+          ? StoreWritten(spec, 0, out.value_size, out.write_value, result->mutable_value(), result)
+          : StoreValue(spec, 0, std::move(out.value), result->mutable_value(), result);
+  if (!stored) return;
   if (spec.num_returns() > 1) {
     StoreMoreReturns(spec, out, result);
     return;
@@ -380,7 +400,21 @@ bool TaskExecutor::StoreValue(const rpc::TaskSpec& spec, int index, std::string 
     loc->set_inline_data(std::move(bytes));
     return true;
   }
-  auto stored = host_->StoreLarge(spec, index, bytes);
+  return StoreWritten(
+      spec, index, bytes.size(),
+      [&bytes](char* dst) { internal::CopyLarge(dst, bytes.data(), bytes.size()); }, loc, result);
+}
+
+bool TaskExecutor::StoreWritten(const rpc::TaskSpec& spec, int index, size_t size,
+                                const std::function<void(char*)>& write, rpc::ObjectLocation* loc,
+                                rpc::TaskResult* result) {
+  if (size < kInlineLimit) {
+    std::string bytes(size, '\0');
+    write(bytes.data());
+    loc->set_inline_data(std::move(bytes));
+    return true;
+  }
+  auto stored = host_->StoreLarge(spec, index, size, write);
   if (!stored.ok()) {
     Fail(result, StatusCode::kInternal,
          "cannot store the result of " + spec.function() + ": " + stored.status().message());

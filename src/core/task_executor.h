@@ -47,6 +47,11 @@ struct LaneTaskServerStream {
 
 class TaskPool;
 
+// The id of the task this thread runs now (set by TaskExecutor while it executes one; empty on
+// other threads): what the thread submits meanwhile is that task's child, cancelled with it by a
+// recursive cancel. An async actor's coroutines run on its loop thread, which has none.
+const std::string& CurrentTaskId();
+
 class TaskExecutor {
  public:
   // What the executor needs from the core worker. Called without TaskExecutor's locks.
@@ -64,8 +69,10 @@ class TaskExecutor {
         const rpc::ObjectLocation& loc, const std::string& object_id) = 0;
     virtual std::shared_ptr<internal::Buffer> GetOne(const std::string& id) = 0;  // may throw
     // Stores large return value `index` in this node's store (key: its return id and attempt).
+    // `size` bytes, filled in place by `write`.
     virtual StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec, int index,
-                                                     const std::string& bytes) = 0;
+                                                     size_t size,
+                                                     const std::function<void(char*)>& write) = 0;
     // Registers `submitter` as a borrower of each id with its owner; lists the registered ids
     // in *registered.
     virtual void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
@@ -106,6 +113,10 @@ class TaskExecutor {
   // (result failed) when it cannot be stored.
   bool StoreValue(const rpc::TaskSpec& spec, int index, std::string bytes,
                   rpc::ObjectLocation* loc, rpc::TaskResult* result);
+  // The same for a value of `size` bytes that `write` fills in place.
+  bool StoreWritten(const rpc::TaskSpec& spec, int index, size_t size,
+                    const std::function<void(char*)>& write, rpc::ObjectLocation* loc,
+                    rpc::TaskResult* result);
   // The returns after the first of a task with several, and the refs packed in each.
   void StoreMoreReturns(const rpc::TaskSpec& spec, TaskOutput& out, rpc::TaskResult* result);
 

@@ -58,6 +58,7 @@ struct TaskRecordFields {
   int missing = 0;
   bool cancelled = false;          // Cancel(): fail as cancelled, never retry
   bool retry_exceptions = false;   // retry when the value is a Python exception value
+  std::string parent_task;         // the running task that submitted it (workers; recursive cancel)
   Conn* conn = nullptr;
   std::chrono::steady_clock::time_point sent_at;
 };

@@ -3,6 +3,7 @@
 // whole idle slices and reserves them in one prepare/commit.
 #include <mutex>
 
+#include "core/throw_status.h"
 #include "torus/api.h"
 #include "torus/internal/runtime.h"
 #include "tpu/topology.h"
@@ -33,7 +34,7 @@ struct SlicePlacementGroup::State {
 };
 
 namespace {
-[[noreturn]] void Invalid(const Status& s) { throw internal::RayException(s.ToString()); }
+[[noreturn]] void Invalid(const Status& s) { core::ThrowStatus(s); }
 
 std::optional<int> OptPositive(const std::optional<int>& v) { return v; }
 

@@ -20,6 +20,7 @@ PyObject* g_runtime_env = nullptr;
 PyObject* g_slice_lost = nullptr;
 PyObject* g_not_found = nullptr;
 PyObject* g_cancelled = nullptr;
+PyObject* g_invalid = nullptr;
 
 PyObject* NewError(nb::module_& m, const char* name, PyObject* base) {
   std::string full = std::string("torus._core.") + name;
@@ -48,6 +49,8 @@ void Translate(const std::exception_ptr& p, void*) {
     PyErr_SetString(g_slice_lost, e.what());
   } catch (const internal::TaskCancelledException& e) {
     PyErr_SetString(g_cancelled, e.what());
+  } catch (const internal::RayInvalidArgumentException& e) {
+    PyErr_SetString(g_invalid, e.what());
   } catch (const internal::RayFunctionNotFound& e) {
     PyErr_SetString(g_not_found, e.what());
   } catch (const internal::RayException& e) {
@@ -179,6 +182,11 @@ void BindExceptions(nb::module_& m) {
   g_slice_lost = NewError(m, "SliceLostError", g_error);
   g_not_found = NewError(m, "FunctionNotFoundError", g_error);
   g_cancelled = NewError(m, "TaskCancelledError", g_error);
+  {
+    // Both a _core.Error and a ValueError: what Ray raises for a bad argument.
+    nb::object bases = nb::steal(PyTuple_Pack(2, g_error, PyExc_ValueError));
+    g_invalid = NewError(m, "InvalidArgument", bases.ptr());
+  }
   nb::register_exception_translator(&Translate);
 }
 

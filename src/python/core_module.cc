@@ -19,6 +19,7 @@
 #include "python/binding_util.h"
 #include "python/py_executor.h"
 #include "python/value.h"
+#include "python/value_parts.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/serializer.h"
 
@@ -98,31 +99,9 @@ nb::dict Context() {
 
 // ---------------------------------------------------------------------------- objects
 
-// One part of a value: `size` bytes to copy to `offset`, from a Python buffer held meanwhile.
-struct Part {
-  size_t offset = 0;
-  Py_buffer view{};
-  bool held = false;
-  ~Part() {
-    if (held) PyBuffer_Release(&view);
-  }
-};
-
 std::string Put(size_t size, nb::list parts, const std::vector<std::string>& nested) {
   core::CoreWorker& w = Require();
-  std::vector<std::unique_ptr<Part>> held;
-  held.reserve(parts.size());
-  for (nb::handle h : parts) {
-    auto t = nb::cast<nb::tuple>(h);
-    auto p = std::make_unique<Part>();
-    p->offset = nb::cast<size_t>(t[0]);
-    if (PyObject_GetBuffer(t[1].ptr(), &p->view, PyBUF_SIMPLE) != 0) throw nb::python_error();
-    p->held = true;
-    if (p->offset + static_cast<size_t>(p->view.len) > size) {
-      throw nb::value_error("put: a part ends past the value's size");
-    }
-    held.push_back(std::move(p));
-  }
+  std::unique_ptr<ValueParts> value = ValueParts::From(size, parts);  // released with the GIL
   nb::gil_scoped_release unlocked;
   return w.PutWith(
       size,
@@ -130,15 +109,7 @@ std::string Put(size_t size, nb::list parts, const std::vector<std::string>& nes
         if (internal::RefCollector* c = internal::ActiveRefCollector()) {
           for (const auto& id : nested) c->ids.push_back(id);
         }
-        for (const auto& p : held) {
-          const char* src = static_cast<const char*>(p->view.buf);
-          size_t n = static_cast<size_t>(p->view.len);
-          if (n >= internal::kParallelCopyMinBytes) {
-            internal::CopyLarge(dst + p->offset, src, n);
-          } else {
-            std::memcpy(dst + p->offset, src, n);
-          }
-        }
+        value->WriteTo(dst);
       },
       /*may_hold_refs=*/!nested.empty());
 }
@@ -246,11 +217,11 @@ NB_MODULE(_core, m) {
     for (int i = 0; i < n; ++i) ids.push_back(torus::core::ReturnIdOf(first, i));
     return ids;
   }, nb::arg("first"), nb::arg("num_returns"));
-  m.def("cancel", [](const std::string& id, bool force) {
+  m.def("cancel", [](const std::string& id, bool force, bool recursive) {
     torus::core::CoreWorker& w = Require();
     nb::gil_scoped_release unlocked;
-    return w.Cancel(id, force);
-  }, nb::arg("object_id"), nb::arg("force") = false);
+    return w.Cancel(id, force, recursive);
+  }, nb::arg("object_id"), nb::arg("force") = false, nb::arg("recursive") = false);
   m.def("create_actor", &CreateActor);
   // Options as submit_task/submit_actor_task take them, checked and parsed once: calls that
   // repeat the same options pass this instead of the dict (parsing it costs microseconds).

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "python/value.h"
+#include "python/value_parts.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/serializer.h"
 #include "torus/api/xlang.h"
@@ -143,6 +144,41 @@ void HoldResultRefs(nb::list ids, std::vector<std::string>* out) {
     if (out) out->push_back(std::move(id));
   }
 }
+
+// num_returns > 1: one value and one list of packed refs per return (the executor checked the
+// count).
+core::TaskOutput MultiReturnOutput(nb::tuple result, int num_returns) {
+  nb::list values = nb::cast<nb::list>(result[0]);
+  nb::list nested = nb::cast<nb::list>(result[2]);
+  if (values.size() != static_cast<size_t>(num_returns) || nested.size() != values.size()) {
+    throw internal::RayException("executor returned a malformed multi-return result");
+  }
+  core::TaskOutput output;
+  output.more.reserve(num_returns - 1);
+  output.nested.resize(num_returns);
+  for (int i = 0; i < num_returns; ++i) {
+    nb::bytes v = nb::cast<nb::bytes>(values[i]);
+    (i == 0 ? output.value : output.more.emplace_back()).assign(v.c_str(), v.size());
+    HoldResultRefs(nb::cast<nb::list>(nested[i]), &output.nested[i]);
+  }
+  return output;
+}
+
+// A large value in pieces, (size, parts): the task executor writes them straight into the
+// store, one copy; the pieces' buffers are let go with the GIL, on whichever thread drops them.
+core::TaskOutput PiecesOutput(nb::handle value) {
+  auto pieces = nb::cast<nb::tuple>(value);
+  std::shared_ptr<ValueParts> parts(
+      ValueParts::From(nb::cast<size_t>(pieces[0]), pieces[1]).release(), [](ValueParts* p) {
+        KeepThreadState();
+        nb::gil_scoped_acquire gil;
+        delete p;
+      });
+  core::TaskOutput output;
+  output.value_size = parts->size();
+  output.write_value = [parts](char* dst) { parts->WriteTo(dst); };
+  return output;
+}
 }  // namespace
 
 StatusOr<core::TaskOutput> PyExecutor::Invoke(const rpc::TaskSpec& spec,
@@ -174,25 +210,16 @@ StatusOr<core::TaskOutput> PyExecutor::Invoke(const rpc::TaskSpec& spec,
     throw internal::RayException("executor returned a malformed result");
   }
   int status = nb::cast<int>(result[1]);
-  core::TaskOutput output;
   if (num_returns > 1 && kind != 1) {
-    // One value and one list of packed refs per return (the executor checked the count).
-    nb::list values = nb::cast<nb::list>(result[0]);
-    nb::list nested = nb::cast<nb::list>(result[2]);
-    if (values.size() != static_cast<size_t>(num_returns) || nested.size() != values.size()) {
-      throw internal::RayException("executor returned a malformed multi-return result");
-    }
-    output.more.reserve(num_returns - 1);
-    output.nested.resize(num_returns);
-    for (int i = 0; i < num_returns; ++i) {
-      nb::bytes v = nb::cast<nb::bytes>(values[i]);
-      (i == 0 ? output.value : output.more.emplace_back()).assign(v.c_str(), v.size());
-      HoldResultRefs(nb::cast<nb::list>(nested[i]), &output.nested[i]);
-    }
+    core::TaskOutput output = MultiReturnOutput(result, num_returns);
     if (status == 2) throw core::ExitActorSignal{};
     return output;
   }
   HoldResultRefs(nb::cast<nb::list>(result[2]), nullptr);
+  if (status == 0 && kind != 1 && nb::isinstance<nb::tuple>(result[0])) {
+    return PiecesOutput(result[0]);
+  }
+  core::TaskOutput output;
   nb::bytes value = nb::cast<nb::bytes>(result[0]);
   std::string bytes(value.c_str(), value.size());
   if (status == 2) throw core::ExitActorSignal{};

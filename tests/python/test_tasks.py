@@ -311,3 +311,53 @@ def test_nested_work_runs_in_the_drivers_interpreter(torus_local):
         return torus.get(interpreter.remote(), timeout=60)
 
     assert torus.get(outer.remote(), timeout=120) == sys.executable
+
+
+def test_bad_arguments_the_core_finds_raise_value_error(torus_local):
+    # The core's InvalidArgument (_core.InvalidArgument, also a ValueError) becomes ValueError,
+    # as Ray raises; nothing is submitted and the cluster keeps serving.
+    from torus import _core
+    assert issubclass(_core.InvalidArgument, ValueError)
+    assert issubclass(_core.InvalidArgument, _core.Error)
+    with pytest.raises(ValueError, match="TPU"):
+        add.options(resources={"TPU": 3}).remote(1)     # a task asks 1, 2, 4 or 8 chips
+    with pytest.raises(ValueError):
+        add.options(label_selector={"zone": "in(a"}).remote(1)
+    assert torus.get(add.remote(1, 2)) == 3
+
+
+@torus.remote
+def spin_child(started, ended, seconds):
+    """Spins until `seconds` pass (writes 'finished') or it is interrupted (writes the name)."""
+    open(started, "w").close()
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.05)
+        with open(ended, "w") as f:
+            f.write("finished")
+    except KeyboardInterrupt:
+        with open(ended, "w") as f:
+            f.write("KeyboardInterrupt")
+        raise
+
+
+@torus.remote
+def parent_of(started, ended, seconds):
+    return torus.get(spin_child.remote(started, ended, seconds))
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_cancel_recursive_reaches_what_the_task_submitted(torus_local, tmp_path, recursive):
+    from helpers import wait_until
+    started, ended = tmp_path / "started", tmp_path / "ended"
+    seconds = 600 if recursive else 3
+    ref = parent_of.remote(str(started), str(ended), seconds)
+    wait_until(started.exists, timeout=60, what="the child task to start")
+    torus.cancel(ref, recursive=recursive)   # Ray's default is recursive=True
+    with pytest.raises(exc.TaskCancelledError):
+        torus.get(ref, timeout=30)
+    wait_until(ended.exists, timeout=30, what="the child task to end")
+    # Recursive: the child was interrupted too. Not recursive: it ran to its end.
+    assert ended.read_text() == ("KeyboardInterrupt" if recursive else "finished")
+    assert torus.get(add.remote(2, 3), timeout=60) == 5

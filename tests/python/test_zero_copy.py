@@ -59,3 +59,34 @@ def test_view_outlives_ref(torus_local):
     gc.collect()
     torus.get(torus.put(np.zeros(1 << 20)))   # reuse pressure on the store
     assert arr[12345] == 12345 and arr[-1] == (1 << 20) - 1
+
+
+@torus.remote
+class Maker:
+    """Returns a large array and reports how far its process's resident memory peaked."""
+
+    def make(self, nbytes):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (the peak) to the current resident size
+        from helpers import rss_kib as rss
+        self.base_kib = rss("self", "VmRSS")
+        return np.ones(nbytes, dtype=np.uint8)
+
+    def peak_growth(self):
+        from helpers import rss_kib as rss
+        return (rss("self", "VmHWM") - self.base_kib) * 1024
+
+
+def test_large_return_value_is_copied_once_into_the_store(torus_local):
+    # The array's memory goes straight into the shared-memory store: its pages (64 MiB) plus
+    # the store's (64 MiB). Joining it in Python and copying it again in the core (the path
+    # before) made three anonymous copies at once, 192 MiB before the store's.
+    nbytes = 64 * MiB
+    m = Maker.remote()
+    out = torus.get(m.make.remote(nbytes), timeout=300)
+    assert out.nbytes == nbytes and int(out[0]) == 1 and int(out[-1]) == 1
+    assert not out.flags.writeable       # read back as a view of the store
+    grew = torus.get(m.peak_growth.remote())
+    assert grew < 160 * MiB, f"the worker's resident memory peaked {grew / MiB:.0f} MiB higher"
+    del out
+    torus.kill(m)

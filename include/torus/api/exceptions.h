@@ -55,7 +55,6 @@ class RayRuntimeEnvException : public RayException {
   using RayException::RayException;
 };
 
-// Get gave up after its timeout_ms.
 // Torus extension: a host of the TPU slice reserved for this work was lost (docs/tpu.md
 // section 6 "Failure"); the message names the slice, slice index, lost node and epoch.
 class RaySliceLostException : public RayException {
@@ -63,7 +62,16 @@ class RaySliceLostException : public RayException {
   explicit RaySliceLostException(const std::string& msg) : RayException(msg) {}
 };
 
+// Get gave up after its timeout_ms.
 class RayTimeoutException : public RayException {
+ public:
+  using RayException::RayException;
+};
+
+// Torus extension: an argument of the call was invalid (a malformed topology, resource amount,
+// label selector or option) and nothing was submitted. Python raises it as ValueError, as Ray
+// does for the same mistakes.
+class RayInvalidArgumentException : public RayException {
  public:
   using RayException::RayException;
 };

@@ -17,6 +17,9 @@ from typing import Any, Dict, List, Tuple
 from torus._private import serialization
 
 KIND_FUNCTION, KIND_CREATE, KIND_METHOD = 0, 1, 2
+# From this size a return value is stored in the node's shared-memory store, not inline in the
+# reply (the core's kInlineLimit); such values are returned in pieces.
+LARGE_VALUE_BYTES = 100 * 1024
 STATUS_OK, STATUS_ERROR, STATUS_EXIT = 0, 1, 2
 
 _cache: Dict[str, Any] = {}
@@ -127,7 +130,12 @@ def _encode_result(value, xlang: bool = False):
             datas.append(data)
             nesteds.append(nested)
         return datas, STATUS_OK, nesteds, value
-    data, nested = serialization.serialize_to_bytes(value)
+    if serialization.is_plain(value):
+        return serialization.serialize_to_bytes(value)[0], STATUS_OK, [], value
+    size, parts, nested = serialization.serialize(value)
+    # A large value goes back in pieces, (size, parts): the core copies them straight into the
+    # store (one copy of a numpy array's memory, none in Python).
+    data = (size, parts) if size >= LARGE_VALUE_BYTES else serialization.join(size, parts)
     # The value goes back too: the ObjectRefs in it must live until the core holds their ids
     # (a ref the task created would otherwise be freed as the task's frame goes).
     return data, STATUS_OK, nested, value

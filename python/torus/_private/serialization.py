@@ -87,6 +87,9 @@ def _plain(obj: Any) -> bool:
     return False
 
 
+is_plain = _plain
+
+
 def _plain_value(obj: Any, kind: int) -> bytes:
     inband = pickle.dumps(obj, protocol=5)
     return _HEADER.pack(MAGIC, kind, 0, 0, len(inband)) + inband

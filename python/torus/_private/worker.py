@@ -271,9 +271,9 @@ def map_core_error(e: BaseException) -> BaseException:
         return exc.SliceLostError(msg)
     if is_("TaskError"):
         return exc.RayTaskError("", msg, exc.CrossLanguageError(msg)).as_instanceof_cause()
+    if is_("InvalidArgument"):
+        return ValueError(msg)
     if is_("Error"):
-        if msg.startswith(("Invalid", "InvalidArgument")):
-            return ValueError(msg)
         return exc.RaySystemError(msg)
     return e
 
