@@ -58,6 +58,9 @@ Conn::Conn(Listener* listener, std::string address, const std::string& token)
   } else {
     stream_ = std::make_unique<GrpcTaskStream>(address_, token);
   }
+}
+
+void Conn::Start() {
   reader_ = std::thread([this] { ReadLoop(); });
   writer_ = std::thread([this] { WriteLoop(); });
 }

@@ -11,8 +11,10 @@
 //    hand-off for synchronous calls), else wakes the writer thread, which sends everything
 //    queued as one batch (natural batching under load).
 //  - a reader thread calls Listener::OnResults for each result batch and, once the stream ends,
-//    Listener::OnConnBroken exactly once. Both threads are joined by Join() (and the destructor),
-//    which must not run on either of them.
+//    Listener::OnConnBroken exactly once. The constructor opens the stream; Start() starts both
+//    threads, so the submitter first fills in its bookkeeping and attaches the Conn under its lock
+//    (a stream that fails at once must not report to a submitter that does not know it yet).
+//    Both threads are joined by Join() (and the destructor), which must not run on either.
 //  - the public fields below the marker are the submitter's bookkeeping, guarded by its lock
 //    (CoreWorker::mu_), not by mu_.
 #pragma once
@@ -44,8 +46,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
     virtual void OnConnBroken(Conn* conn, const std::string& why) = 0;
   };
 
+  // Opens the stream to `address`; no thread runs until Start().
   Conn(Listener* listener, std::string address, const std::string& token);
   ~Conn();
+  // Starts the reader and writer threads. Once.
+  void Start();
   Conn(const Conn&) = delete;
   Conn& operator=(const Conn&) = delete;
 

@@ -266,6 +266,7 @@ void CoreWorker::ResolveActor(const std::string& actor_id, const std::string& lo
   a.resolving = false;
   if (conn) {
     a.conn = conn.get();
+    conn->Start();  // attached: a stream that fails at once now finds this actor's queue
     conns_.push_back(std::move(conn));
   } else {
     a.dead = true;

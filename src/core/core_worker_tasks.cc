@@ -390,6 +390,7 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
   Conn* c = conn.get();
   conns_.push_back(std::move(conn));
   q.leases.push_back(c);
+  c->Start();  // attached: a stream that fails at once now finds its queue
   c->idle_since = Clock::now();
   PumpQueue(q, &out);
   WakeHousekeeping();

@@ -188,6 +188,7 @@ grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
   rpc::TaskBatch batch;
   std::string lease_id;
   bool refused = false;
+  std::string refusal;  // a call for an actor that does not live here
   lease_use_.StreamOpened();
   while (stream->Read(&batch)) {
     if (lease_id.empty() && !batch.lease_id().empty()) {
@@ -205,8 +206,12 @@ grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
       // Only this thread writes while the stream is sequential (the sink's writer thread
       // serves the pool path), so writing here directly is safe and saves a thread hand-off.
       rpc::ResultBatch results;
-      RunSequential(batch, &results);
-      sink.WriteDirect(stream, results);
+      refusal = RunSequential(batch, &results);
+      if (results.results_size()) sink.WriteDirect(stream, results);
+      // A caller with a stale address for an actor (its worker died and this process took its
+      // port): end the stream without running or answering the call, so the caller treats it
+      // as the lost connection it is and asks the head where the actor lives.
+      if (!refusal.empty()) break;
     } else {
       for (auto& spec : *batch.mutable_tasks()) {
         sink.Started();
@@ -221,16 +226,23 @@ grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         std::string(kLeaseRevokedError) + ": " + batch.lease_id());
   }
+  if (!refusal.empty()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, refusal);
   // The lease holder is gone or done with us; returning twice is harmless (ids are unique).
   if (!lease_id.empty()) host_->ReturnLease(lease_id);
   return grpc::Status::OK;
 }
 
-void TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results) {
+std::string TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results) {
   // One task at a time (exec_mu_ serialises callers of an actor); the whole batch is answered
   // with one write.
   for (auto& spec : *batch.mutable_tasks()) {
     std::lock_guard<std::mutex> exec_lock(exec_mu_);
+    if (!spec.actor_creation() && !spec.actor_id().empty() && spec.actor_id() != actor_id_) {
+      // A call for an actor that does not live here: see ServeTasks.
+      return "actor " + spec.actor_id() + " does not live in this worker (" +
+             (actor_id_.empty() ? std::string("it hosts no actor") : "it hosts actor " + actor_id_) +
+             ")";
+    }
     rpc::TaskResult* r = results->add_results();
     Execute(spec, r);
     if (spec.actor_creation() && !r->is_error() && spec.max_concurrency() > 1) {
@@ -238,6 +250,7 @@ void TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* result
       max_concurrency_ = spec.max_concurrency();
     }
   }
+  return {};
 }
 
 namespace {
@@ -267,7 +280,8 @@ void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
     return;
   }
   if (!spec.actor_creation() && !spec.actor_id().empty() && spec.actor_id() != actor_id_) {
-    // A caller with a stale address (the actor's worker died and this process took its port).
+    // A caller with a stale address (the actor's worker died and this process took its port),
+    // on a threaded actor's pool (RunSequential ends the stream instead).
     Fail(result, StatusCode::kActorDied,
          "actor " + spec.actor_id() + " does not live in this worker (" +
              (actor_id_.empty() ? std::string("it hosts no actor") : "it hosts actor " + actor_id_) +

@@ -102,7 +102,9 @@ class TaskExecutor {
 
  private:
   // One batch on a sequential worker or actor, run on the stream's thread.
-  void RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results);
+  // Runs the batch's tasks in order into *results. Stops at a call for an actor that does not
+  // live in this worker and says so ("" when all ran).
+  std::string RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results);
   // Fills *views with the arguments' bytes; *keep holds the buffers behind them. Throws.
   void ReadArgs(const rpc::TaskSpec& spec, std::vector<std::shared_ptr<internal::Buffer>>* keep,
                 std::vector<internal::ArgView>* views);

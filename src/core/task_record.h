@@ -102,7 +102,7 @@ struct ActorQueue {
   bool resolving = false;
   bool dead = false;
   std::string death_cause;
-  // The worker whose connection broke last (set by FailActorCalls): resolving waits for the
+  // The worker whose connection broke last (set by DetachConn): resolving waits for the
   // head to place the actor elsewhere or declare it dead, not to hand this one out again.
   std::string lost_worker;
   uint64_t next_seq = 0;
