@@ -232,17 +232,20 @@ grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
   return grpc::Status::OK;
 }
 
+std::string TaskExecutor::NotHostedHere(const rpc::TaskSpec& spec) const {
+  if (spec.actor_creation() || spec.actor_id().empty() || spec.actor_id() == actor_id_) return {};
+  // A caller with a stale address: the actor's worker died and this process took its port.
+  return "actor " + spec.actor_id() + " does not live in this worker (" +
+         (actor_id_.empty() ? std::string("it hosts no actor") : "it hosts actor " + actor_id_) +
+         ")";
+}
+
 std::string TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results) {
   // One task at a time (exec_mu_ serialises callers of an actor); the whole batch is answered
   // with one write.
   for (auto& spec : *batch.mutable_tasks()) {
     std::lock_guard<std::mutex> exec_lock(exec_mu_);
-    if (!spec.actor_creation() && !spec.actor_id().empty() && spec.actor_id() != actor_id_) {
-      // A call for an actor that does not live here: see ServeTasks.
-      return "actor " + spec.actor_id() + " does not live in this worker (" +
-             (actor_id_.empty() ? std::string("it hosts no actor") : "it hosts actor " + actor_id_) +
-             ")";
-    }
+    if (std::string why = NotHostedHere(spec); !why.empty()) return why;  // see ServeTasks
     rpc::TaskResult* r = results->add_results();
     Execute(spec, r);
     if (spec.actor_creation() && !r->is_error() && spec.max_concurrency() > 1) {
@@ -279,13 +282,9 @@ void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
     Fail(result, StatusCode::kActorDied, "actor " + actor_id_ + " has exited (ray::ExitActor())");
     return;
   }
-  if (!spec.actor_creation() && !spec.actor_id().empty() && spec.actor_id() != actor_id_) {
-    // A caller with a stale address (the actor's worker died and this process took its port),
-    // on a threaded actor's pool (RunSequential ends the stream instead).
-    Fail(result, StatusCode::kActorDied,
-         "actor " + spec.actor_id() + " does not live in this worker (" +
-             (actor_id_.empty() ? std::string("it hosts no actor") : "it hosts actor " + actor_id_) +
-             "): the caller's address for it is stale");
+  if (std::string why = NotHostedHere(spec); !why.empty()) {
+    // A threaded actor's pool (RunSequential ends the stream instead).
+    Fail(result, StatusCode::kActorDied, why + ": the caller's address for it is stale");
     return;
   }
   // Refs packed into the result are collected (and held) while the invoker packs it.

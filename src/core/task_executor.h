@@ -105,6 +105,9 @@ class TaskExecutor {
   // Runs the batch's tasks in order into *results. Stops at a call for an actor that does not
   // live in this worker and says so ("" when all ran).
   std::string RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results);
+  // Why `spec`, an actor call, cannot run here (the actor lives elsewhere); "" when it can.
+  // Called under exec_mu_ or on the pool (both ordered after the creation that set actor_id_).
+  std::string NotHostedHere(const rpc::TaskSpec& spec) const;
   // Fills *views with the arguments' bytes; *keep holds the buffers behind them. Throws.
   void ReadArgs(const rpc::TaskSpec& spec, std::vector<std::shared_ptr<internal::Buffer>>* keep,
                 std::vector<internal::ArgView>* views);

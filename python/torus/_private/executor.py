@@ -17,9 +17,6 @@ from typing import Any, Dict, List, Tuple
 from torus._private import serialization
 
 KIND_FUNCTION, KIND_CREATE, KIND_METHOD = 0, 1, 2
-# From this size a return value is stored in the node's shared-memory store, not inline in the
-# reply (the core's kInlineLimit); such values are returned in pieces.
-LARGE_VALUE_BYTES = 100 * 1024
 STATUS_OK, STATUS_ERROR, STATUS_EXIT = 0, 1, 2
 
 _cache: Dict[str, Any] = {}
@@ -130,12 +127,10 @@ def _encode_result(value, xlang: bool = False):
             datas.append(data)
             nesteds.append(nested)
         return datas, STATUS_OK, nesteds, value
-    if serialization.is_plain(value):
-        return serialization.serialize_to_bytes(value)[0], STATUS_OK, [], value
     size, parts, nested = serialization.serialize(value)
     # A large value goes back in pieces, (size, parts): the core copies them straight into the
     # store (one copy of a numpy array's memory, none in Python).
-    data = (size, parts) if size >= LARGE_VALUE_BYTES else serialization.join(size, parts)
+    data = (size, parts) if size >= serialization.INLINE_LIMIT else serialization.join(size, parts)
     # The value goes back too: the ObjectRefs in it must live until the core holds their ids
     # (a ref the task created would otherwise be freed as the task's frame goes).
     return data, STATUS_OK, nested, value
@@ -154,28 +149,19 @@ def _actor_exit():
     return _actor_exit_cls
 
 
-class _MethodName:
-    """"Class.method" for error messages, formatted only when one is needed."""
-    __slots__ = ("cls", "name")
+class _LazyName:
+    """A function's name for error messages, formatted only when one is needed: "Class.method",
+    or a task's "module.qualname"."""
+    __slots__ = ("owner", "name")
 
-    def __init__(self, cls: str, name: str):
-        self.cls, self.name = cls, name
-
-    def __str__(self):
-        return f"{self.cls}.{self.name}"
-
-    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
-
-
-class _FunctionName:
-    """"module.qualname" of a task's function for error messages, formatted only when needed."""
-    __slots__ = ("fn", "name")
-
-    def __init__(self, fn, name: str):
-        self.fn, self.name = fn, name
+    def __init__(self, owner, name: str):
+        self.owner, self.name = owner, name  # owner: a class name (str) or the function
 
     def __str__(self):
-        return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.name)}"
+        if isinstance(self.owner, str):
+            return f"{self.owner}.{self.name}"
+        fn = self.owner
+        return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', self.name)}"
 
     __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
 
@@ -234,7 +220,7 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
     try:
         if kind == KIND_FUNCTION:
             fn = _load(name)
-            fname = _FunctionName(fn, name)
+            fname = _LazyName(fn, name)
             a, kw = _decode_args(args) if args else ((), _NO_KWARGS)
             return _encode_result(fn(*a, **kw), name.startswith("py:"))
         if kind == KIND_CREATE:
@@ -259,7 +245,7 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
             if rec is None:
                 raise RuntimeError(f"actor {actor_id!r} is not alive in this worker")
             actor = rec.instance
-            fname = _MethodName(rec.class_name, name)
+            fname = _LazyName(rec.class_name, name)
             if name == "__ray_terminate__":  # graceful: after the calls queued before it
                 shutdown_hook = getattr(actor, "__ray_shutdown__", None)
                 if callable(shutdown_hook):

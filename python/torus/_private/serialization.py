@@ -36,6 +36,11 @@ _HEADER = struct.Struct("<BBHIQ")  # magic, kind, zero, nbuf, inband
 _BUFENT = struct.Struct("<QQ")
 ALIGN = 64
 
+# From this size a value goes through the node's shared-memory store instead of inline in a
+# message (the core's kInlineLimit): task arguments are put first, return values come back in
+# pieces.
+INLINE_LIMIT = 100 * 1024
+
 _ctx = threading.local()
 
 
@@ -85,9 +90,6 @@ def _plain(obj: Any) -> bool:
                 return False
         return True
     return False
-
-
-is_plain = _plain
 
 
 def _plain_value(obj: Any, kind: int) -> bytes:
@@ -145,8 +147,6 @@ def join(size: int, parts: Sequence[Tuple[int, Any]]) -> bytes:
 
 
 def serialize_to_bytes(obj: Any, kind: int = KIND_VALUE) -> Tuple[bytes, List[Any]]:
-    if _plain(obj):
-        return _plain_value(obj, kind), []
     size, parts, nested = serialize(obj, kind)
     return join(size, parts), nested
 

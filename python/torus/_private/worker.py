@@ -418,7 +418,6 @@ def wait(object_refs, *, num_returns: int = 1, timeout: Optional[float] = None,
 # arguments of calls
 # ------------------------------------------------------------------------------------------
 
-_INLINE_LIMIT = 100 * 1024  # larger arguments go through the object store (one copy)
 
 
 def encode_args(args: Sequence[Any], kwargs: Dict[str, Any]):
@@ -436,7 +435,7 @@ def encode_args(args: Sequence[Any], kwargs: Dict[str, Any]):
             out.append((True, a._id, []))
             continue
         size, parts, nested = serialization.serialize(a)
-        if size > _INLINE_LIMIT:
+        if size > serialization.INLINE_LIMIT:
             ref = ObjectRef(core().put(size, parts, nested))
             keep.append(ref)
             out.append((True, ref._id, []))
