@@ -128,6 +128,9 @@ class LaneClientStream {
   ~LaneClientStream();
   bool Write(const google::protobuf::MessageLite& m);
   bool Read(google::protobuf::MessageLite* m);  // false at the end: then Finish()
+  // Read with a limit: 1 once *m holds the next message; 0 when none came within timeout_ms
+  // (a part of one that came is kept for the next read; < 0: no limit); -1 at the end.
+  int ReadWithin(google::protobuf::MessageLite* m, int timeout_ms);
   void WritesDone();
   grpc::Status Finish();  // the server's status, or why the connection ended
   void Cancel();          // any thread: Read returns false, Finish says CANCELLED

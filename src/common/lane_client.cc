@@ -393,7 +393,10 @@ void LaneClientStream::WritesDone() {
   SendFrame(fd_, kLaneEnd, 0, {}, {});
 }
 
-bool LaneClientStream::Read(google::protobuf::MessageLite* m) {
+bool LaneClientStream::Read(google::protobuf::MessageLite* m) { return ReadWithin(m, -1) > 0; }
+
+int LaneClientStream::ReadWithin(google::protobuf::MessageLite* m, int timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   while (!have_final_) {
     LaneHeader h{};
     std::string_view text, payload;
@@ -405,6 +408,13 @@ bool LaneClientStream::Read(google::protobuf::MessageLite* m) {
       break;
     }
     if (got == 0) {
+      if (timeout_ms >= 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        pollfd p{fd_, POLLIN, 0};
+        int n = poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+        if (n == 0) return 0;
+        if (n < 0 && errno == EINTR) continue;
+      }
       if (in_->Fill(fd_) <= 0) {
         final_ = cancelled_ ? grpc::Status(grpc::StatusCode::CANCELLED, what_ + ": cancelled")
                             : grpc::Status(grpc::StatusCode::UNAVAILABLE, what_ + ": connection lost");
@@ -418,11 +428,11 @@ bool LaneClientStream::Read(google::protobuf::MessageLite* m) {
       have_final_ = true;
       break;
     }
-    if (m->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return true;
+    if (m->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return 1;
     final_ = grpc::Status(grpc::StatusCode::INTERNAL, what_ + ": unparsable message");
     have_final_ = true;
   }
-  return false;
+  return -1;
 }
 
 grpc::Status LaneClientStream::Finish() {

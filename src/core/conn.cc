@@ -14,6 +14,9 @@ class TaskStream {
   virtual ~TaskStream() = default;
   virtual bool Write(const rpc::TaskBatch& b) = 0;
   virtual bool Read(rpc::ResultBatch* b) = 0;
+  // 1: a message; 0: none within timeout_ms; -1: the end. Only where TimedReads().
+  virtual int ReadWithin(rpc::ResultBatch*, int) { return -1; }
+  virtual bool TimedReads() const { return false; }
   virtual void WritesDone() = 0;
   virtual grpc::Status Finish() = 0;
   virtual void Cancel() = 0;
@@ -43,6 +46,8 @@ class LaneTaskStream final : public TaskStream {
   explicit LaneTaskStream(std::unique_ptr<LaneClientStream> s) : s_(std::move(s)) {}
   bool Write(const rpc::TaskBatch& b) override { return s_->Write(b); }
   bool Read(rpc::ResultBatch* b) override { return s_->Read(b); }
+  int ReadWithin(rpc::ResultBatch* b, int timeout_ms) override { return s_->ReadWithin(b, timeout_ms); }
+  bool TimedReads() const override { return true; }
   void WritesDone() override { s_->WritesDone(); }
   grpc::Status Finish() override { return s_->Finish(); }
   void Cancel() override { s_->Cancel(); }
@@ -73,6 +78,14 @@ void Conn::Enqueue(std::shared_ptr<TaskRecord> t) {
 }
 
 void Conn::Flush(bool direct) {
+  {
+    std::lock_guard<std::mutex> r(rmu_);
+    solo_ = direct;
+    if (!direct) {
+      sync_ = false;
+      UnparkLocked();
+    }
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (q_.empty()) return;
   if (!direct || writing_ || closing_) {
@@ -99,6 +112,11 @@ void Conn::Flush(bool direct) {
 }
 
 void Conn::Close() {
+  {
+    std::lock_guard<std::mutex> r(rmu_);
+    sync_ = false;
+    UnparkLocked();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   closing_ = true;
   cv_.notify_one();
@@ -158,14 +176,84 @@ void Conn::WriteLoop() {
 
 void Conn::ReadLoop() {
   rpc::ResultBatch batch;
-  while (stream_->Read(&batch)) {
-    listener_->OnResults(this, batch);
-    batch.Clear();
+  std::unique_lock<std::mutex> lock(rmu_);
+  while (true) {
+    while (!ended_ && (reading_ || parked_)) {
+      if (rcv_.wait_for(lock, kParkMax) == std::cv_status::timeout && !reading_) {
+        parked_ = false;  // nobody came for the reply: read it
+      }
+    }
+    if (ended_) break;
+    reading_ = true;
+    lock.unlock();
+    bool ok = stream_->Read(&batch);
+    if (ok) {
+      listener_->OnResults(this, batch);
+      batch.Clear();
+    }
+    lock.lock();
+    reading_ = false;
+    if (!ok) {
+      ended_ = true;
+      break;
+    }
+    // A caller wants to read the replies of its synchronous calls itself.
+    if (sync_ && solo_) parked_ = true;
   }
+  lock.unlock();
   auto st = stream_->Finish();
   listener_->OnConnBroken(this, st.ok() ? "stream closed" : st.error_message());
 }
 
-void Conn::Cancel() { stream_->Cancel(); }
+bool Conn::ReadHere(const std::function<bool()>& wanted, std::chrono::milliseconds slice) {
+  if (!stream_->TimedReads()) return false;
+  {
+    std::lock_guard<std::mutex> r(rmu_);
+    if (ended_) return false;
+    sync_ = true;  // also when the reader is busy: it parks after this batch
+    if (reading_) return false;
+    reading_ = true;
+    parked_ = true;
+  }
+  int got = 0;
+  if (wanted()) {
+    // Whatever comes is handed over here, in order: the reader thread does not read meanwhile.
+    thread_local rpc::ResultBatch batch;
+    got = stream_->ReadWithin(&batch, static_cast<int>(std::max<int64_t>(slice.count(), 1)));
+    if (got > 0) {
+      listener_->OnResults(this, batch);
+      batch.Clear();
+    }
+  } else {
+    got = 1;  // its reply came meanwhile
+  }
+  std::lock_guard<std::mutex> r(rmu_);
+  reading_ = false;
+  if (got < 0) {
+    ended_ = true;  // the reader thread reports the end (Finish, OnConnBroken)
+    rcv_.notify_one();
+    return false;
+  }
+  // Nothing came in time, or other calls are in flight: the reader thread reads again.
+  if (got == 0 || !solo_) UnparkLocked();
+  return got > 0;
+}
+
+void Conn::Unpark() {
+  std::lock_guard<std::mutex> r(rmu_);
+  sync_ = false;
+  UnparkLocked();
+}
+
+void Conn::UnparkLocked() {
+  if (!parked_) return;
+  parked_ = false;
+  rcv_.notify_one();
+}
+
+void Conn::Cancel() {
+  stream_->Cancel();
+  Unpark();
+}
 
 }  // namespace torus::core

@@ -11,10 +11,20 @@
 //    hand-off for synchronous calls), else wakes the writer thread, which sends everything
 //    queued as one batch (natural batching under load).
 //  - a reader thread calls Listener::OnResults for each result batch and, once the stream ends,
-//    Listener::OnConnBroken exactly once. The constructor opens the stream; Start() starts both
+//    Listener::OnConnBroken exactly once. A thread waiting for the reply of a synchronous call
+//    may read the stream itself instead (ReadHere; see "Synchronous mode" below); one thread
+//    reads at a time (rmu_), and results are handed over in the order they arrived. The constructor opens the stream; Start() starts both
 //    threads, so the submitter first fills in its bookkeeping and attaches the Conn under its lock
 //    (a stream that fails at once must not report to a submitter that does not know it yet).
 //    Both threads are joined by Join() (and the destructor), which must not run on either.
+//  - Synchronous mode (lane streams): a call alone in flight (Flush(direct=true)) whose caller
+//    then waits for its reply. The reply then wakes two threads, the reader and the caller; in
+//    this mode the caller reads it off the socket itself (ReadHere) and the reader thread parks,
+//    so each call wakes one thread. The mode starts when a caller asked to read while the
+//    reader was reading (the reader parks after that batch) and ends when any other kind of
+//    wait or send shows up (Unpark, Flush(direct=false), Close, Cancel). A parked reader still
+//    wakes every kParkMax to read what nobody asked for (a fire-and-forget call's reply, the
+//    end of the stream), so that is late by at most kParkMax, never lost.
 //  - the public fields below the marker are the submitter's bookkeeping, guarded by its lock
 //    (CoreWorker::mu_), not by mu_.
 #pragma once
@@ -22,6 +32,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,6 +73,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // synchronous pattern): then the specs are written from this thread if the stream is idle (no
   // thread hand-off); otherwise the writer is woken and sends them as one batch.
   void Flush(bool direct);
+  // Reads the next result batch on the calling thread and hands it to the Listener there, if
+  // the stream is a lane and no other thread is reading it (the reader thread stays parked).
+  // `wanted` runs first, once this thread holds the read, without locks: false means the
+  // caller's reply came meanwhile (nothing is read). Returns true when the caller should look
+  // again for its reply; false when it should wait for the reader thread instead (another
+  // thread reads, the stream ended, or nothing came within `slice`).
+  bool ReadHere(const std::function<bool()>& wanted, std::chrono::milliseconds slice);
+  // Someone waits for this stream's results other than by ReadHere: the reader thread reads
+  // again (leaves synchronous mode).
+  void Unpark();
   // Half-close: no more sends; the reader ends when the worker finishes.
   void Close();
   void Cancel();
@@ -82,6 +103,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool WriteSpecs(rpc::TaskBatch& batch, const std::shared_ptr<TaskRecord>* ts, size_t n);
   void WriteLoop();
   void ReadLoop();
+  // Requires rmu_: ends a park (the reader thread reads again).
+  void UnparkLocked();
 
   Listener* listener_;
   std::string address_;
@@ -94,6 +117,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool first_sent_ = false;
   std::string lease_id_for_worker_;
   std::thread reader_, writer_;
+
+  // Who reads the stream (synchronous mode, above).
+  static constexpr std::chrono::milliseconds kParkMax{20};
+  std::mutex rmu_;
+  std::condition_variable rcv_;  // the reader thread waits here while parked or while another reads
+  bool reading_ = false;  // a thread is in stream_->Read; guarded by rmu_, as the flags below
+  bool ended_ = false;    // the stream ended (the reader thread reports it)
+  bool parked_ = false;   // the reader thread does not read (a caller does)
+  bool sync_ = false;     // callers read their replies themselves
+  bool solo_ = false;     // the last call sent was alone in flight (Flush(direct=true))
 };
 
 }  // namespace torus::core

@@ -286,13 +286,35 @@ class CoreWorker final : public internal::Runtime,
     Outbox(const Outbox&) = delete;
     Outbox& operator=(const Outbox&) = delete;
     ~Outbox() {
-      for (auto& [c, direct] : conns_) c->Flush(direct);
+      for (auto& e : conns_) {
+        e.conn->Flush(e.direct);
+        if (e.direct) NoteSyncCall(e.conn, e.task);
+      }
     }
-    void Add(std::shared_ptr<Conn> c, bool direct) { conns_.emplace_back(std::move(c), direct); }
+    // `direct`: `task` (TaskCounterOf its id) is the only call in flight on `c`.
+    void Add(std::shared_ptr<Conn> c, bool direct, uint64_t task = 0) {
+      conns_.push_back({std::move(c), direct, task});
+    }
 
    private:
-    std::vector<std::pair<std::shared_ptr<Conn>, bool>> conns_;
+    struct Entry {
+      std::shared_ptr<Conn> conn;
+      bool direct;
+      uint64_t task;
+    };
+    std::vector<Entry> conns_;
   };
+  // The synchronous call this thread sent last (Outbox): a Get of its result on this thread
+  // reads the reply off the stream itself (Conn::ReadHere). No lock.
+  static void NoteSyncCall(const std::shared_ptr<Conn>& conn, uint64_t task);
+  // Requires mu_, released meanwhile. Reads the reply of the synchronous call that returns `id`
+  // on this thread, when this thread sent it and it is in flight; true when the caller should
+  // look for `id` again, false when it should wait on cv_ (*mine: the stream it tried).
+  bool ReadSyncReply(std::unique_lock<std::mutex>& lock, const std::string& id,
+                     std::chrono::steady_clock::time_point deadline, Conn** mine);
+  // Requires mu_: before sleeping on cv_ for results, parked readers read again (Conn::Unpark),
+  // but `except`'s.
+  void UnparkReaders(const Conn* except = nullptr);
   void Enqueue(std::shared_ptr<TaskRecord> t, Outbox* out = nullptr);
   void PumpQueue(SchedulingQueue& q, Outbox* out = nullptr);
   int PipelineDepth(const std::string& function) const;

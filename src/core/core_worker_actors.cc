@@ -211,18 +211,21 @@ void CoreWorker::PumpActor(ActorQueue& a, Outbox* out) {
   }
   // Submission order: stop at the first call whose arguments are not ready yet.
   bool sent = false;
+  uint64_t last = 0;
   while (!a.waiting.empty() && a.waiting.front()->missing == 0) {
     auto t = std::move(a.waiting.front());
     a.waiting.pop_front();
     t->conn = a.conn;
-    a.conn->in_flight[TaskCounterOf(t->spec.task_id())] = t;
+    last = TaskCounterOf(t->spec.task_id());
+    a.conn->in_flight[last] = t;
     SetTaskState(t->spec, "RUNNING", a.conn->worker_id);
     a.conn->Enqueue(std::move(t));
     sent = true;
   }
   if (!sent) return;
   if (out) {
-    out->Add(a.conn->shared_from_this(), a.conn->in_flight.size() == 1 && a.waiting.empty());
+    out->Add(a.conn->shared_from_this(), a.conn->in_flight.size() == 1 && a.waiting.empty(),
+             last);
   } else {
     a.conn->Flush(/*direct=*/false);
   }

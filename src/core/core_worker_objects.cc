@@ -566,10 +566,73 @@ void CoreWorker::StartFetches(const std::vector<std::string>& ids) {
   }
 }
 
+namespace {
+// The synchronous call this thread sent last (CoreWorker::NoteSyncCall).
+struct SyncCall {
+  std::weak_ptr<Conn> conn;
+  uint64_t task = 0;
+};
+thread_local SyncCall tl_sync_call;
+
+// The task counter of the task that returns `id` first (its ids are "<worker><counter>@owner").
+uint64_t TaskCounterOfReturn(const std::string& id) {
+  std::string_view hex(id);
+  return TaskCounterOf(hex.substr(0, hex.find('@')));
+}
+}  // namespace
+
+void CoreWorker::NoteSyncCall(const std::shared_ptr<Conn>& conn, uint64_t task) {
+  tl_sync_call.conn = conn;
+  tl_sync_call.task = task;
+}
+
+bool CoreWorker::ReadSyncReply(std::unique_lock<std::mutex>& lock, const std::string& id,
+                               Clock::time_point deadline, Conn** mine) {
+  // How long one read here waits before the reader thread takes over (a long call then costs
+  // one more wake-up, which its length dwarfs).
+  constexpr auto kSlice = std::chrono::milliseconds(5);
+  SyncCall& sc = tl_sync_call;
+  if (sc.task == 0 || sc.task != TaskCounterOfReturn(id)) return false;
+  std::shared_ptr<Conn> conn = sc.conn.lock();
+  if (!conn) return false;
+  const uint64_t task = sc.task;
+  auto in_flight_here = [&] { return !conn->broken && conn->in_flight.count(task) > 0; };
+  if (!in_flight_here()) return false;
+  *mine = conn.get();
+  auto slice = kSlice;
+  if (deadline != Clock::time_point::max()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    slice = std::min(slice, left);
+  }
+  lock.unlock();
+  bool again = conn->ReadHere(
+      [&] {
+        std::lock_guard<std::mutex> l(mu_);
+        return in_flight_here();
+      },
+      slice);
+  lock.lock();
+  return again;
+}
+
+void CoreWorker::UnparkReaders(const Conn* except) {
+  for (auto& c : conns_) {
+    if (c.get() != except) c->Unpark();
+  }
+}
+
 void CoreWorker::WaitAllReady(std::unique_lock<std::mutex>& lock, ReadyScan& scan,
                               Clock::time_point deadline, int timeout_ms) {
+  bool unparked = false;
   while (!scan.AllReady()) {
     if (shutting_down_) throw internal::RayException("ray::Shutdown() was called during Get");
+    Conn* mine = nullptr;
+    if (scan.ids.size() == 1 && ReadSyncReply(lock, scan.ids[0], deadline, &mine)) continue;
+    if (!unparked) {
+      UnparkReaders(mine);
+      unparked = true;
+    }
     if (deadline == Clock::time_point::max()) {
       cv_.wait(lock);
     } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !scan.AllReady()) {
@@ -621,6 +684,7 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
   auto deadline = timeout_ms < 0 ? Clock::time_point::max()
                                  : Clock::now() + std::chrono::milliseconds(timeout_ms);
   std::vector<bool> ready(ids.size(), false);
+  bool unparked = false;
   std::unique_lock<std::mutex> lock(mu_);
   for (const auto& id : ids) {
     if (!refs_.objects().count(id) && OwnerOf(id) != address_) refs_.Entry(id);
@@ -638,6 +702,10 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
       if (ready[i]) continue;
       auto it = refs_.objects().find(ids[i]);
       if (it != refs_.objects().end()) it->second.waited = true;
+    }
+    if (!unparked) {
+      UnparkReaders();
+      unparked = true;
     }
     if (deadline == Clock::time_point::max()) {
       cv_.wait(lock);
@@ -679,6 +747,7 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
     }
     if (ctx->IsCancelled() || shutting_down_ || Clock::now() >= deadline) return grpc::Status::OK;
     it->second.waited = true;
+    UnparkReaders();
     cv_.wait_for(lock, std::chrono::milliseconds(100));
   }
 }

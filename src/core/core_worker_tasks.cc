@@ -327,9 +327,10 @@ void CoreWorker::PumpQueue(SchedulingQueue& q, Outbox* outbox) {
   for (auto& [c, ts] : out) {
     // A lone task on an idle stream with nothing else queued: the caller writes it itself.
     bool direct = ts.size() == 1 && c->in_flight.size() == 1 && q.tasks.empty();
+    uint64_t first = TaskCounterOf(ts.front()->spec.task_id());
     for (auto& t : ts) c->Enqueue(std::move(t));
     if (outbox) {
-      outbox->Add(c->shared_from_this(), direct);
+      outbox->Add(c->shared_from_this(), direct, first);
     } else {
       c->Flush(/*direct=*/false);
     }

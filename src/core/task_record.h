@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/reference_counter.h"
@@ -38,7 +39,7 @@ inline bool IsReturnOf(const rpc::TaskSpec& spec, const std::string& id) {
 
 // Task ids this process mints are NewObjectId()'s hex part: 16 hex of the worker id, then a
 // 16-hex counter. The task table is keyed by that counter (no string key per task).
-inline uint64_t TaskCounterOf(const std::string& task_id) {
+inline uint64_t TaskCounterOf(std::string_view task_id) {
   uint64_t v = 0;
   size_t start = task_id.size() >= 16 ? task_id.size() - 16 : 0;
   for (size_t i = start; i < task_id.size(); ++i) {
