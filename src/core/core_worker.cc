@@ -427,12 +427,12 @@ grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::
 grpc::Status CoreWorker::CancelTask(grpc::ServerContext* ctx, const rpc::CancelTaskRequest* req,
                                     rpc::Empty*) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
-  if (task_executor_) task_executor_->Interrupt(req->task_id());
-  if (req->recursive()) CancelChildren(req->task_id());
+  if (task_executor_ && !req->force()) task_executor_->Interrupt(req->task_id());
+  if (req->recursive()) CancelChildren(req->task_id(), req->force());
   return grpc::Status::OK;
 }
 
-void CoreWorker::CancelChildren(const std::string& parent_task) {
+void CoreWorker::CancelChildren(const std::string& parent_task, bool force) {
   std::vector<std::string> children;  // their first return ids, each once
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -452,7 +452,7 @@ void CoreWorker::CancelChildren(const std::string& parent_task) {
   }
   std::sort(children.begin(), children.end());
   children.erase(std::unique(children.begin(), children.end()), children.end());
-  for (const auto& id : children) Cancel(id, /*force=*/false, /*recursive=*/true);
+  for (const auto& id : children) Cancel(id, force, /*recursive=*/true);
 }
 
 grpc::Status CoreWorker::CheckLease(grpc::ServerContext* ctx, const rpc::CheckLeaseRequest* req,

@@ -144,12 +144,14 @@ class CoreWorker final : public internal::Runtime,
   bool DefaultDetached();
   std::string JobId();
   // Cancels the task whose result is `object_id` (Ray's cancel): a task not yet running never
-  // runs; a running one's value is dropped, and with `force` its worker is killed (not an
-  // actor's). Get then throws TaskCancelledException. False when the object is unknown here.
+  // runs; a running one is interrupted and its value dropped, or with `force` its worker is
+  // killed (an actor call throws RayInvalidArgumentException, as in Ray). With `recursive`,
+  // what the task submitted is cancelled too, the same way, before its worker is killed. Get
+  // then throws TaskCancelledException. False when the object is unknown here.
   bool Cancel(const std::string& object_id, bool force, bool recursive = false);
-  // Cancels (recursively, not forced) every task that `parent_task`, running here, submitted
-  // and that has not ended. No lock held on entry.
-  void CancelChildren(const std::string& parent_task);
+  // Cancels (recursively, with `force` too) every task that `parent_task`, running here,
+  // submitted and that has not ended. No lock held on entry.
+  void CancelChildren(const std::string& parent_task, bool force = false);
   // Workers: the actor this process hosts ("" if none).
   std::string CurrentActorId() const {
     return task_executor_ ? task_executor_->actor_id() : std::string();

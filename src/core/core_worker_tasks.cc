@@ -638,6 +638,12 @@ std::string CoreWorker::CancelMessage(const TaskRecord& t) {
   return "task " + t.spec.name() + " (" + t.spec.task_id() + ") was cancelled";
 }
 
+namespace {
+// Ray's answer, and its reason: killing an actor's worker would kill the actor (ray.kill does).
+constexpr const char* kNoForceOnActorCalls =
+    "force=True is not supported for actor tasks (ray.kill() ends the actor).";
+}  // namespace
+
 bool CoreWorker::Cancel(const std::string& object_id, bool force, bool recursive) {
   std::string kill_worker, kill_node, interrupt_address, interrupt_task;
   {
@@ -657,6 +663,10 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force, bool recursive
       if (drop(q->tasks)) return true;
     }
     for (auto& [id, a] : actors_) {
+      if (force && std::any_of(a->waiting.begin(), a->waiting.end(),
+                               [&](const auto& t) { return IsReturnOf(t->spec, object_id); })) {
+        throw internal::RayInvalidArgumentException(kNoForceOnActorCalls);
+      }
       if (drop(a->waiting)) return true;
     }
     // Waiting for its arguments: it is enqueued once they are ready, and then fails at once.
@@ -672,12 +682,16 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force, bool recursive
     for (auto& c : conns_) {
       for (auto& [n, t] : c->in_flight) {
         if (!IsReturnOf(t->spec, object_id)) continue;
+        if (force && !c->actor_id.empty()) {
+          throw internal::RayInvalidArgumentException(kNoForceOnActorCalls);
+        }
         t->cancelled = true;
         found = true;
         if (force && c->actor_id.empty()) {
           kill_worker = c->worker_id;
           kill_node = c->node_address;
-        } else {
+        }
+        if (kill_worker.empty() || recursive) {
           interrupt_address = c->address();
           interrupt_task = t->spec.task_id();
         }
@@ -685,7 +699,7 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force, bool recursive
       }
       if (found) break;
     }
-    if (!interrupt_address.empty()) {
+    if (!interrupt_address.empty() && kill_worker.empty()) {
       rpc_work_->Post([addr = interrupt_address, task = interrupt_task, token = opts_.token,
                        recursive] {
         rpc::CancelTaskRequest req;
@@ -698,6 +712,17 @@ bool CoreWorker::Cancel(const std::string& object_id, bool force, bool recursive
       return true;
     }
     if (kill_worker.empty()) return refs_.Find(object_id) != nullptr;
+  }
+  if (!interrupt_address.empty()) {
+    // force and recursive: the worker cancels what the task submitted, with force, before it is
+    // killed (their owner dies with it; they would run on, their results unwanted).
+    rpc::CancelTaskRequest creq;
+    creq.set_task_id(interrupt_task);
+    creq.set_recursive(true);
+    creq.set_force(true);
+    rpc::Empty e;
+    auto ctx = NewContext(opts_.token, 3000);
+    (void)rpc::CoreWorker::NewStub(GetChannel(interrupt_address))->CancelTask(ctx.get(), creq, &e);
   }
   rpc::KillWorkerRequest req;
   req.set_worker_id(kill_worker);

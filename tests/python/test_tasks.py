@@ -361,3 +361,58 @@ def test_cancel_recursive_reaches_what_the_task_submitted(torus_local, tmp_path,
     # Recursive: the child was interrupted too. Not recursive: it ran to its end.
     assert ended.read_text() == ("KeyboardInterrupt" if recursive else "finished")
     assert torus.get(add.remote(2, 3), timeout=60) == 5
+
+
+@torus.remote
+def pid_child(pid_file):
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pid_file + ".tmp", pid_file)
+    time.sleep(600)
+
+
+@torus.remote
+def parent_of_pid_child(pid_file):
+    return torus.get(pid_child.remote(pid_file))
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie has ended: only its parent has not reaped it yet.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1][0] != "Z"
+
+
+def test_cancel_force_recursive_kills_what_the_task_submitted(torus_local, tmp_path):
+    from helpers import wait_until
+    pid_file = tmp_path / "child.pid"
+    ref = parent_of_pid_child.remote(str(pid_file))
+    wait_until(pid_file.exists, timeout=60, what="the child task to start")
+    child = int(pid_file.read_text())
+    torus.cancel(ref, force=True, recursive=True)
+    with pytest.raises((exc.TaskCancelledError, exc.WorkerCrashedError)):
+        torus.get(ref, timeout=30)
+    # The child's worker was killed too, not left sleeping for its owner that is gone.
+    wait_until(lambda: not _alive(child), timeout=30, what="the child's worker to end")
+    assert torus.get(add.remote(3, 4), timeout=60) == 7
+
+
+@torus.remote
+class Sleeper:
+    def nap(self, seconds):
+        time.sleep(seconds)
+        return "rested"
+
+
+def test_cancel_force_is_refused_for_actor_calls(torus_local):
+    a = Sleeper.remote()
+    ref = a.nap.remote(0.5)
+    with pytest.raises(ValueError, match="force=True is not supported for actor tasks"):
+        torus.cancel(ref, force=True)
+    # Refused, not done: the call runs to its end and the actor keeps serving.
+    assert torus.get(ref, timeout=60) == "rested"
+    assert torus.get(a.nap.remote(0), timeout=60) == "rested"
+    torus.kill(a)
