@@ -78,13 +78,10 @@ void Conn::Enqueue(std::shared_ptr<TaskRecord> t) {
 }
 
 void Conn::Flush(bool direct) {
-  {
+  if (!direct) {
     std::lock_guard<std::mutex> r(rmu_);
-    solo_ = direct;
-    if (!direct) {
-      sync_ = false;
-      UnparkLocked();
-    }
+    sync_ = false;
+    UnparkLocked();
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (q_.empty()) return;
@@ -187,8 +184,9 @@ void Conn::ReadLoop() {
     reading_ = true;
     lock.unlock();
     bool ok = stream_->Read(&batch);
+    bool idle = false;
     if (ok) {
-      listener_->OnResults(this, batch);
+      idle = listener_->OnResults(this, batch);
       batch.Clear();
     }
     lock.lock();
@@ -198,44 +196,52 @@ void Conn::ReadLoop() {
       break;
     }
     // A caller wants to read the replies of its synchronous calls itself.
-    if (sync_ && solo_) parked_ = true;
+    if (sync_ && idle) parked_ = true;
   }
   lock.unlock();
   auto st = stream_->Finish();
   listener_->OnConnBroken(this, st.ok() ? "stream closed" : st.error_message());
 }
 
+bool Conn::CanReadHere() const { return stream_->TimedReads(); }
+
 bool Conn::ReadHere(const std::function<bool()>& wanted, std::chrono::milliseconds slice) {
   if (!stream_->TimedReads()) return false;
   {
     std::lock_guard<std::mutex> r(rmu_);
     if (ended_) return false;
-    sync_ = true;  // also when the reader is busy: it parks after this batch
+    sync_ = true;  // also when the reader is busy: it parks after it, once nothing is in flight
     if (reading_) return false;
     reading_ = true;
     parked_ = true;
   }
-  int got = 0;
-  if (wanted()) {
-    // Whatever comes is handed over here, in order: the reader thread does not read meanwhile.
-    thread_local rpc::ResultBatch batch;
-    got = stream_->ReadWithin(&batch, static_cast<int>(std::max<int64_t>(slice.count(), 1)));
-    if (got > 0) {
-      listener_->OnResults(this, batch);
-      batch.Clear();
+  int got = -2;  // an exception below: the reader thread reads again
+  bool idle = false;
+  struct Release {
+    Conn* c;
+    const int& got;
+    const bool& idle;
+    ~Release() {
+      std::lock_guard<std::mutex> r(c->rmu_);
+      c->reading_ = false;
+      if (got == -1) c->ended_ = true;  // the reader thread reports the end
+      // Nothing came in time, or more is in flight: the reader thread reads again.
+      if (got != 1 || !idle) c->parked_ = false;
+      if (!c->parked_ || c->ended_) c->rcv_.notify_one();
     }
-  } else {
+  } release{this, got, idle};
+  if (!wanted()) {
     got = 1;  // its reply came meanwhile
+    return true;
   }
-  std::lock_guard<std::mutex> r(rmu_);
-  reading_ = false;
-  if (got < 0) {
-    ended_ = true;  // the reader thread reports the end (Finish, OnConnBroken)
-    rcv_.notify_one();
-    return false;
+  // Whatever comes is handed over here, in order: the reader thread does not read meanwhile.
+  thread_local rpc::ResultBatch batch;
+  int r = stream_->ReadWithin(&batch, static_cast<int>(std::max<int64_t>(slice.count(), 1)));
+  if (r > 0) {
+    idle = listener_->OnResults(this, batch);
+    batch.Clear();
   }
-  // Nothing came in time, or other calls are in flight: the reader thread reads again.
-  if (got == 0 || !solo_) UnparkLocked();
+  got = r;
   return got > 0;
 }
 

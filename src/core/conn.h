@@ -17,14 +17,15 @@
 //    threads, so the submitter first fills in its bookkeeping and attaches the Conn under its lock
 //    (a stream that fails at once must not report to a submitter that does not know it yet).
 //    Both threads are joined by Join() (and the destructor), which must not run on either.
-//  - Synchronous mode (lane streams): a call alone in flight (Flush(direct=true)) whose caller
-//    then waits for its reply. The reply then wakes two threads, the reader and the caller; in
-//    this mode the caller reads it off the socket itself (ReadHere) and the reader thread parks,
-//    so each call wakes one thread. The mode starts when a caller asked to read while the
-//    reader was reading (the reader parks after that batch) and ends when any other kind of
-//    wait or send shows up (Unpark, Flush(direct=false), Close, Cancel). A parked reader still
-//    wakes every kParkMax to read what nobody asked for (a fire-and-forget call's reply, the
-//    end of the stream), so that is late by at most kParkMax, never lost.
+//  - Synchronous mode (lane streams): one call in flight at a time, whose caller waits for its
+//    reply. The reply would wake two threads, the reader and the caller; in this mode the
+//    caller reads it off the socket itself (ReadHere) while the reader thread parks, so each
+//    call wakes one thread. The mode starts when a caller asked to read while the reader was
+//    reading; the reader parks only once nothing is in flight (OnResults says so), and a
+//    caller leaves it parked on the same condition. It ends when any other kind of wait or send
+//    shows up (Unpark, Flush(direct=false), Close, Cancel). A parked reader still wakes every
+//    kParkMax to read what nobody asked for (a fire-and-forget call's reply, the end of the
+//    stream), so that is late by at most kParkMax, never lost.
 //  - the public fields below the marker are the submitter's bookkeeping, guarded by its lock
 //    (CoreWorker::mu_), not by mu_.
 #pragma once
@@ -53,7 +54,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   class Listener {
    public:
     virtual ~Listener() = default;
-    virtual void OnResults(Conn* conn, rpc::ResultBatch& batch) = 0;
+    // Returns whether nothing more is in flight on `conn` (its reader may then park).
+    virtual bool OnResults(Conn* conn, rpc::ResultBatch& batch) = 0;
     virtual void OnConnBroken(Conn* conn, const std::string& why) = 0;
   };
 
@@ -80,6 +82,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // again for its reply; false when it should wait for the reader thread instead (another
   // thread reads, the stream ended, or nothing came within `slice`).
   bool ReadHere(const std::function<bool()>& wanted, std::chrono::milliseconds slice);
+  // Whether ReadHere can work on this stream (a lane's; constant).
+  bool CanReadHere() const;
   // Someone waits for this stream's results other than by ReadHere: the reader thread reads
   // again (leaves synchronous mode).
   void Unpark();
@@ -126,7 +130,6 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool ended_ = false;    // the stream ended (the reader thread reports it)
   bool parked_ = false;   // the reader thread does not read (a caller does)
   bool sync_ = false;     // callers read their replies themselves
-  bool solo_ = false;     // the last call sent was alone in flight (Flush(direct=true))
 };
 
 }  // namespace torus::core

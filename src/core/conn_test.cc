@@ -37,7 +37,7 @@ int DeadPort() {
 
 class Recorder : public Conn::Listener {
  public:
-  void OnResults(Conn*, rpc::ResultBatch&) override {}
+  bool OnResults(Conn*, rpc::ResultBatch&) override { return true; }
   void OnConnBroken(Conn*, const std::string&) override { broken++; }
   std::atomic<int> broken{0};
 };
@@ -98,12 +98,13 @@ class EchoWorker {
 // Records each result and the thread it was handed over on.
 class Collector : public Conn::Listener {
  public:
-  void OnResults(Conn*, rpc::ResultBatch& batch) override {
+  bool OnResults(Conn*, rpc::ResultBatch& batch) override {
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& r : batch.results()) {
       got.push_back(r.task_id());
       on_caller += std::this_thread::get_id() == caller;
     }
+    return true;  // one call at a time in these tests
   }
   void OnConnBroken(Conn*, const std::string&) override { broken++; }
   size_t Count() {

@@ -193,7 +193,7 @@ class CoreWorker final : public internal::Runtime,
   void CaptureOutput();
 
   // Conn::Listener (called on a Conn's reader thread, without mu_).
-  void OnResults(Conn* conn, rpc::ResultBatch& batch) override;
+  bool OnResults(Conn* conn, rpc::ResultBatch& batch) override;
   void OnConnBroken(Conn* conn, const std::string& why) override;
 
 
@@ -309,11 +309,14 @@ class CoreWorker final : public internal::Runtime,
   // The synchronous call this thread sent last (Outbox): a Get of its result on this thread
   // reads the reply off the stream itself (Conn::ReadHere). No lock.
   static void NoteSyncCall(const std::shared_ptr<Conn>& conn, uint64_t task);
-  // Requires mu_, released meanwhile. Reads the reply of the synchronous call that returns `id`
-  // on this thread, when this thread sent it and it is in flight; true when the caller should
-  // look for `id` again, false when it should wait on cv_ (*mine: the stream it tried).
-  bool ReadSyncReply(std::unique_lock<std::mutex>& lock, const std::string& id,
-                     std::chrono::steady_clock::time_point deadline, Conn** mine);
+  // Requires mu_, released meanwhile unless kNotTried. Reads the reply of the synchronous call
+  // that returns `id` on this thread, when this thread sent it and it is in flight on a lane.
+  // kAgain: look for `id` again (a batch was read); kFailed: another thread reads or nothing
+  // came in time (*mine: that stream); either way the lock was released, so look again before
+  // sleeping on cv_.
+  enum class SyncRead { kNotTried, kAgain, kFailed };
+  SyncRead ReadSyncReply(std::unique_lock<std::mutex>& lock, const std::string& id,
+                         std::chrono::steady_clock::time_point deadline, const Conn** mine);
   // Requires mu_: before sleeping on cv_ for results, parked readers read again (Conn::Unpark),
   // but `except`'s.
   void UnparkReaders(const Conn* except = nullptr);

@@ -586,23 +586,25 @@ void CoreWorker::NoteSyncCall(const std::shared_ptr<Conn>& conn, uint64_t task) 
   tl_sync_call.task = task;
 }
 
-bool CoreWorker::ReadSyncReply(std::unique_lock<std::mutex>& lock, const std::string& id,
-                               Clock::time_point deadline, Conn** mine) {
+CoreWorker::SyncRead CoreWorker::ReadSyncReply(std::unique_lock<std::mutex>& lock,
+                                                const std::string& id,
+                                                Clock::time_point deadline, const Conn** mine) {
   // How long one read here waits before the reader thread takes over (a long call then costs
   // one more wake-up, which its length dwarfs).
   constexpr auto kSlice = std::chrono::milliseconds(5);
   SyncCall& sc = tl_sync_call;
-  if (sc.task == 0 || sc.task != TaskCounterOfReturn(id)) return false;
+  if (sc.task == 0 || sc.task != TaskCounterOfReturn(id)) return SyncRead::kNotTried;
+  const ObjectEntry* e = refs_.Find(id);
+  if (!e || !e->owned) return SyncRead::kNotTried;  // a borrowed id with the same counter
   std::shared_ptr<Conn> conn = sc.conn.lock();
-  if (!conn) return false;
+  if (!conn || !conn->CanReadHere()) return SyncRead::kNotTried;
   const uint64_t task = sc.task;
   auto in_flight_here = [&] { return !conn->broken && conn->in_flight.count(task) > 0; };
-  if (!in_flight_here()) return false;
-  *mine = conn.get();
+  if (!in_flight_here()) return SyncRead::kNotTried;
   auto slice = kSlice;
   if (deadline != Clock::time_point::max()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
+    if (left.count() <= 0) return SyncRead::kNotTried;
     slice = std::min(slice, left);
   }
   lock.unlock();
@@ -612,8 +614,10 @@ bool CoreWorker::ReadSyncReply(std::unique_lock<std::mutex>& lock, const std::st
         return in_flight_here();
       },
       slice);
+  if (!again) *mine = conn.get();  // compared, never dereferenced
+  conn.reset();  // never the last reference under mu_ (~Conn joins the reader, which takes mu_)
   lock.lock();
-  return again;
+  return again ? SyncRead::kAgain : SyncRead::kFailed;
 }
 
 void CoreWorker::UnparkReaders(const Conn* except) {
@@ -625,10 +629,19 @@ void CoreWorker::UnparkReaders(const Conn* except) {
 void CoreWorker::WaitAllReady(std::unique_lock<std::mutex>& lock, ReadyScan& scan,
                               Clock::time_point deadline, int timeout_ms) {
   bool unparked = false;
+  bool read_failed = false;
+  const Conn* mine = nullptr;
   while (!scan.AllReady()) {
     if (shutting_down_) throw internal::RayException("ray::Shutdown() was called during Get");
-    Conn* mine = nullptr;
-    if (scan.ids.size() == 1 && ReadSyncReply(lock, scan.ids[0], deadline, &mine)) continue;
+    if (scan.ids.size() == 1 && !read_failed) {
+      // The lock was released either way: look for the value again before sleeping.
+      auto r = ReadSyncReply(lock, scan.ids[0], deadline, &mine);
+      if (r == SyncRead::kAgain) continue;
+      if (r == SyncRead::kFailed) {
+        read_failed = true;  // the reader thread delivers it; wait on cv_ from now on
+        continue;
+      }
+    }
     if (!unparked) {
       UnparkReaders(mine);
       unparked = true;

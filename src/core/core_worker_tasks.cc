@@ -455,7 +455,7 @@ bool IsExceptionValue(const rpc::ObjectLocation& v) {
 }
 }  // namespace
 
-void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
+bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulingQueue* q = nullptr;
   if (conn->actor_id.empty()) {
@@ -489,6 +489,7 @@ void CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
   if (conn->in_flight.empty()) conn->idle_since = Clock::now();
   if (q) PumpQueue(*q);
   if (q && conn->in_flight.empty()) WakeHousekeeping();
+  return conn->in_flight.empty();
 }
 
 void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
