@@ -424,37 +424,6 @@ grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::
   return grpc::Status::OK;
 }
 
-grpc::Status CoreWorker::CancelTask(grpc::ServerContext* ctx, const rpc::CancelTaskRequest* req,
-                                    rpc::Empty*) {
-  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
-  if (task_executor_ && !req->force()) task_executor_->Interrupt(req->task_id());
-  if (req->recursive()) CancelChildren(req->task_id(), req->force());
-  return grpc::Status::OK;
-}
-
-void CoreWorker::CancelChildren(const std::string& parent_task, bool force) {
-  std::vector<std::string> children;  // their first return ids, each once
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto take = [&](const std::shared_ptr<TaskRecord>& t) {
-      if (t->parent_task == parent_task && !t->cancelled) children.push_back(t->spec.return_id());
-    };
-    for (auto& [key, q] : queues_) {
-      for (auto& t : q->tasks) take(t);
-    }
-    for (auto& [id, a] : actors_) {
-      for (auto& t : a->waiting) take(t);
-    }
-    for (auto& [dep, t] : waiting_on_) take(t);
-    for (auto& c : conns_) {
-      for (auto& [n, t] : c->in_flight) take(t);
-    }
-  }
-  std::sort(children.begin(), children.end());
-  children.erase(std::unique(children.begin(), children.end()), children.end());
-  for (const auto& id : children) Cancel(id, force, /*recursive=*/true);
-}
-
 grpc::Status CoreWorker::CheckLease(grpc::ServerContext* ctx, const rpc::CheckLeaseRequest* req,
                                     rpc::CheckLeaseReply* reply) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;

@@ -350,6 +350,17 @@ class CoreWorker final : public internal::Runtime,
   // Queues NextAttempt(t). Requires mu_.
   void Resubmit(const TaskRecord& t);
   static std::string CancelMessage(const TaskRecord& t);
+  // The steps of Cancel. CancelUnsent requires mu_: cancels the task if it was not sent yet;
+  // false if it was. CancelRunning requires mu_: marks the running task cancelled and says
+  // where it runs (found: false if nowhere). SendCancelTask takes no lock.
+  bool CancelUnsent(const std::string& object_id, bool force);
+  struct RunningTask {
+    bool found = false;
+    std::string worker_address, task_id, worker_id, node_address;
+  };
+  RunningTask CancelRunning(const std::string& object_id, bool force);
+  void SendCancelTask(const std::string& address, const std::string& task, bool recursive,
+                      bool force, int timeout_ms);
   // Sets the job's settings in `spec`: the default actor lifetime and, with_env, env_vars (the
   // parent's, i.e. the job's in a driver or the running task's/actor's in a worker, with
   // those of `serialized_runtime_env` merged over them). Throws RayRuntimeEnvException.
