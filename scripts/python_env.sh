@@ -21,4 +21,4 @@ export CXX="${CXX:-c++}"
 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
   --config-settings=cmake.define.TORUS_WERROR=ON . >&2
-echo "$PWD/$venv/bin/python"
+case "$venv" in /*) echo "$venv/bin/python" ;; *) echo "$PWD/$venv/bin/python" ;; esac
