@@ -11,6 +11,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/core_worker.h"
@@ -27,6 +29,10 @@ namespace nb = nanobind;
 
 namespace torus::python {
 namespace {
+
+// The interpreter's main thread (threading.main_thread()), set when the module is imported.
+unsigned long g_main_thread_ident = 0;
+unsigned long MainThreadIdent() { return g_main_thread_ident; }
 
 // ---------------------------------------------------------------------------- lifecycle
 
@@ -114,12 +120,57 @@ std::string Put(size_t size, nb::list parts, const std::vector<std::string>& nes
       /*may_hold_refs=*/!nested.empty());
 }
 
+// A driver's get/wait waits in slices of this length, and between them runs Python's signal
+// handlers: Ctrl-C (KeyboardInterrupt) ends the wait at once, as in Ray, not when the value
+// comes. Only drivers (a slice costs a worker a blocked/unblocked report to its node, and
+// workers are stopped by cancel) and only on the main thread (the one Python delivers signals
+// to).
+constexpr int kSignalSliceMs = 200;
+
+bool WaitsForSignals(const core::CoreWorker& w, int timeout_ms) {
+  return (timeout_ms < 0 || timeout_ms > kSignalSliceMs) && w.is_driver() &&
+         PyThread_get_thread_ident() == MainThreadIdent();
+}
+
+// The next slice of a wait that ends at `deadline` (max: never); *last when it is the final one.
+int NextSlice(std::chrono::steady_clock::time_point deadline, bool* last) {
+  *last = false;
+  if (deadline == std::chrono::steady_clock::time_point::max()) return kSignalSliceMs;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now()).count();
+  if (left > kSignalSliceMs) return kSignalSliceMs;
+  *last = true;
+  return static_cast<int>(std::max<int64_t>(left, 0));
+}
+
+std::chrono::steady_clock::time_point DeadlineOf(int timeout_ms) {
+  return timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
+                        : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+}
+
 nb::list Get(const std::vector<std::string>& ids, int timeout_ms) {
   core::CoreWorker& w = Require();
   std::vector<std::shared_ptr<internal::Buffer>> bufs;
-  {
+  if (!WaitsForSignals(w, timeout_ms)) {
     nb::gil_scoped_release unlocked;
     bufs = w.Get(ids, timeout_ms);
+  } else {
+    const auto deadline = DeadlineOf(timeout_ms);
+    while (true) {
+      bool last = false;
+      int slice = NextSlice(deadline, &last);
+      try {
+        nb::gil_scoped_release unlocked;
+        bufs = w.Get(ids, slice);
+        break;
+      } catch (const internal::RayTimeoutException&) {
+        if (last) {
+          throw internal::RayTimeoutException("Get timed out: some object(s) not ready after " +
+                                              std::to_string(timeout_ms) + " ms");
+        }
+      }
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
   }
   nb::list out;
   for (auto& b : bufs) out.append(nb::cast(Value{std::move(b)}));
@@ -128,8 +179,22 @@ nb::list Get(const std::vector<std::string>& ids, int timeout_ms) {
 
 std::vector<bool> Wait(const std::vector<std::string>& ids, int num_returns, int timeout_ms) {
   core::CoreWorker& w = Require();
-  nb::gil_scoped_release unlocked;
-  return w.Wait(ids, num_returns, timeout_ms);
+  if (!WaitsForSignals(w, timeout_ms)) {
+    nb::gil_scoped_release unlocked;
+    return w.Wait(ids, num_returns, timeout_ms);
+  }
+  const auto deadline = DeadlineOf(timeout_ms);
+  while (true) {
+    bool last = false;
+    int slice = NextSlice(deadline, &last);
+    std::vector<bool> ready;
+    {
+      nb::gil_scoped_release unlocked;
+      ready = w.Wait(ids, num_returns, slice);
+    }
+    if (last || std::count(ready.begin(), ready.end(), true) >= num_returns) return ready;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
 }
 
 void AddRef(const std::string& id) {
@@ -187,6 +252,8 @@ std::string SubmitActorTaskParsed(const std::string& actor_id, const std::string
 
 NB_MODULE(_core, m) {
   using namespace torus::python;
+  g_main_thread_ident =
+      nb::cast<unsigned long>(nb::module_::import_("threading").attr("main_thread")().attr("ident"));
   m.doc() = "The core worker of Torus for Python (docs/python.md).";
   BindValue(m);
   BindExceptions(m);

@@ -416,3 +416,48 @@ def test_cancel_force_is_refused_for_actor_calls(torus_local):
     assert torus.get(ref, timeout=60) == "rested"
     assert torus.get(a.nap.remote(0), timeout=60) == "rested"
     torus.kill(a)
+
+
+@pytest.mark.parametrize("call", ["get", "wait"])
+def test_ctrl_c_ends_a_blocking_get_or_wait_at_once(tmp_path, call):
+    """SIGINT (Ctrl-C) in a driver blocked in get()/wait() raises KeyboardInterrupt there, as in
+    Ray, instead of when the 10-minute task ends."""
+    import signal
+    import subprocess
+    import sys
+    from helpers import clean_env, wait_until
+    script = tmp_path / "driver.py"
+    script.write_text(f"""
+import time, torus
+torus.init(num_cpus=1)
+@torus.remote
+def slow():
+    time.sleep(600)
+ref = slow.remote()
+print("waiting", flush=True)
+try:
+    if "{call}" == "get":
+        torus.get(ref)
+    else:
+        torus.wait([ref])
+    print("returned", flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+torus.get(torus.put(7))  # the driver still works
+print("alive", flush=True)
+""")
+    out = tmp_path / "out"
+    with open(out, "w") as f:
+        p = subprocess.Popen([sys.executable, str(script)], stdout=f, stderr=subprocess.STDOUT,
+                             env=clean_env(TORUS_TMPDIR=str(tmp_path / "root")))
+    try:
+        wait_until(lambda: "waiting" in out.read_text(), timeout=120, what="the driver to wait")
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 0, out.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    text = out.read_text()
+    assert "KeyboardInterrupt\nalive" in text, text
+    assert "returned" not in text
