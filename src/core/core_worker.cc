@@ -5,7 +5,10 @@
 #include "core/core_worker.h"
 
 #include <cxxabi.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +88,7 @@ void CoreWorker::SetUpExecution() {
     if (!executor) executor = std::make_unique<CppExecutor>(executable_);
     task_executor_ = std::make_unique<TaskExecutor>(static_cast<TaskExecutor::Host*>(this),
                                                     std::move(executor));
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // before any thread can write to it
   }
 }
 
@@ -159,6 +163,7 @@ CoreWorker::~CoreWorker() {
   // Destroying the server joins its RPC threads, so no handler (BorrowObjects, GetObject) still
   // touches the object table that the member destructors below tear down.
   server_.reset();
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 void CoreWorker::Shutdown() {
@@ -229,30 +234,55 @@ void CoreWorker::Shutdown() {
 
 namespace {
 std::atomic<bool>* g_term_flag = nullptr;
+std::atomic<int> g_wake_fd{-1};
 void OnSigterm(int) {
   if (g_term_flag) *g_term_flag = true;
+  int fd = g_wake_fd.load();
+  uint64_t one = 1;
+  if (fd >= 0) (void)!write(fd, &one, sizeof one);  // async-signal-safe
 }
 }  // namespace
 
+void CoreWorker::WakeWorkerLoop() {
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
+}
+
+void CoreWorker::ExitSoon(std::chrono::milliseconds grace) {
+  exit_at_ms_ = NowMs() + grace.count();
+  WakeWorkerLoop();
+}
+
 void CoreWorker::RunWorkerLoop() {
   pid_t parent = getppid();
+  // The node's end wakes us through a pidfd (a node that dies without stopping its workers).
+  int parent_fd = static_cast<int>(syscall(SYS_pidfd_open, parent, 0));
   // A SIGTERM (the node stopping surplus idle workers) is honoured once this worker owns
   // nothing that another process still refers to: the objects it owns die with it. An actor
   // worker, or a node that is stopping (it SIGKILLs after a grace period), ends it anyway.
   g_term_flag = &term_requested_;
+  g_wake_fd = wake_fd_;
   struct sigaction sa{};
   sa.sa_handler = OnSigterm;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   bool told_deferral = false;
   while (!exit_requested_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (int64_t at = task_executor_->exit_at_ms(); at != 0 && NowMs() >= at) {  // ExitActor()
+    int timeout_ms = parent_fd >= 0 ? -1 : 1000;  // no pidfd (old kernel): look every second
+    if (term_requested_) timeout_ms = 100;  // deferred: look again as the owned objects go
+    if (int64_t at = exit_at_ms_; at != 0) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(at - NowMs(), 0, 1000));
+    }
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {parent_fd, POLLIN, 0}};
+    (void)poll(fds, parent_fd >= 0 ? 2 : 1, timeout_ms);
+    uint64_t drained;
+    if (fds[0].revents & POLLIN) (void)!read(wake_fd_, &drained, sizeof drained);
+    if (int64_t at = exit_at_ms_; at != 0 && NowMs() >= at) {  // ExitActor()
       fflush(stdout);
       fflush(stderr);
       _exit(0);
     }
-    if (getppid() != parent) {
+    if ((parent_fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP))) || getppid() != parent) {
       TORUS_LOG(WARNING) << "node process went away; worker exiting";
       break;
     }
@@ -421,6 +451,7 @@ void CoreWorker::CaptureOutput() {
 grpc::Status CoreWorker::Exit(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Empty*) {
   if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
   exit_requested_ = true;
+  WakeWorkerLoop();
   return grpc::Status::OK;
 }
 

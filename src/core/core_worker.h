@@ -27,7 +27,8 @@
 //  - head_ (HeadClient): calls from any thread without mu_; in drivers it owns the WatchJob
 //    thread (head_client.h).
 //  - workers only: the threads of TaskExecutor (task_executor.h) and LogForwarder
-//    (log_forwarder.h); the main thread sits in RunWorkerLoop.
+//    (log_forwarder.h); the main thread sits in RunWorkerLoop, asleep until an exit request,
+//    SIGTERM, ExitActor's deadline or its node's end.
 #pragma once
 
 #include <atomic>
@@ -224,6 +225,7 @@ class CoreWorker final : public internal::Runtime,
   StatusOr<rpc::ObjectLocation> StoreLarge(const rpc::TaskSpec& spec, int index, size_t size,
                                            const std::function<void(char*)>& write) override;
   void ReportActorExit(const std::string& actor_id) override;
+  void ExitSoon(std::chrono::milliseconds grace) override;
   void ReturnLease(const std::string& lease_id) override;
   // Executor side: registers `submitter` as a borrower of each id (with their owners) and lists
   // the registered ones in *registered. No lock.
@@ -446,6 +448,11 @@ class CoreWorker final : public internal::Runtime,
   std::thread borrow_thread_;
   std::condition_variable borrow_cv_;  // with mu_: releases queued, or shutdown
   std::atomic<bool> term_requested_{false};  // workers: SIGTERM received
+  // Workers: RunWorkerLoop sleeps in poll() on wake_fd_ (an eventfd: Exit, ExitSoon and the
+  // SIGTERM handler write to it) and on a pidfd of its node; nothing polls on a timer.
+  int wake_fd_ = -1;
+  std::atomic<int64_t> exit_at_ms_{0};  // ExitSoon: steady-clock ms after which to end
+  void WakeWorkerLoop();
   // With mu_: wakes housekeeping (WakeHousekeeping, shutdown). Its own condition variable: cv_
   // is signalled for object readiness, which would wake it on every result.
   std::condition_variable hk_cv_;

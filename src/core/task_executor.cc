@@ -403,8 +403,7 @@ void TaskExecutor::OnExitActor(rpc::TaskResult* result) {
   host_->ReportActorExit(actor_id_);
   Fail(result, StatusCode::kActorDied, "actor " + actor_id_ + " exited: it called ray::ExitActor()");
   // The worker's main thread ends the process once this result had time to go out.
-  exit_at_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    Clock::now().time_since_epoch()).count() + 200;
+  host_->ExitSoon(std::chrono::milliseconds(200));
 }
 
 bool TaskExecutor::StoreValue(const rpc::TaskSpec& spec, int index, std::string bytes,

@@ -78,6 +78,8 @@ class TaskExecutor {
     virtual void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
                                        google::protobuf::RepeatedPtrField<std::string>* registered) = 0;
     virtual void ReportActorExit(const std::string& actor_id) = 0;  // ray::ExitActor()
+    // Ends this process once `grace` has passed (ray::ExitActor(): its result goes out first).
+    virtual void ExitSoon(std::chrono::milliseconds grace) = 0;
     virtual void ReturnLease(const std::string& lease_id) = 0;
   };
 
@@ -97,8 +99,6 @@ class TaskExecutor {
   // The actor this worker runs ("" if none), and whether it is a restart.
   const std::string& actor_id() const { return actor_id_; }
   bool actor_restarted() const { return actor_restarted_; }
-  // Set by ray::ExitActor(): the time (steady clock, ms) after which the process should end.
-  int64_t exit_at_ms() const { return exit_at_ms_; }
 
  private:
   // One batch on a sequential worker or actor, run on the stream's thread.
@@ -134,7 +134,6 @@ class TaskExecutor {
   std::string actor_id_;
   bool actor_restarted_ = false;
   std::atomic<bool> actor_exiting_{false};  // ExitActor() called: refuse further calls
-  std::atomic<int64_t> exit_at_ms_{0};
 };
 
 }  // namespace torus::core
