@@ -114,6 +114,37 @@ TEST_F(ActorTest, CallsRunInSubmissionOrder) {
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(*values[i], i + 1) << "call " << i;
 }
 
+// Synchronous calls (the caller reads its reply off the stream itself, docs/threads.md) from
+// several threads on one actor, mixed with waits and with calls whose argument is another
+// call's pending result: every call completes, none twice.
+TEST_F(ActorTest, SynchronousCallsFromManyThreadsMixedWithOtherWaits) {
+  auto counter = ray::Actor(TestCounter::Create).Remote(0);
+  auto other = ray::Actor(TestCounter::Create).Remote(0);
+  constexpr int kThreads = 4, kCalls = 200, kWaits = 100, kChained = 50;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      for (int j = 0; j < kCalls; ++j) counter.Task(&TestCounter::Add).Remote(1).Get(kGetTimeoutMs);
+    });
+  }
+  threads.emplace_back([&] {
+    for (int j = 0; j < kWaits; ++j) {
+      auto r = counter.Task(&TestCounter::Add).Remote(1);
+      auto ready = ray::Wait(std::vector<ray::ObjectRef<int>>{r}, 1, kGetTimeoutMs);
+      ASSERT_EQ(ready.ready.size(), 1u);
+    }
+  });
+  for (auto& t : threads) t.join();
+  // A call whose argument is a synchronous call's pending result, on another actor.
+  for (int j = 0; j < kChained; ++j) {
+    auto x = counter.Task(&TestCounter::Add).Remote(0);
+    EXPECT_EQ(*other.Task(&TestCounter::Add).Remote(x).Get(kGetTimeoutMs),
+              (j + 1) * (kThreads * kCalls + kWaits));
+  }
+  EXPECT_EQ(*counter.Task(&TestCounter::Value).Remote().Get(kGetTimeoutMs),
+            kThreads * kCalls + kWaits);
+}
+
 TEST_F(ActorTest, OrderHoldsWhenAnEarlierCallWaitsForItsArgument) {
   auto counter = ray::Actor(TestCounter::Create).Remote(0);
   ray::ObjectRef<int> slow = ray::Task(ActSlowValue).Remote(5, 500);
