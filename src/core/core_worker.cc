@@ -268,7 +268,8 @@ void CoreWorker::RunWorkerLoop() {
   sigaction(SIGTERM, &sa, nullptr);
   bool told_deferral = false;
   while (!exit_requested_) {
-    int timeout_ms = parent_fd >= 0 ? -1 : 1000;  // no pidfd (old kernel): look every second
+    // No pidfd (old kernel) or no eventfd (out of descriptors): look every second.
+    int timeout_ms = parent_fd >= 0 && wake_fd_ >= 0 ? -1 : 1000;
     if (term_requested_) timeout_ms = 100;  // deferred: look again as the owned objects go
     if (int64_t at = exit_at_ms_; at != 0) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(at - NowMs(), 0, 1000));

@@ -161,6 +161,7 @@ class CoreWorker final : public internal::Runtime,
   const std::string& node_address() const { return opts_.node_address; }
   const std::string& session_dir() const { return session_dir_; }
   bool is_driver() const { return opts_.is_driver; }
+  bool shutting_down() const { return shutting_down_; }
   // The head's client: the key-value store, the cluster listing, and what the Runtime methods
   // below forward to it.
   HeadClient& head() { return *head_; }

@@ -159,9 +159,11 @@ nb::list Get(const std::vector<std::string>& ids, int timeout_ms) {
     while (true) {
       bool last = false;
       int slice = NextSlice(deadline, &last);
+      // Looked up per slice: a signal handler (or another thread) may have shut the runtime down.
+      core::CoreWorker& now = Require();
       try {
         nb::gil_scoped_release unlocked;
-        bufs = w.Get(ids, slice);
+        bufs = now.Get(ids, slice);
         break;
       } catch (const internal::RayTimeoutException&) {
         if (last) {
@@ -187,12 +189,17 @@ std::vector<bool> Wait(const std::vector<std::string>& ids, int num_returns, int
   while (true) {
     bool last = false;
     int slice = NextSlice(deadline, &last);
+    core::CoreWorker& now = Require();  // per slice, as in Get
     std::vector<bool> ready;
     {
       nb::gil_scoped_release unlocked;
-      ready = w.Wait(ids, num_returns, slice);
+      ready = now.Wait(ids, num_returns, slice);
     }
-    if (last || std::count(ready.begin(), ready.end(), true) >= num_returns) return ready;
+    // A shutting-down runtime answers at once with what is ready: that is the answer.
+    if (last || now.shutting_down() ||
+        std::count(ready.begin(), ready.end(), true) >= num_returns) {
+      return ready;
+    }
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
   }
 }
