@@ -154,6 +154,14 @@ TEST_F(ActorTest, OrderHoldsWhenAnEarlierCallWaitsForItsArgument) {
   EXPECT_EQ(*second.Get(kGetTimeoutMs), 6);
 }
 
+TEST_F(ActorTest, CancelWithForceIsRefusedForActorCalls) {
+  auto counter = ray::Actor(TestCounter::Create).Remote(0);
+  auto call = counter.Task(&TestCounter::SlowSpan).Remote(300);
+  EXPECT_THROW(ray::Cancel(call, /*force=*/true), ray::internal::RayInvalidArgumentException);
+  call.Get(kGetTimeoutMs);  // refused, not done: the call runs to its end
+  EXPECT_EQ(*counter.Task(&TestCounter::Add).Remote(1).Get(kGetTimeoutMs), 1);
+}
+
 TEST_F(ActorTest, ConstructorArgumentByReference) {
   auto counter = ray::Actor(TestCounter::Create).Remote(ray::Put(41));
   EXPECT_EQ(*counter.Task(&TestCounter::Add).Remote(1).Get(kGetTimeoutMs), 42);

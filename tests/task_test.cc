@@ -96,6 +96,24 @@ struct TaskTest : ClusterTest<TaskTest> {
   static void Build(TestCluster& c) { shape.Build(c); }
 };
 
+// torus::Cancel (Torus extension; Python's ray.cancel). A task waiting for its argument never
+// runs; a running one's worker is killed with force; the cluster keeps serving.
+TEST_F(TaskTest, CancelledTasksFailAndTheClusterKeepsServing) {
+  auto slow = ray::Task(TaskSlowValue).Remote(1, 60000);
+  auto waiting = ray::Task(TaskPlus).Remote(slow, 1);  // queued until `slow` is done
+  ray::Cancel(waiting);
+  // It fails now, without waiting for its argument.
+  EXPECT_THROW(waiting.Get(kGetTimeoutMs), ray::internal::TaskCancelledException);
+  EXPECT_TRUE(ray::Wait(std::vector<ray::ObjectRef<int>>{slow}, 1, 0).ready.empty());
+  auto running = ray::Task(TaskSlowValue).Remote(2, 600000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ray::Cancel(running, /*force=*/true);
+  EXPECT_THROW(running.Get(kGetTimeoutMs), ray::internal::RayException);
+  ray::Cancel(slow);
+  EXPECT_EQ(*ray::Task(TaskPlus).Remote(2, 3).Get(kGetTimeoutMs), 5);
+  EXPECT_THROW(ray::Cancel(ray::ObjectRef<int>()), ray::internal::RayException);
+}
+
 TEST_F(TaskTest, PlusReturnsSum) {
   ray::ObjectRef<int> sum = ray::Task(TaskPlus).Remote(1, 2);
   EXPECT_EQ(*sum.Get(kGetTimeoutMs), 3);

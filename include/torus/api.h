@@ -28,6 +28,7 @@
 //   torus/api/remote.h           RAY_REMOTE (registration); overload.h: RAY_FUNC
 //   torus/api/object_ref.h       ObjectRef<T>
 //   torus/api/object_store.h     Put, Get, Wait (wait_result.h: WaitResult<T>)
+//   torus/api/cancel.h           Cancel (Torus extension)
 //   torus/api/task_caller.h      Task(f).Remote(...)
 //   torus/api/actor.h            Actor(factory), ActorHandle<T>, GetActor, ExitActor
 //   torus/api/placement_group.h  placement groups
@@ -39,6 +40,7 @@
 
 #include "torus/api/actor.h"
 #include "torus/api/arguments.h"
+#include "torus/api/cancel.h"
 #include "torus/api/config.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/init.h"

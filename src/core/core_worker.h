@@ -149,7 +149,7 @@ class CoreWorker final : public internal::Runtime,
   // killed (an actor call throws RayInvalidArgumentException, as in Ray). With `recursive`,
   // what the task submitted is cancelled too, the same way, before its worker is killed. Get
   // then throws TaskCancelledException. False when the object is unknown here.
-  bool Cancel(const std::string& object_id, bool force, bool recursive = false);
+  bool Cancel(const std::string& object_id, bool force, bool recursive) override;
   // Cancels (recursively, with `force` too) every task that `parent_task`, running here,
   // submitted and that has not ended. No lock held on entry.
   void CancelChildren(const std::string& parent_task, bool force = false);

@@ -45,14 +45,23 @@ bool CoreWorker::CancelUnsent(const std::string& object_id, bool force) {
     }
     if (drop(a->waiting)) return true;
   }
-  // Waiting for its arguments: it is enqueued once they are ready, and then fails at once.
+  // Waiting for its arguments: it fails now (its arguments are not waited for).
+  std::shared_ptr<TaskRecord> found;
   for (auto& [dep, t] : waiting_on_) {
     if (IsReturnOf(t->spec, object_id) && !t->cancelled) {
-      t->cancelled = true;
-      return true;
+      found = t;
+      break;
     }
   }
-  return false;
+  if (!found) return false;
+  found->cancelled = true;
+  if (found->actor_id.empty()) {  // an actor call also waits in its actor's queue (dropped above)
+    for (auto it = waiting_on_.begin(); it != waiting_on_.end();) {
+      it = it->second == found ? waiting_on_.erase(it) : std::next(it);
+    }
+    FailTask(*found, StatusCode::kCancelled, CancelMessage(*found));
+  }
+  return true;
 }
 
 CoreWorker::RunningTask CoreWorker::CancelRunning(const std::string& object_id, bool force) {

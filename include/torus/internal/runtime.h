@@ -177,6 +177,8 @@ class Runtime {
                                   const ActorOptions& options) = 0;  // returns the actor id
   virtual std::string SubmitActorTask(const std::string& actor_id, const std::string& method_name,
                                       std::vector<TaskArg> args, const TaskOptions& options) = 0;
+  // Cancels the task whose result `object_id` is (torus::Cancel). False when unknown here.
+  virtual bool Cancel(const std::string& object_id, bool force, bool recursive) = 0;
 
   // Reference counting of ObjectRefs held by user code in this process.
   virtual void AddLocalReference(const std::string& id) = 0;
