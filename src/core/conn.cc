@@ -206,7 +206,7 @@ void Conn::ReadLoop() {
 bool Conn::CanReadHere() const { return stream_->TimedReads(); }
 
 bool Conn::ReadHere(const std::function<bool()>& wanted, std::chrono::milliseconds slice) {
-  if (!stream_->TimedReads()) return false;
+  if (!CanReadHere()) return false;
   {
     std::lock_guard<std::mutex> r(rmu_);
     if (ended_) return false;

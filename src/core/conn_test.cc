@@ -61,7 +61,7 @@ TEST(ConnTest, AStreamThatFailsAtOnceReportsOnlyAfterStart) {
 }
 
 // A worker's PushTasks over a real lane (and gRPC for Lane.Where): answers each task with a
-// result naming it, after `delay`; `close_after` tasks, it ends the stream.
+// result naming it; after `close_after` tasks, it ends the stream.
 class EchoWorker {
  public:
   explicit EchoWorker(int close_after = -1) : close_after_(close_after) {
@@ -133,6 +133,21 @@ bool WaitFor(const std::function<bool()>& ok, std::chrono::seconds limit) {
   return true;
 }
 
+// Sends call `i` alone and waits for its reply as CoreWorker::Get does: reading it here when
+// the stream lets it, else waiting for the reader thread. False if it never came.
+bool SyncCall(Conn& c, Collector& r, int i) {
+  c.Enqueue(Task(i));
+  c.Flush(/*direct=*/true);
+  const size_t want = static_cast<size_t>(i) + 1;
+  while (r.Count() < want) {
+    if (!c.ReadHere([&] { return r.Count() < want; }, std::chrono::milliseconds(5)) &&
+        !WaitFor([&] { return r.Count() >= want; }, std::chrono::seconds(20))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // One synchronous call after another: after the first, the caller reads each reply itself (the
 // reader thread parks), and every reply arrives once and in order.
 TEST(ConnTest, ACallerOfSynchronousCallsReadsItsRepliesItself) {
@@ -141,16 +156,7 @@ TEST(ConnTest, ACallerOfSynchronousCallsReadsItsRepliesItself) {
   auto c = std::make_shared<Conn>(&r, w.address(), "token");
   c->Start();
   constexpr int kCalls = 200;
-  for (int i = 0; i < kCalls; ++i) {
-    c->Enqueue(Task(i));
-    c->Flush(/*direct=*/true);
-    const size_t want = static_cast<size_t>(i) + 1;
-    while (r.Count() < want) {
-      if (!c->ReadHere([&] { return r.Count() < want; }, std::chrono::milliseconds(5))) {
-        ASSERT_TRUE(WaitFor([&] { return r.Count() >= want; }, std::chrono::seconds(20)));
-      }
-    }
-  }
+  for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(SyncCall(*c, r, i));
   std::lock_guard<std::mutex> lock(r.mu);
   ASSERT_EQ(r.got.size(), static_cast<size_t>(kCalls));
   for (int i = 0; i < kCalls; ++i) EXPECT_EQ(r.got[i], "t" + std::to_string(i));
@@ -166,16 +172,7 @@ TEST(ConnTest, AParkedReaderStillDeliversWhatNobodyAsksFor) {
   Collector r;
   auto c = std::make_shared<Conn>(&r, w.address(), "token");
   c->Start();
-  for (int i = 0; i < 3; ++i) {
-    c->Enqueue(Task(i));
-    c->Flush(/*direct=*/true);
-    const size_t want = static_cast<size_t>(i) + 1;
-    while (r.Count() < want) {
-      if (!c->ReadHere([&] { return r.Count() < want; }, std::chrono::milliseconds(5))) {
-        ASSERT_TRUE(WaitFor([&] { return r.Count() >= want; }, std::chrono::seconds(20)));
-      }
-    }
-  }
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(SyncCall(*c, r, i));
   c->Enqueue(Task(3));
   c->Flush(/*direct=*/true);  // nobody reads its reply here
   EXPECT_TRUE(WaitFor([&] { return r.Count() == 4; }, std::chrono::seconds(20)));
