@@ -60,13 +60,11 @@ class BundlePlacer {
       if (bundles_[b].fixed_node >= 0) continue;
       int best = -1;
       for (size_t node = 0; node < n_; ++node) {
-        if (!OkOn(b, node)) continue;
-        if (best < 0) {
-          best = static_cast<int>(node);
-          continue;
-        }
-        bool better = strategy == PgStrategy::kPack ? used_[node] > used_[best] : used_[node] < used_[best];
-        if (better) best = static_cast<int>(node);
+        // The cheap comparison first: only a node that would beat the best so far is checked
+        // for fit (SPREAD: after the first unused node that fits, no other is).
+        bool better = best < 0 || (strategy == PgStrategy::kPack ? used_[node] > used_[best]
+                                                                 : used_[node] < used_[best]);
+        if (better && OkOn(b, node)) best = static_cast<int>(node);
       }
       if (best < 0) return false;
       out_[b] = best;

@@ -461,9 +461,10 @@ PlacementGroupManager::Try PlacementGroupManager::TryPlaceBundles(PgEntry& e, bo
   }
   PgStrategy strategy;
   ParsePgStrategy(e.rec.strategy(), &strategy);
-  std::vector<NodeView> totals = view;
-  e.feasible = PlaceBundles(demands, totals, strategy, /*use_total=*/true).has_value();
   auto placed = PlaceBundles(demands, view, strategy);
+  // What fits the nodes' available resources fits their totals: plan against the totals ("could
+  // this ever be placed?") only when the group must wait.
+  e.feasible = placed.has_value() || PlaceBundles(demands, view, strategy, /*use_total=*/true).has_value();
   if (!placed) {
     e.tried_view = cluster_.ViewVersion();
     e.retry_at = Clock::time_point::max();
