@@ -30,6 +30,7 @@
 
 #include "cli/daemon_threads.h"
 #include "cli/flags.h"
+#include "cli/resume.h"
 #include "cli/table.h"
 #include "cli/up.h"
 #include "common/labels.h"
@@ -43,6 +44,7 @@
 #include "cli/job.h"
 #include "core/worker_main.h"
 #include "head/head.h"
+#include "head/head_store.h"
 #include "node/node.h"
 
 namespace torus {
@@ -50,7 +52,7 @@ namespace {
 
 constexpr int kDefaultPort = 7379;
 
-const std::set<std::string> kBoolFlags = {"head", "block", "help", "force"};
+const std::set<std::string> kBoolFlags = {"head", "block", "help", "force", "new-session"};
 
 void BlockSignals(sigset_t* set) {
   sigemptyset(set);
@@ -91,6 +93,7 @@ int RunHead(const Args& a) {
   cfg.bind_host = a.Get("bind", "127.0.0.1");
   cfg.port = PortFlag(a, "port", kDefaultPort);
   cfg.session_dir = a.Get("session-dir");
+  if (!cfg.session_dir.empty()) cfg.state_path = HeadStore::PathIn(cfg.session_dir);
   SetHeadTuning(a, &cfg);
   auto tok = FindToken(cfg.session_dir);
   if (!tok.ok()) Die(tok.status().message());
@@ -215,6 +218,7 @@ int RunHeadInForeground(const Args& a, const std::string& session, int port) {
   hc.bind_host = a.Get("bind", "127.0.0.1");
   hc.port = port;
   hc.session_dir = session;
+  hc.state_path = HeadStore::PathIn(session);
   auto tok = FindToken(session);
   if (!tok.ok()) Die(tok.status().message());
   hc.token = *tok;
@@ -277,7 +281,11 @@ std::string WaitForHeadAddress(const std::string& session, pid_t hp, const std::
 
 // `torus start --head` without --block: head and node daemons of a new session.
 int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& session,
-                     const std::string& port) {
+                     const std::string& port, bool resumed) {
+  std::error_code ec;
+  std::filesystem::remove(session + "/head_address", ec);  // a resumed session's is stale
+  bool node_live = false;  // a resumed session's own node rode out the head's absence
+  for (const auto& d : LiveDaemons(session)) node_live |= std::filesystem::path(d.file).stem() == "node-head";
   pid_t hp = SpawnDaemon(session, "head", HeadDaemonArgs(a, self, port, session));
   std::string address = WaitForHeadAddress(session, hp, port);
   // A failed start leaves nothing running: what it spawned is stopped again.
@@ -288,12 +296,12 @@ int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& 
   if (address.empty()) fail("the head did not come up within 5 s");
   std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session};
   for (auto& s : NodeArgs(a)) nargs.push_back(s);
-  SpawnDaemon(session, "node-head", nargs);
+  if (!node_live) SpawnDaemon(session, "node-head", nargs);
   auto token = FindToken(session);
   if (!token.ok()) fail(token.status().message());
   if (!WaitForNodes(address, *token, 1, 10000)) fail("the head's node did not register within 10 s");
   if (auto s = MakeLatestSession(session); !s.ok()) fail(s.message());
-  std::cout << "Torus head started at " << address << "\n  session: " << session
+  std::cout << "Torus head " << (resumed ? "resumed" : "started") << " at " << address << "\n  session: " << session
             << "\n  join another node: torus start --address " << address
             << "\n  drivers connect with TORUS_ADDRESS=" << address << " (or RAY_ADDRESS)"
             << "\n  stop: torus stop" << std::endl;
@@ -302,18 +310,24 @@ int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& 
 
 int StartHead(const Args& a, const std::string& self) {
   if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
-  RefuseIfClusterRunning();
+  auto resume = ChooseHeadSession(a);
+  if (!resume.ok()) Die(resume.status().message());
+  if (resume->empty()) RefuseIfClusterRunning();
   std::string port = std::to_string(PortFlag(a, "port", kDefaultPort));
   if (port != "0") {
     // Before anything is created: a port in use is refused, never shared.
     std::string why = WhyCannotListen(a.Get("bind", "127.0.0.1"), std::stoi(port));
     if (!why.empty()) Die("cannot start the head on port " + port + ": " + why + "; nothing was started");
   }
+  if (!resume->empty()) {
+    if (a.Has("block")) return RunHeadInForeground(a, *resume, std::stoi(port));
+    return SpawnHeadAndNode(a, self, *resume, port, /*resumed=*/true);
+  }
   // session_latest moves to the new session only once its head is up.
   auto session = CreateSession(/*make_latest=*/false);
   if (!session.ok()) Die(session.status().message());
   if (a.Has("block")) return RunHeadInForeground(a, *session, std::stoi(port));
-  return SpawnHeadAndNode(a, self, *session, port);
+  return SpawnHeadAndNode(a, self, *session, port, /*resumed=*/false);
 }
 
 // How many nodes of the cluster at `address` are alive, or death when its head does not answer.
@@ -705,7 +719,7 @@ const std::map<std::string, std::vector<std::string>>& KnownFlags() {
   static const std::map<std::string, std::vector<std::string>> k = [] {
     std::map<std::string, std::vector<std::string>> m = {
         {"start", {"head", "address", "port", "num-cpus", "num-gpus", "memory", "resources", "labels",
-                   "bind", "block", "heartbeat-ms", "head-lost-ms", "help"}},
+                   "bind", "block", "heartbeat-ms", "head-lost-ms", "new-session", "session-dir", "help"}},
         {"stop", {"force", "help"}},
         {"status", {"address", "help"}},
         {"list", {"address", "format", "help"}},

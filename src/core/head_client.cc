@@ -27,8 +27,15 @@ HeadClient::HeadClient(std::string address, std::string token)
       token_(std::move(token)),
       stub_(rpc::Head::NewStub(GetChannel(address_))) {}
 
-HeadClient::~HeadClient() {
-  if (watch_ctx_) watch_ctx_->TryCancel();
+HeadClient::~HeadClient() { StopWatching(); }
+
+void HeadClient::StopWatching() {
+  {
+    MutexLock lock(mu_);
+    watch_stop_ = true;
+    if (watch_ctx_) watch_ctx_->TryCancel();
+    watch_cv_.NotifyAll();
+  }
   if (watch_thread_.joinable()) watch_thread_.join();
 }
 
@@ -39,15 +46,40 @@ Status HeadClient::RegisterJob(const rpc::JobRequest& job) {
   auto ctx = NewContext(token_, 10000);
   auto st = stub_->RegisterJob(ctx.get(), job, &e);
   if (!st.ok()) return FromGrpc(st, "cannot register the job with the head at " + address_);
-  watch_ctx_ = NewContext(token_);
-  watch_thread_ = std::thread([this, job] {
-    auto reader = stub_->WatchJob(watch_ctx_.get(), job);
+  watch_thread_ = std::thread([this, job] { WatchLoop(job); });
+  return Status::Ok();
+}
+
+void HeadClient::WatchLoop(rpc::JobRequest job) {
+  int backoff_ms = 100;
+  while (true) {
+    std::shared_ptr<grpc::ClientContext> ctx;
+    {
+      MutexLock lock(mu_);
+      if (watch_stop_) return;
+      watch_ctx_ = NewContext(token_);
+      ctx = watch_ctx_;
+    }
+    auto reader = stub_->WatchJob(ctx.get(), job);
     rpc::Empty ping;
     while (reader->Read(&ping)) {
     }
     (void)reader->Finish();
-  });
-  return Status::Ok();
+    // The head went away (stopped, or killed and restarted): once one answers at this address
+    // again, the job is registered again and watched, so a resumed head keeps it.
+    while (true) {
+      {
+        MutexLock lock(mu_);
+        if (!watch_stop_) watch_cv_.WaitFor(lock, std::chrono::milliseconds(backoff_ms));
+        if (watch_stop_) return;
+      }
+      backoff_ms = std::min(backoff_ms * 2, 2000);
+      rpc::Empty e;
+      auto rctx = NewContext(token_, 2000);
+      if (stub_->RegisterJob(rctx.get(), job, &e).ok()) break;
+    }
+    backoff_ms = 100;
+  }
 }
 
 void HeadClient::FinishJob(const std::string& job_id) {
@@ -57,8 +89,7 @@ void HeadClient::FinishJob(const std::string& job_id) {
   rpc::Empty e;
   auto ctx = NewContext(token_, 5000);
   (void)stub_->FinishJob(ctx.get(), job, &e);
-  watch_ctx_->TryCancel();
-  watch_thread_.join();
+  StopWatching();
 }
 
 // ----------------------------------------------------------------------------------- actors

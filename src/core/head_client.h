@@ -12,7 +12,9 @@
 //    takes no lock of the core worker. The gRPC stub is thread-safe.
 //  - created_ (groups placed while CreatePlacementGroup ran) is guarded by mu_.
 //  - a driver's WatchJob call is held open by watch_thread_, started by RegisterJob and joined by
-//    FinishJob (or the destructor).
+//    FinishJob (or the destructor). When the call breaks (the head restarted), the thread
+//    registers the job again and watches again, with backoff, until FinishJob; watch_ctx_ and
+//    watch_stop_ are guarded by mu_.
 #pragma once
 
 #include <atomic>
@@ -89,7 +91,11 @@ class HeadClient {
   Mutex mu_;
   std::unordered_set<std::string> created_ GUARDED_BY(mu_);
 
-  std::unique_ptr<grpc::ClientContext> watch_ctx_;  // set before watch_thread_ starts
+  void WatchLoop(rpc::JobRequest job);  // watch_thread_
+  void StopWatching() EXCLUDES(mu_);
+  std::shared_ptr<grpc::ClientContext> watch_ctx_ GUARDED_BY(mu_);  // the open WatchJob call
+  bool watch_stop_ GUARDED_BY(mu_) = false;
+  CondVar watch_cv_;  // watch_stop_ set
   std::thread watch_thread_;
 };
 

@@ -55,6 +55,7 @@ void ActorDirectory::Create(const rpc::CreateActorRequest& req, rpc::CreateActor
   a.rec.set_class_name(req.creation().function());
   a.rec.set_job_id(req.creation().job_id());
   a.rec.set_detached(req.detached());
+  SaveLocked(a);
   ScheduleLocked();
 }
 
@@ -95,6 +96,7 @@ void ActorDirectory::PlaceInGroupLocked(const std::string& id, ActorEntry& a) {
   if (!pg || pg->state() == "REMOVED") {
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("its placement group was removed");
+    SaveLocked(a);
     cv_.NotifyAll();
     return;
   }
@@ -207,12 +209,14 @@ void ActorDirectory::Place(const std::string& actor_id, const std::string& node_
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("the actor's constructor failed: " + reply.error().message());
     TORUS_LOG(WARNING) << "actor " << actor_id << " " << a.rec.death_cause();
+    SaveLocked(a);
     cv_.NotifyAll();
     return;
   }
   a.rec.set_state("ALIVE");
   a.rec.set_worker_id(reply.worker_id());
   a.rec.set_address(reply.worker_address());
+  SaveLocked(a);
   cv_.NotifyAll();
 }
 
@@ -248,6 +252,7 @@ void ActorDirectory::OnWorkerGoneLocked(ActorEntry& a, const std::string& cause,
     a.rec.set_state("DEAD");
     a.rec.set_death_cause(cause);
   }
+  SaveLocked(a);
   cv_.NotifyAll();
 }
 
@@ -299,11 +304,13 @@ void ActorDirectory::Kill(const rpc::KillActorRequest& req) {
   if (it == actors_.end()) return;
   ActorEntry& a = it->second;
   if (req.no_restart()) a.no_restart = true;
+  SaveLocked(a);
   if (a.rec.state() == "ALIVE") {
     KillWorkerLocked(a.rec);
   } else if (req.no_restart() && a.rec.state() != "DEAD") {
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("the actor was killed before it started");
+    SaveLocked(a);
     cv_.NotifyAll();
   }
 }
@@ -331,6 +338,7 @@ void ActorDirectory::FinishJobLocked(const std::string& job_id) {
     if (a.rec.state() == "ALIVE") KillWorkerLocked(a.rec);
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("the job that created the actor finished");
+    SaveLocked(a);
   }
   cv_.NotifyAll();
 }
@@ -346,6 +354,7 @@ void ActorDirectory::OnPgRemovedLocked(const std::string& pg_id, const std::stri
     a.no_restart = true;
     a.rec.set_state("DEAD");
     a.rec.set_death_cause("its placement group was removed (" + why + ")");
+    SaveLocked(a);
   }
   cv_.NotifyAll();
 }
@@ -358,6 +367,49 @@ void ActorDirectory::OnPgSliceLostLocked(const std::string& pg_id) {
 
 void ActorDirectory::AppendTo(rpc::ListReply* reply) const {
   for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
+}
+
+void ActorDirectory::SaveLocked(const ActorEntry& a) {
+  if (!store_) return;
+  rpc::DurableActor d;
+  *d.mutable_rec() = a.rec;
+  *d.mutable_spec() = a.spec;
+  d.set_no_restart(a.no_restart);
+  if (auto s = store_->Put(StoreKind::kActor, a.rec.actor_id(), d.SerializeAsString()); !s.ok()) {
+    TORUS_LOG(ERROR) << "actor " << a.rec.actor_id() << " not saved: " << s.message();
+  }
+}
+
+size_t ActorDirectory::RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) {
+  size_t n = 0;
+  for (const auto& [id, bytes] : records) {
+    rpc::DurableActor d;
+    if (!d.ParseFromString(bytes) || d.rec().actor_id() != id) {
+      TORUS_LOG(ERROR) << "head state: actor record " << id << " is garbled; skipped";
+      continue;
+    }
+    std::map<std::string, std::string> sel;
+    for (const auto& t : d.spec().label_selector()) sel[t.key()] = t.expr();
+    auto terms = ParseLabelSelector(sel);
+    ActorEntry& a = actors_[id];
+    a.rec = d.rec();
+    a.spec = d.spec();
+    a.no_restart = d.no_restart();
+    if (terms.ok()) a.selector = *terms;
+    // A placement in flight when the head stopped is tried again.
+    if (a.rec.state() == "PENDING" || a.rec.state() == "RESTARTING") a.rec.set_node_id("");
+    if (!a.rec.name().empty() && a.rec.state() != "DEAD") named_[{a.rec.ray_namespace(), a.rec.name()}] = id;
+    ++n;
+  }
+  return n;
+}
+
+std::set<std::string> ActorDirectory::NodesInUseLocked() const {
+  std::set<std::string> out;
+  for (const auto& [id, a] : actors_) {
+    if (a.rec.state() != "DEAD" && !a.rec.node_id().empty()) out.insert(a.rec.node_id());
+  }
+  return out;
 }
 
 }  // namespace torus

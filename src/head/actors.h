@@ -33,6 +33,7 @@
 #include "common/resources.h"
 #include "common/thread_annotations.h"
 #include "common/work_queue.h"
+#include "head/head_store.h"
 #include "head/node_table.h"
 #include "head/placement_groups.h"
 #include "proto/torus.grpc.pb.h"
@@ -90,6 +91,14 @@ class ActorDirectory {
   // A slice of group `pg_id` was lost: the workers of its alive actors are killed.
   void OnPgSliceLostLocked(const std::string& pg_id) REQUIRES(mu_);
   void AppendTo(rpc::ListReply* reply) const REQUIRES(mu_);
+  // Durable state (head/head_store.h): every change to an actor is written to `store` (null:
+  // memory only) before the call that made it returns. Set once, before serving.
+  void AttachStore(HeadStore* store) { store_ = store; }
+  // A resumed head: the actors of `records` (kActor values) as they were, but those being
+  // placed go back to waiting; named ones are reachable by name again. Returns how many.
+  size_t RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
+  // The node ids of the actors that are ALIVE or being placed.
+  std::set<std::string> NodesInUseLocked() const REQUIRES(mu_);
 
  private:
   struct ActorEntry {
@@ -116,6 +125,10 @@ class ActorDirectory {
   void OnWorkerGoneLocked(ActorEntry& a, const std::string& cause, bool intentional) REQUIRES(mu_);
   // Fire-and-forget Node.KillWorker for the actor's worker (on the work queue).
   void KillWorkerLocked(const rpc::ActorRecord& rec) REQUIRES(mu_);
+
+  // Writes `a` to the store (no-op without one); a failed write is logged.
+  void SaveLocked(const ActorEntry& a) REQUIRES(mu_);
+  HeadStore* store_ = nullptr;  // set before serving
 
   // constant after construction
   Mutex& mu_;

@@ -45,6 +45,9 @@ Head::~Head() {
 Status Head::Start() {
   if (auto s = ValidateToken(cfg_.token, "the head's configuration"); !s.ok()) return s;
   int port = cfg_.port;
+  if (!cfg_.state_path.empty()) {
+    if (auto s = RestoreState(); !s.ok()) return s;
+  }
   job_manager_ = std::make_unique<JobManager>(JobManagerConfig{cfg_.token, cfg_.session_dir});
   lane_ = std::make_unique<LaneServer>(cfg_.token, "head");
   lane_->Handle("/torus.rpc.Head/CreatePlacementGroup", this, &rpc::Head::Service::CreatePlacementGroup);
@@ -233,6 +236,7 @@ std::optional<std::chrono::milliseconds> Head::MonitorTick() {
       pg_manager_.OnNodeLost(id);
     }
   }
+  if (now >= resume_until_) EndResumeGraceLocked();
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();
   return kMonitorPeriod;
@@ -288,6 +292,8 @@ grpc::Status Head::RegisterJob(grpc::ServerContext* ctx, const rpc::JobRequest* 
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   MutexLock lock(mu_);
   jobs_[req->job_id()] = *req;
+  resumed_jobs_.erase(req->job_id());
+  SaveDriverJobLocked(*req, /*finished=*/false);
   return grpc::Status::OK;
 }
 
@@ -313,6 +319,7 @@ grpc::Status Head::WatchJob(grpc::ServerContext* ctx, const rpc::JobRequest* req
 }
 
 void Head::FinishJobLocked(const std::string& job_id) {
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) SaveDriverJobLocked(it->second, /*finished=*/true);
   jobs_.erase(job_id);
   // Non-detached actors and placement groups die with the job that created them.
   actors_.AssertHeld();  // it shares mu_

@@ -49,6 +49,7 @@
 #include "head/placement_groups.h"
 #include "head/slice_index.h"
 #include "common/work_queue.h"
+#include "head/head_store.h"
 #include "head/jobs.h"
 #include "head/kv_store.h"
 #include "proto/torus.grpc.pb.h"
@@ -76,6 +77,19 @@ struct HeadConfig {
   // them, so that an idle cluster ships no views at all (64 node processes on 2 cores: a slice of
   // 16 hosts reserved+released in 26 ms instead of 336 ms, bench/gang_bench.sh).
   int push_view_max_nodes = 64;
+  // The durable state (head/head_store.h; "" = memory only). A head started on a store that
+  // holds state resumes it (docs/fault_tolerance.md).
+  std::string state_path;
+  // A resumed head waits this long for the nodes and drivers it knew to come back; then the
+  // actors and bundles on nodes that did not are handled as on a node's death, and the jobs of
+  // drivers that did not are finished.
+  int resume_grace_ms = 10000;
+};
+
+// What a resumed head took over from its durable state.
+struct ResumedState {
+  size_t actors = 0, placement_groups = 0, drivers = 0, kv_keys = 0;
+  bool any() const { return actors || placement_groups || drivers || kv_keys; }
 };
 
 class Head final : public rpc::Head::Service, private PgCluster, private ActorNodes {
@@ -87,6 +101,8 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   void Wait();
   void Stop();
   std::string address() const { return address_; }
+  // What Start() resumed (all zero for a new session).
+  const ResumedState& resumed() const { return resumed_; }
 
   grpc::Status RegisterNode(grpc::ServerContext*, const rpc::RegisterNodeRequest*,
                             rpc::RegisterNodeReply*) override;
@@ -140,6 +156,12 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   void OnPgSliceLost(const std::string& pg_id) override REQUIRES(mu_);
 
   void FinishJobLocked(const std::string& job_id) REQUIRES(mu_);
+  // Durable state (head_restore.cc): opens the store, takes over what it holds, and has every
+  // part write its changes to it. Part of Start, before serving.
+  Status RestoreState() EXCLUDES(mu_);
+  void SaveDriverJobLocked(const rpc::JobRequest& job, bool finished) REQUIRES(mu_);
+  // Once the resume grace has passed: what did not come back is handled as gone.
+  void EndResumeGraceLocked() REQUIRES(mu_);
   // the slice index follows the node
   void IndexNodeLocked(const std::string& node_id, const NodeEntry& n) REQUIRES(mu_);
   // The cluster view for a heartbeat from a node at `version`.
@@ -182,6 +204,11 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   size_t snapshot_nodes_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point snapshot_built_ GUARDED_BY(mu_);
   std::map<std::string, rpc::JobRequest> jobs_ GUARDED_BY(mu_);
+  std::unique_ptr<HeadStore> store_;  // set by Start when cfg_.state_path is given
+  ResumedState resumed_;              // set by Start
+  // Resumed drivers that have not registered again, and when the resume grace ends (max: none).
+  std::set<std::string> resumed_jobs_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point resume_until_ GUARDED_BY(mu_) = std::chrono::steady_clock::time_point::max();
   SliceIndex slice_index_ GUARDED_BY(mu_);
   KvStore kv_;  // its own lock
   // Placement groups and slice reservations; shares mu_.

@@ -1,6 +1,7 @@
 // The cluster's small key-value store (Ray's "internal KV"): what Python drivers export
 // (pickled functions and actor classes, fetched once by each worker), and user keys. Keys are
-// bytes inside a namespace; values are bytes. In memory for now; issue #16 makes it durable.
+// bytes inside a namespace; values are bytes. With a store attached (a head with a session
+// directory) every change is written to it before the call returns (head/head_store.h).
 //
 // THREADS: every method may be called from any thread; one mutex guards the table.
 #pragma once
@@ -13,6 +14,7 @@
 
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "head/head_store.h"
 
 namespace torus {
 
@@ -31,11 +33,15 @@ class KvStore {
   // Keys of `ns` starting with `prefix`, in byte order.
   std::vector<std::string> Keys(const std::string& ns, const std::string& prefix) const EXCLUDES(mu_);
   size_t Bytes() const EXCLUDES(mu_);
+  // Attaches the durable store and loads what it holds (a resumed head); returns how many keys.
+  // Once, before serving.
+  StatusOr<size_t> AttachStore(HeadStore* store) EXCLUDES(mu_);
 
  private:
   mutable Mutex mu_;
   std::map<std::pair<std::string, std::string>, std::string> table_ GUARDED_BY(mu_);
   size_t bytes_ GUARDED_BY(mu_) = 0;
+  HeadStore* store_ GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace torus

@@ -156,6 +156,7 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
     sched_cv_.NotifyAll();
   }
   auto it = pgs_.find(id);
+  if (it != pgs_.end()) SaveLocked(it->second);
   reply->set_state(it == pgs_.end() ? "REMOVED" : it->second.rec.state());
   return grpc::Status::OK;
 }
@@ -293,6 +294,7 @@ void PlacementGroupManager::Reschedule(PgEntry& e) {
   e.pending_since = Clock::now();
   e.tried_view = 0;
   queue_.push_front(e.rec.pg_id());  // repairs go first
+  SaveLocked(e);
 }
 
 // ------------------------------------------------------------------------------- removal
@@ -302,6 +304,7 @@ std::vector<NodeCall> PlacementGroupManager::RemoveLocked(PgEntry& e, const std:
   e.rec.set_state("REMOVED");
   removed_.push_back(e.rec.pg_id());
   e.rec.set_pending_reason(why);
+  SaveLocked(e);
   for (const auto& name : e.rec.slice_names()) {
     auto h = slice_holder_.find(name);
     if (h != slice_holder_.end() && h->second == e.rec.pg_id()) slice_holder_.erase(h);
@@ -623,6 +626,7 @@ void PlacementGroupManager::FinishGrant(const Grant& g, const std::string& failu
   }
   done.rec.set_state("CREATED");
   done.rec.clear_pending_reason();
+  SaveLocked(done);
   cluster_.OnPgCreated();
   state_cv_.NotifyAll();
   sched_cv_.NotifyAll();
@@ -646,6 +650,56 @@ void PlacementGroupManager::GrantFailed(PgEntry& e, const std::string& failure) 
   e.retry_at = Clock::now() + std::chrono::milliseconds(200);
   e.rec.set_pending_reason("waiting for resources (" + failure + ")");
   sched_cv_.NotifyAll();
+}
+
+// ------------------------------------------------------------------------------- durable state
+
+void PlacementGroupManager::SaveLocked(const PgEntry& e) {
+  if (!store_) return;
+  const std::string& id = e.rec.pg_id();
+  Status s = e.rec.state() == "REMOVED" ? store_->Delete(StoreKind::kPlacementGroup, id)
+                                        : store_->Put(StoreKind::kPlacementGroup, id, e.rec.SerializeAsString());
+  if (!s.ok()) TORUS_LOG(ERROR) << "placement group " << id << " not saved: " << s.message();
+}
+
+size_t PlacementGroupManager::RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) {
+  size_t n = 0;
+  for (const auto& [id, bytes] : records) {
+    rpc::PlacementGroupRecord rec;
+    if (!rec.ParseFromString(bytes) || rec.pg_id() != id) {
+      TORUS_LOG(ERROR) << "head state: placement group record " << id << " is garbled; skipped";
+      continue;
+    }
+    // The selectors and the slice shape parsed as at creation; the record itself as saved.
+    auto parsed = ParsePgRequest(rec, Clock::now());
+    if (!parsed.ok()) {
+      TORUS_LOG(ERROR) << "head state: placement group " << id << ": " << parsed.status().message();
+      continue;
+    }
+    PgEntry e = std::move(*parsed);
+    e.rec = rec;
+    e.pending_since = Clock::now();
+    if (rec.state() == "PENDING" || rec.state() == "RESCHEDULING") queue_.push_back(id);
+    if (!rec.name().empty()) named_[{rec.ray_namespace(), rec.name()}] = id;
+    for (const auto& name : rec.slice_names()) {
+      if (!name.empty()) slice_holder_[name] = id;
+    }
+    pgs_[id] = std::move(e);
+    ++n;
+  }
+  if (!queue_.empty()) sched_cv_.NotifyAll();
+  return n;
+}
+
+std::set<std::string> PlacementGroupManager::NodesInUseLocked() const {
+  std::set<std::string> out;
+  for (const auto& [id, e] : pgs_) {
+    if (e.rec.state() == "REMOVED") continue;
+    for (const auto& b : e.rec.bundles()) {
+      if (!b.node_id().empty()) out.insert(b.node_id());
+    }
+  }
+  return out;
 }
 
 }  // namespace torus

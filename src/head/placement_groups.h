@@ -23,6 +23,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "head/bundle_calls.h"
+#include "head/head_store.h"
 #include "head/placement.h"
 #include "head/slice_index.h"
 #include "common/work_queue.h"
@@ -108,6 +110,15 @@ class PlacementGroupManager {
   // Node `node_id` is gone: groups with bundles there are rescheduled (a slice reservation
   // loses and releases the whole slice).
   void OnNodeLost(const std::string& node_id) REQUIRES(mu_);
+  // Durable state (head/head_store.h): every change to a group is written to `store` (null:
+  // memory only) before the call that made it returns; a removed group is deleted from it.
+  // Set once, before serving.
+  void AttachStore(HeadStore* store) { store_ = store; }
+  // A resumed head: the groups of `records` (kPlacementGroup values) as they were, with the
+  // nodes of their bundles and the slices they hold; waiting ones queue again. Returns how many.
+  size_t RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
+  // The node ids the bundles of live groups are on.
+  std::set<std::string> NodesInUseLocked() const REQUIRES(mu_);
   // The non-detached groups of a finished job are removed.
   void RemoveJobGroups(const std::string& job_id) REQUIRES(mu_);
   // The view changed: waiting groups are tried again.
@@ -161,6 +172,9 @@ class PlacementGroupManager {
   void ReleaseOnNodes(const std::vector<NodeCall>& what) EXCLUDES(mu_);
   void ReleaseInBackground(std::vector<NodeCall> what) REQUIRES(mu_);
   void TrimRemovedLocked() REQUIRES(mu_);
+  // Writes the group to the store, or deletes it once REMOVED (no-op without a store).
+  void SaveLocked(const PgEntry& e) REQUIRES(mu_);
+  HeadStore* store_ = nullptr;  // set before serving
 
   static constexpr auto kAging = std::chrono::seconds(1);
   // REMOVED groups kept for queries; the oldest are forgotten beyond this.

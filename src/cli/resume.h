@@ -1,0 +1,25 @@
+// `torus start --head` and a session's durable head state (docs/fault_tolerance.md): which
+// session a new head serves. The latest session is resumed when it has durable state and no
+// live head; --session-dir DIR names another session to resume; --new-session starts afresh
+// after saying what it abandons (and stopping that session's remaining daemons, which could not
+// join a new session).
+//
+// Threading: plain functions, run by the CLI's main thread.
+#pragma once
+
+#include <string>
+
+#include "cli/flags.h"
+#include "common/status.h"
+
+namespace torus {
+
+// "3 actors, 1 placement group, 0 drivers, 12 KV keys": what the durable state of `session`
+// holds, or "" when it has none (no state file, or an empty one).
+std::string DurableStateSummary(const std::string& session);
+
+// The session the head started by `a` resumes, or "" for a new session. Prints what it decides
+// (to stderr). Errors: --session-dir naming a directory without durable state, or with a live head.
+StatusOr<std::string> ChooseHeadSession(const Args& a);
+
+}  // namespace torus

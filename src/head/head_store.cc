@@ -1,0 +1,132 @@
+#include "head/head_store.h"
+
+#include <sqlite3.h>
+
+namespace torus {
+
+namespace {
+constexpr const char* kSchema =
+    "PRAGMA journal_mode=WAL;"
+    "PRAGMA synchronous=NORMAL;"
+    "CREATE TABLE IF NOT EXISTS records ("
+    "  kind INTEGER NOT NULL, id BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (kind, id)"
+    ") WITHOUT ROWID;";
+
+Status Bind(sqlite3* db, sqlite3_stmt* st, int index, std::string_view bytes) {
+  // SQLITE_STATIC: the statement runs to completion before `bytes` can go away.
+  if (sqlite3_bind_blob64(st, index, bytes.data(), bytes.size(), SQLITE_STATIC) != SQLITE_OK) {
+    return Internal(std::string("head state: binding a value: ") + sqlite3_errmsg(db));
+  }
+  return Status();
+}
+}  // namespace
+
+std::string HeadStore::PathIn(const std::string& session_dir) {
+  return session_dir + "/head_state.sqlite3";
+}
+
+StatusOr<std::unique_ptr<HeadStore>> HeadStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string why = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return Unavailable("cannot open the head's state " + path + ": " + why);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  char* err = nullptr;
+  if (sqlite3_exec(db, kSchema, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string why = err ? err : "unknown error";
+    sqlite3_free(err);
+    sqlite3_close(db);
+    return Unavailable("cannot set up the head's state " + path + ": " + why +
+                       " (is it an SQLite database written by torus?)");
+  }
+  std::unique_ptr<HeadStore> s(new HeadStore(path, db));
+  if (auto st = s->Prepare(); !st.ok()) return st;
+  return s;
+}
+
+Status HeadStore::Prepare() {
+  MutexLock lock(mu_);
+  struct {
+    sqlite3_stmt** st;
+    const char* sql;
+  } all[] = {
+      {&put_, "INSERT OR REPLACE INTO records (kind, id, value) VALUES (?1, ?2, ?3)"},
+      {&del_, "DELETE FROM records WHERE kind = ?1 AND id = ?2"},
+      {&load_, "SELECT id, value FROM records WHERE kind = ?1 ORDER BY id"},
+      {&count_, "SELECT count(*) FROM records WHERE kind = ?1"},
+  };
+  for (auto& s : all) {
+    if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
+      return Error("preparing a statement");
+    }
+  }
+  return Status();
+}
+
+HeadStore::~HeadStore() {
+  MutexLock lock(mu_);
+  for (sqlite3_stmt* s : {put_, del_, load_, count_}) sqlite3_finalize(s);
+  sqlite3_close(db_);
+}
+
+Status HeadStore::Error(const char* what) const {
+  return Unavailable(std::string("head state ") + path_ + ": " + what + ": " + sqlite3_errmsg(db_));
+}
+
+Status HeadStore::Put(StoreKind kind, std::string_view id, std::string_view value) {
+  MutexLock lock(mu_);
+  sqlite3_reset(put_);
+  sqlite3_bind_int(put_, 1, static_cast<int>(kind));
+  if (auto s = Bind(db_, put_, 2, id); !s.ok()) return s;
+  if (auto s = Bind(db_, put_, 3, value); !s.ok()) return s;
+  int rc = sqlite3_step(put_);
+  sqlite3_reset(put_);
+  return rc == SQLITE_DONE ? Status() : Error("writing a record");
+}
+
+Status HeadStore::Delete(StoreKind kind, std::string_view id) {
+  MutexLock lock(mu_);
+  sqlite3_reset(del_);
+  sqlite3_bind_int(del_, 1, static_cast<int>(kind));
+  if (auto s = Bind(db_, del_, 2, id); !s.ok()) return s;
+  int rc = sqlite3_step(del_);
+  sqlite3_reset(del_);
+  return rc == SQLITE_DONE ? Status() : Error("deleting a record");
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> HeadStore::LoadAll(StoreKind kind) {
+  MutexLock lock(mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  sqlite3_reset(load_);
+  sqlite3_bind_int(load_, 1, static_cast<int>(kind));
+  int rc;
+  while ((rc = sqlite3_step(load_)) == SQLITE_ROW) {
+    auto col = [&](int i) {
+      const char* p = static_cast<const char*>(sqlite3_column_blob(load_, i));
+      return std::string(p ? p : "", static_cast<size_t>(sqlite3_column_bytes(load_, i)));
+    };
+    out.emplace_back(col(0), col(1));
+  }
+  sqlite3_reset(load_);
+  if (rc != SQLITE_DONE) return Error("reading records");
+  return out;
+}
+
+StatusOr<size_t> HeadStore::Count(StoreKind kind) {
+  MutexLock lock(mu_);
+  sqlite3_reset(count_);
+  sqlite3_bind_int(count_, 1, static_cast<int>(kind));
+  if (sqlite3_step(count_) != SQLITE_ROW) {
+    sqlite3_reset(count_);
+    return Error("counting records");
+  }
+  size_t n = static_cast<size_t>(sqlite3_column_int64(count_, 0));
+  sqlite3_reset(count_);
+  return n;
+}
+
+}  // namespace torus

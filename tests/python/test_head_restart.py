@@ -1,0 +1,135 @@
+"""The head's durable state (docs/fault_tolerance.md): after a kill -9 of the head, the same
+`torus start --head` command resumes the session; named detached actors keep their state and
+are reachable by name, placement groups keep their nodes, a running driver rides out the gap."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from helpers import Cluster, clean_env, free_port, run_python, torus_bin
+
+
+def _kill_head(c: Cluster):
+    pid = int((Path(c.session) / "pids" / "head.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the head did not die")
+
+
+CREATE = """
+import ray
+ray.init(namespace="app")
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def inc(self):
+        self.n += 1
+        return self.n
+c = Counter.options(name="ctr", lifetime="detached").remote()
+assert ray.get(c.inc.remote()) == 1
+assert ray.get(c.inc.remote()) == 2
+from ray.util.placement_group import placement_group
+pg = placement_group([{"CPU": 0.5}], name="keep", lifetime="detached")
+ray.get(pg.ready())
+print("CREATED", pg.id.hex())
+"""
+
+RIDER = """
+import time, ray
+ray.init(namespace="rider")
+@ray.remote
+class Acc:
+    def __init__(self):
+        self.n = 0
+    def add(self):
+        self.n += 1
+        return self.n
+a = Acc.remote()
+ray.get(a.add.remote())
+print("READY", flush=True)
+n = 1
+while n < 60:
+    n = ray.get(a.add.remote())
+    time.sleep(0.05)
+print("DONE", n, flush=True)
+"""
+
+CHECK = """
+import ray
+ray.init(namespace="app")
+c = ray.get_actor("ctr")
+print("INC", ray.get(c.inc.remote()))
+from ray.util import placement_group_table
+print("PGS", {v["name"]: v["state"] for v in placement_group_table().values()})
+"""
+
+
+def test_kill9_head_then_same_start_command_resumes_the_session():
+    c = Cluster()
+    port = str(free_port())
+    try:
+        c.torus("start", "--head", "--port", port, "--num-cpus", "2")
+        c.session = str((Path(c.root) / "session_latest").resolve())
+        env = c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}
+        out = run_python(CREATE, env=env, shim=True).stdout
+        assert "CREATED" in out
+        # A driver that runs across the head's absence: its actor calls go to the worker
+        # directly and keep working; it re-registers its job with the resumed head.
+        rider_script = Path(c.root) / "rider.py"
+        rider_script.write_text(textwrap.dedent(RIDER))
+        rider = subprocess.Popen([sys.executable, "-m", "torus.ray", str(rider_script)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert rider.stdout.readline().strip() == "READY"
+        _kill_head(c)
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "2")
+        assert "resumed" in p.stdout, p.stdout
+        assert "resuming session" in p.stderr and "2 actors" in p.stderr and "1 driver" in p.stderr, p.stderr
+        assert str(Path(c.session)) in p.stdout  # the same session, not a new one
+        out = run_python(CHECK, env=env, shim=True).stdout
+        # The actor's worker never stopped: its state carried on.
+        assert "INC 3" in out, out
+        assert "'keep': 'CREATED'" in out, out
+        listed = c.torus("list", "actors", "--format", "json").stdout
+        assert '"ctr"' in listed and '"ALIVE"' in listed
+        out, err = rider.communicate(timeout=120)
+        assert rider.returncode == 0, err
+        assert "DONE 60" in out, out + err
+    finally:
+        c.torus("stop", check=False)
+
+
+def test_new_session_says_what_it_abandons_and_starts_afresh():
+    c = Cluster()
+    port = str(free_port())
+    try:
+        c.torus("start", "--head", "--port", port, "--num-cpus", "1")
+        old = c.session = str((Path(c.root) / "session_latest").resolve())
+        env = c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}
+        run_python(CREATE, env=env, shim=True)
+        _kill_head(c)
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "1", "--new-session")
+        assert "abandoning session " + old in p.stderr, p.stderr
+        assert "1 actor" in p.stderr and "1 placement group" in p.stderr
+        assert "started" in p.stdout and old not in p.stdout
+        listed = c.torus("list", "actors", "--format", "json").stdout
+        assert '"ctr"' not in listed
+    finally:
+        c.torus("stop", check=False)
+
+
+def test_session_dir_without_state_is_refused_with_a_clear_error(tmp_path):
+    c = Cluster()
+    p = c.torus("start", "--head", "--port", str(free_port()), "--session-dir", str(tmp_path),
+                check=False)
+    assert p.returncode != 0
+    assert "no durable head state" in p.stderr and str(tmp_path) in p.stderr
