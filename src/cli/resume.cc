@@ -22,41 +22,51 @@ bool HasLiveHead(const std::vector<SessionDaemon>& live) {
 }
 }  // namespace
 
-std::string DurableStateSummary(const std::string& session) {
+StatusOr<std::string> DurableStateSummary(const std::string& session) {
   const std::string path = HeadStore::PathIn(session);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return "";
+  if (!std::filesystem::exists(path, ec)) return std::string();
   auto store = HeadStore::Open(path);
-  if (!store.ok()) return "";
-  size_t n[4] = {};
-  const StoreKind kinds[4] = {StoreKind::kActor, StoreKind::kPlacementGroup, StoreKind::kDriverJob, StoreKind::kKv};
-  for (int i = 0; i < 4; ++i) {
+  if (!store.ok()) return store.status();
+  const StoreKind kinds[] = {StoreKind::kActor, StoreKind::kPlacementGroup, StoreKind::kJob,
+                             StoreKind::kDriverJob, StoreKind::kKv};
+  const char* names[][2] = {{"actor", "actors"}, {"placement group", "placement groups"}, {"job", "jobs"},
+                            {"driver", "drivers"}, {"KV key", "KV keys"}};
+  std::string out;
+  size_t total = 0;
+  for (size_t i = 0; i < std::size(kinds); ++i) {
     auto c = (*store)->Count(kinds[i]);
-    n[i] = c.ok() ? *c : 0;
+    if (!c.ok()) return c.status();
+    total += *c;
+    out += (i ? ", " : "") + Plural(*c, names[i][0], names[i][1]);
   }
-  if (!n[0] && !n[1] && !n[2] && !n[3]) return "";
-  return Plural(n[0], "actor", "actors") + ", " + Plural(n[1], "placement group", "placement groups") +
-         ", " + Plural(n[2], "driver", "drivers") + ", " + Plural(n[3], "KV key", "KV keys");
+  return total ? out : std::string();
 }
 
 StatusOr<std::string> ChooseHeadSession(const Args& a) {
   std::vector<std::string> refused;
   if (a.Has("session-dir")) {
     std::string dir = a.Get("session-dir");
-    if (DurableStateSummary(dir).empty()) {
+    auto summary = DurableStateSummary(dir);
+    if (!summary.ok()) return summary.status();
+    if (summary->empty()) {
       return InvalidArgument("--session-dir " + dir + ": no durable head state there (" +
                              HeadStore::PathIn(dir) + ") to resume");
     }
     if (HasLiveHead(LiveSessionDaemons(dir, &refused))) {
       return FailedPrecondition("the head of session " + dir + " is still running; stop it first with `torus stop`");
     }
-    std::cerr << "torus: resuming session " << dir << " (" << DurableStateSummary(dir) << ")" << std::endl;
+    std::cerr << "torus: resuming session " << dir << " (" << *summary << ")" << std::endl;
     return dir;
   }
   auto latest = FindLatestSession();
   if (!latest.ok()) return latest.status();
   if (latest->empty()) return std::string();
-  std::string summary = DurableStateSummary(*latest);
+  auto state = DurableStateSummary(*latest);
+  if (!state.ok() && !a.Has("new-session")) {
+    return FailedPrecondition(state.status().message() + ". `torus start --head --new-session` starts afresh");
+  }
+  std::string summary = state.ok() ? *state : "damaged: " + state.status().message();
   auto live = LiveSessionDaemons(*latest, &refused);
   if (summary.empty() || HasLiveHead(live)) return std::string();  // nothing to resume, or refused later
   if (a.Has("new-session")) {

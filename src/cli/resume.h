@@ -14,9 +14,9 @@
 
 namespace torus {
 
-// "3 actors, 1 placement group, 0 drivers, 12 KV keys": what the durable state of `session`
-// holds, or "" when it has none (no state file, or an empty one).
-std::string DurableStateSummary(const std::string& session);
+// "3 actors, 1 placement group, 0 jobs, 0 drivers, 12 KV keys": what the durable state of
+// `session` holds, "" when it has none (no state file, or an empty one), or why it cannot be read.
+StatusOr<std::string> DurableStateSummary(const std::string& session);
 
 // The session the head started by `a` resumes, or "" for a new session. Prints what it decides
 // (to stderr). Errors: --session-dir naming a directory without durable state, or with a live head.

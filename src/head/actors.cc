@@ -380,14 +380,17 @@ void ActorDirectory::SaveLocked(const ActorEntry& a) {
   }
 }
 
-size_t ActorDirectory::RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) {
-  size_t n = 0;
+StatusOr<size_t> ActorDirectory::RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) {
+  std::vector<rpc::DurableActor> parsed;
   for (const auto& [id, bytes] : records) {
     rpc::DurableActor d;
     if (!d.ParseFromString(bytes) || d.rec().actor_id() != id) {
-      TORUS_LOG(ERROR) << "head state: actor record " << id << " is garbled; skipped";
-      continue;
+      return Internal("the record of actor " + id + " is garbled");
     }
+    parsed.push_back(std::move(d));
+  }
+  for (auto& d : parsed) {
+    const std::string id = d.rec().actor_id();
     std::map<std::string, std::string> sel;
     for (const auto& t : d.spec().label_selector()) sel[t.key()] = t.expr();
     auto terms = ParseLabelSelector(sel);
@@ -399,9 +402,8 @@ size_t ActorDirectory::RestoreLocked(const std::vector<std::pair<std::string, st
     // A placement in flight when the head stopped is tried again.
     if (a.rec.state() == "PENDING" || a.rec.state() == "RESTARTING") a.rec.set_node_id("");
     if (!a.rec.name().empty() && a.rec.state() != "DEAD") named_[{a.rec.ray_namespace(), a.rec.name()}] = id;
-    ++n;
   }
-  return n;
+  return parsed.size();
 }
 
 std::set<std::string> ActorDirectory::NodesInUseLocked() const {

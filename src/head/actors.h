@@ -95,8 +95,9 @@ class ActorDirectory {
   // memory only) before the call that made it returns. Set once, before serving.
   void AttachStore(HeadStore* store) { store_ = store; }
   // A resumed head: the actors of `records` (kActor values) as they were, but those being
-  // placed go back to waiting; named ones are reachable by name again. Returns how many.
-  size_t RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
+  // placed go back to waiting; named ones are reachable by name again. Returns how many, or an
+  // error for a garbled record (then nothing is taken).
+  StatusOr<size_t> RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
   // The node ids of the actors that are ALIVE or being placed.
   std::set<std::string> NodesInUseLocked() const REQUIRES(mu_);
 

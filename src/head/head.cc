@@ -48,7 +48,7 @@ Status Head::Start() {
   if (!cfg_.state_path.empty()) {
     if (auto s = RestoreState(); !s.ok()) return s;
   }
-  job_manager_ = std::make_unique<JobManager>(JobManagerConfig{cfg_.token, cfg_.session_dir});
+  job_manager_ = std::make_unique<JobManager>(JobManagerConfig{cfg_.token, cfg_.session_dir, store_.get()});
   lane_ = std::make_unique<LaneServer>(cfg_.token, "head");
   lane_->Handle("/torus.rpc.Head/CreatePlacementGroup", this, &rpc::Head::Service::CreatePlacementGroup);
   lane_->Handle("/torus.rpc.Head/RemovePlacementGroup", this, &rpc::Head::Service::RemovePlacementGroup);
@@ -66,6 +66,12 @@ Status Head::Start() {
   address_ = cfg_.bind_host + ":" + std::to_string(port);
   RegisterInProcessServer(address_, server_.get(), this);
   job_manager_->SetHeadAddress(address_);
+  if (auto jobs = job_manager_->Restore(); !jobs.ok()) {
+    Stop();
+    return jobs.status();
+  } else {
+    resumed_.jobs = *jobs;
+  }
   TORUS_LOG(INFO) << "head listening on " << address_ << ", session " << cfg_.session_dir;
   monitor_.Start(kMonitorPeriod, [this] { return MonitorTick(); });
   pg_manager_.Start();

@@ -88,8 +88,8 @@ struct HeadConfig {
 
 // What a resumed head took over from its durable state.
 struct ResumedState {
-  size_t actors = 0, placement_groups = 0, drivers = 0, kv_keys = 0;
-  bool any() const { return actors || placement_groups || drivers || kv_keys; }
+  size_t actors = 0, placement_groups = 0, drivers = 0, kv_keys = 0, jobs = 0;
+  bool any() const { return actors || placement_groups || drivers || kv_keys || jobs; }
 };
 
 class Head final : public rpc::Head::Service, private PgCluster, private ActorNodes {

@@ -27,14 +27,24 @@ Status Head::RestoreState() {
   actors_.AttachStore(store_.get());
   pg_manager_.AttachStore(store_.get());
   resumed_.kv_keys = *kv;
-  resumed_.placement_groups = pg_manager_.RestoreLocked(*pgs);
-  resumed_.actors = actors_.RestoreLocked(*actors);
+  auto refuse = [&](const Status& s) {
+    return Internal("head state " + store_->path() + ": " + s.message() +
+                    "; not resuming a session from a damaged state (start afresh with --new-session)");
+  };
+  std::vector<rpc::JobRequest> driver_jobs;
   for (const auto& [id, bytes] : *drivers) {
     rpc::JobRequest job;
-    if (!job.ParseFromString(bytes) || job.job_id() != id) {
-      TORUS_LOG(ERROR) << "head state: driver record " << id << " is garbled; skipped";
-      continue;
-    }
+    if (!job.ParseFromString(bytes) || job.job_id() != id) return refuse(Internal("the record of driver " + id + " is garbled"));
+    driver_jobs.push_back(job);
+  }
+  auto np = pg_manager_.RestoreLocked(*pgs);
+  if (!np.ok()) return refuse(np.status());
+  auto na = actors_.RestoreLocked(*actors);
+  if (!na.ok()) return refuse(na.status());
+  resumed_.placement_groups = *np;
+  resumed_.actors = *na;
+  for (const auto& job : driver_jobs) {
+    const std::string& id = job.job_id();
     jobs_[id] = job;
     resumed_jobs_.insert(id);
     ++resumed_.drivers;

@@ -43,6 +43,18 @@ StatusOr<std::unique_ptr<HeadStore>> HeadStore::Open(const std::string& path) {
     return Unavailable("cannot set up the head's state " + path + ": " + why +
                        " (is it an SQLite database written by torus?)");
   }
+  // A damaged file is refused whole, never half loaded.
+  std::string check;
+  auto row = [](void* out, int, char** values, char**) {
+    if (values[0]) *static_cast<std::string*>(out) += values[0];
+    return 0;
+  };
+  if (sqlite3_exec(db, "PRAGMA quick_check;", row, &check, &err) != SQLITE_OK || check != "ok") {
+    std::string why = err ? err : check;
+    sqlite3_free(err);
+    sqlite3_close(db);
+    return Unavailable("the head's state " + path + " is damaged (" + why + "); refusing to load it");
+  }
   std::unique_ptr<HeadStore> s(new HeadStore(path, db));
   if (auto st = s->Prepare(); !st.ok()) return st;
   return s;

@@ -71,27 +71,6 @@ StatusOr<rpc::PlacementGroupRecord> SliceRecord(const rpc::JobSubmitRequest& req
 }
 }  // namespace
 
-struct JobManager::Target {
-  int rank = 0;
-  int slice_index = 0;
-  std::string node_id;
-  std::string node_address;
-  std::string host;  // output prefix
-};
-
-// One attempt of a job as RunAttempt's steps share it (owned by the supervisor thread).
-struct JobManager::Attempt {
-  std::string id;
-  rpc::JobSubmitRequest req;
-  bool gang = false;
-  std::string pg_id;  // the attempt's reservation ("" for a single driver)
-  int epoch = 0;
-  std::vector<Target> targets;  // one per process, by rank
-  std::vector<std::map<std::string, std::string>> env_set;  // per process
-  std::vector<std::vector<std::string>> env_unset;           // per process
-  std::vector<rpc::JobProcessStartReply> started;            // per process
-};
-
 JobManager::JobManager(JobManagerConfig cfg) : cfg_(std::move(cfg)) {
   log_dir_ = cfg_.session_dir.empty()
                  ? (std::filesystem::temp_directory_path() / ("torus-jobs-" + RandomHex(4))).string()
@@ -173,6 +152,7 @@ grpc::Status JobManager::SubmitJob(grpc::ServerContext* ctx, const rpc::JobSubmi
                   << (req->slice_topology().empty() ? ""
                                                     : " on " + req->accelerator_version() + " " + req->slice_topology());
   auto& stored = jobs_[id] = std::move(job);
+  SaveLocked(id);
   stored.supervisor = std::thread([this, id] { Supervise(id); });
   return grpc::Status::OK;
 }
@@ -267,8 +247,8 @@ grpc::Status JobManager::JobLogs(grpc::ServerContext* ctx, const rpc::JobLogsReq
 
 // ------------------------------------------------------------------------------- supervision
 
-void JobManager::AppendLog(const std::string& id, const std::string& text) {
-  if (text.empty()) return;
+void JobManager::AppendLog(const std::string& id, const std::string& text, int proc, uint64_t done) {
+  if (text.empty() && proc < 0) return;
   std::string path;
   {
     MutexLock lock(mu_);
@@ -278,6 +258,13 @@ void JobManager::AppendLog(const std::string& id, const std::string& text) {
     MutexLock lock(log_mu_);
     std::ofstream f(path, std::ios::binary | std::ios::app);
     f << text;
+    f.flush();
+    Progress& p = progress_[id];
+    p.log_size = static_cast<uint64_t>(f.tellp());
+    if (proc >= 0) {
+      if (p.offsets.size() <= static_cast<size_t>(proc)) p.offsets.resize(proc + 1);
+      p.offsets[proc] = done;
+    }
   }
   MutexLock lock(mu_);
   cv_.NotifyAll();
@@ -293,12 +280,14 @@ void JobManager::SetMessage(const std::string& id, const std::string& state, con
   auto& r = jobs_[id].rec;
   if (!state.empty()) r.set_state(state);
   r.set_message(message);
+  SaveLocked(id);
   cv_.NotifyAll();
 }
 
-void JobManager::Supervise(const std::string& id) {
+void JobManager::Supervise(const std::string& id, bool resume) {
   while (true) {
-    AttemptResult res = RunAttempt(id);
+    AttemptResult res = resume ? ResumeAttempt(id) : RunAttempt(id);
+    resume = false;
     MutexLock lock(mu_);
     Job& j = jobs_[id];
     auto& r = j.rec;
@@ -311,6 +300,7 @@ void JobManager::Supervise(const std::string& id) {
       r.set_attempt(r.attempt() + 1);
       r.set_state("PENDING");
       r.set_message("retrying after: " + res.message);
+      SaveLocked(id);
       lock.Unlock();
       AppendLog(id, note);
       continue;
@@ -332,6 +322,7 @@ void JobManager::Supervise(const std::string& id) {
         break;
     }
     r.set_end_ms(NowMs());
+    SaveLocked(id);
     TORUS_LOG(INFO) << "job " << id << " " << r.state() << (r.message().empty() ? "" : ": " + r.message());
     cv_.NotifyAll();
     return;
@@ -398,6 +389,7 @@ JobManager::AttemptResult JobManager::ReserveSlices(const std::string& id, std::
   {
     MutexLock lock(mu_);
     jobs_[id].rec.set_placement_group_id(*pg_id);
+    SaveLocked(id);
   }
   rpc::PlacementGroupRecord pg;
   while (true) {
@@ -484,6 +476,11 @@ JobManager::Attempt JobManager::BeginAttempt(const std::string& id) {
   j.rec.clear_processes();
   j.rec.clear_placement_group_id();
   j.rec.set_state("PENDING");
+  {
+    MutexLock plock(log_mu_);
+    progress_[id].offsets.clear();
+  }
+  SaveLocked(id);
   cv_.NotifyAll();
   return a;
 }
@@ -591,32 +588,39 @@ void JobManager::MarkRunning(const Attempt& a) {
   }
   r.set_state("RUNNING");
   r.clear_message();
+  SaveLocked(a.id);
   cv_.NotifyAll();
 }
 
 JobManager::ProcessEnd JobManager::TailProcess(const Attempt& a, int i) {
   std::string prefix = a.gang ? "[" + a.targets[i].host + "] " : "";
   std::string partial;
-  uint64_t offset = 0;
+  uint64_t offset = i < static_cast<int>(a.start_offsets.size()) ? a.start_offsets[i] : 0;
   int failures = 0;
   ProcessEnd ev{i, false, "", -1};
+  auto saved = Clock::now();
   auto emit = [&](const std::string& data, bool flush) {
+    uint64_t end = offset + data.size();  // the output copied once `data` is
     if (!a.gang) {
-      AppendLog(a.id, data);
-      return;
+      AppendLog(a.id, data, i, end);
+    } else {
+      partial += data;
+      std::string out;
+      size_t pos;
+      while ((pos = partial.find('\n')) != std::string::npos) {
+        out += prefix + partial.substr(0, pos + 1);
+        partial.erase(0, pos + 1);
+      }
+      if (flush && !partial.empty()) {
+        out += prefix + partial + "\n";
+        partial.clear();
+      }
+      AppendLog(a.id, out, i, end - partial.size());  // an unfinished line is copied again
     }
-    partial += data;
-    std::string out;
-    size_t pos;
-    while ((pos = partial.find('\n')) != std::string::npos) {
-      out += prefix + partial.substr(0, pos + 1);
-      partial.erase(0, pos + 1);
+    if (Clock::now() - saved >= std::chrono::milliseconds(500)) {
+      saved = Clock::now();
+      Save(a.id);
     }
-    if (flush && !partial.empty()) {
-      out += prefix + partial + "\n";
-      partial.clear();
-    }
-    AppendLog(a.id, out);
   };
   auto stub = rpc::JobRunner::NewStub(GetChannel(a.targets[i].node_address));
   while (true) {
@@ -712,6 +716,7 @@ void JobManager::NoteProcessExited(const std::string& id, const ProcessEnd& ev) 
   auto* p = jobs_[id].rec.mutable_processes(ev.index);
   p->set_state("EXITED");
   p->set_exit_description(ev.description);
+  SaveLocked(id);
   cv_.NotifyAll();
 }
 

@@ -8,10 +8,15 @@
 // each node, tails their output into <session>/logs/job-<id>.log (prefixed by host for gang
 // jobs) and ends the attempt at the first failure, stopping the others and releasing the slices.
 //
+// Durable (with a store, head/head_store.h): every change to a job's record is written before
+// it shows, and the progress of its log copy at most every 500 ms; a resumed head (Restore)
+// tails the processes of a RUNNING job on from the saved offsets (the log cut back to the saved
+// size), so the job keeps running and its log has every byte once.
+//
 // THREADS: gRPC server threads run the handlers; each job has one supervisor thread, which runs
 // one tail thread per process of the current attempt. Job state (jobs_) is guarded by mu_;
-// appends to the log files by log_mu_ (the two are never held together). The methods marked
-// EXCLUDES(mu_) take mu_ themselves.
+// appends to the log files and the copy's progress by log_mu_ (taken after mu_ when both are
+// held). The methods marked EXCLUDES(mu_) take mu_ themselves.
 #pragma once
 
 #include <atomic>
@@ -19,9 +24,11 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "head/head_store.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -29,6 +36,7 @@ namespace torus {
 struct JobManagerConfig {
   std::string token;
   std::string session_dir;  // "" = a directory under the system temp dir
+  HeadStore* store = nullptr;  // durable state (null: memory only); outlives the manager
 };
 
 class JobManager final : public rpc::Jobs::Service {
@@ -43,6 +51,9 @@ class JobManager final : public rpc::Jobs::Service {
   void SetHeadAddress(const std::string& address) { head_address_ = address; }
   // Stops every running job's processes and joins the supervisors. Idempotent.
   void Stop() EXCLUDES(mu_);
+  // A resumed head: takes over the jobs of the store (kJob records); running ones are tailed on
+  // and supervised as before. Returns how many; an error if a record is garbled (nothing taken).
+  StatusOr<size_t> Restore() EXCLUDES(mu_);
 
   grpc::Status SubmitJob(grpc::ServerContext*, const rpc::JobSubmitRequest*, rpc::JobReply*) override;
   grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest*, rpc::JobReply*) override;
@@ -66,23 +77,48 @@ class JobManager final : public rpc::Jobs::Service {
     std::string message;
     int exit_code = -1;
   };
-  struct Target;  // one process of an attempt: where it runs and as what
+  // One process of an attempt: where it runs and as what.
+  struct Target {
+    int rank = 0;
+    int slice_index = 0;
+    std::string node_id;
+    std::string node_address;
+    std::string host;  // output prefix
+  };
 
-  void Supervise(const std::string& id) EXCLUDES(mu_);
+  // `resume`: the first attempt is the one a previous head started (ResumeAttempt).
+  void Supervise(const std::string& id, bool resume = false) EXCLUDES(mu_);
   AttemptResult RunAttempt(const std::string& id) EXCLUDES(mu_);
+  // The running attempt of a resumed job: its processes, from the record, tailed on.
+  AttemptResult ResumeAttempt(const std::string& id) EXCLUDES(mu_);
+  // Writes the job to the store (no-op without one); a failed write is logged.
+  void SaveLocked(const std::string& id) REQUIRES(mu_);
+  void Save(const std::string& id) EXCLUDES(mu_);
   // Waits for the attempt's reservation; fills targets. Empty message: ready.
   AttemptResult ReserveSlices(const std::string& id, std::string* pg_id, std::vector<Target>* targets);
   AttemptResult PickDriverNode(const std::string& id, std::vector<Target>* targets);
   void RemoveReservation(const std::string& pg_id);
-  // The steps of RunAttempt, in order (supervisor thread, mu_ not held). A step that returns
-  // a result ended the attempt with it.
-  struct Attempt;
+  // One attempt of a job as RunAttempt's steps share it (owned by the supervisor thread).
+  struct Attempt {
+    std::string id;
+    rpc::JobSubmitRequest req;
+    bool gang = false;
+    std::string pg_id;  // the attempt's reservation ("" for a single driver)
+    int epoch = 0;
+    std::vector<Target> targets;  // one per process, by rank
+    std::vector<std::map<std::string, std::string>> env_set;  // per process
+    std::vector<std::vector<std::string>> env_unset;           // per process
+    std::vector<rpc::JobProcessStartReply> started;            // per process
+    std::vector<uint64_t> start_offsets;  // per process: output already copied (a resumed attempt)
+  };
   struct ProcessEnd {  // how one process of an attempt ended (its tail's last event)
     int index;
     bool ok;
     std::string description;
     int exit_code;
   };
+  // The steps of RunAttempt, in order (supervisor thread, mu_ not held). A step that returns
+  // a result ended the attempt with it.
   Attempt BeginAttempt(const std::string& id);
   std::optional<AttemptResult> BuildEnvironments(Attempt& a);  // gang: picks the coordinator port
   std::optional<AttemptResult> StartProcesses(Attempt& a);     // all start, or those that did stop
@@ -92,7 +128,10 @@ class JobManager final : public rpc::Jobs::Service {
   void StopProcess(const Attempt& a, int i);
   void NoteProcessExited(const std::string& id, const ProcessEnd& ev) EXCLUDES(mu_);
   static AttemptResult FailureOf(const Attempt& a, const ProcessEnd& ev);
-  void AppendLog(const std::string& id, const std::string& text) EXCLUDES(mu_);
+  // Appends to the job's log; with `proc` >= 0 also notes that process `proc`'s output up to
+  // `done` is copied (the progress a resumed head continues from).
+  void AppendLog(const std::string& id, const std::string& text, int proc = -1, uint64_t done = 0)
+      EXCLUDES(mu_);
   bool StopWanted(const std::string& id) EXCLUDES(mu_);
   void SetMessage(const std::string& id, const std::string& state, const std::string& message) EXCLUDES(mu_);
 
@@ -106,7 +145,12 @@ class JobManager final : public rpc::Jobs::Service {
   std::map<std::string, Job> jobs_ GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};
 
-  Mutex log_mu_;  // serialises appends to the job logs (never held with mu_)
+  Mutex log_mu_;  // serialises appends to the job logs; after mu_ when both are held
+  struct Progress {
+    uint64_t log_size = 0;
+    std::vector<uint64_t> offsets;  // per process of the running attempt
+  };
+  std::map<std::string, Progress> progress_ GUARDED_BY(log_mu_);
 };
 
 }  // namespace torus

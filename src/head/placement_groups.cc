@@ -662,33 +662,31 @@ void PlacementGroupManager::SaveLocked(const PgEntry& e) {
   if (!s.ok()) TORUS_LOG(ERROR) << "placement group " << id << " not saved: " << s.message();
 }
 
-size_t PlacementGroupManager::RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) {
-  size_t n = 0;
+StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) {
+  std::vector<PgEntry> parsed;
   for (const auto& [id, bytes] : records) {
     rpc::PlacementGroupRecord rec;
     if (!rec.ParseFromString(bytes) || rec.pg_id() != id) {
-      TORUS_LOG(ERROR) << "head state: placement group record " << id << " is garbled; skipped";
-      continue;
+      return Internal("the record of placement group " + id + " is garbled");
     }
     // The selectors and the slice shape parsed as at creation; the record itself as saved.
-    auto parsed = ParsePgRequest(rec, Clock::now());
-    if (!parsed.ok()) {
-      TORUS_LOG(ERROR) << "head state: placement group " << id << ": " << parsed.status().message();
-      continue;
-    }
-    PgEntry e = std::move(*parsed);
-    e.rec = rec;
-    e.pending_since = Clock::now();
-    if (rec.state() == "PENDING" || rec.state() == "RESCHEDULING") queue_.push_back(id);
-    if (!rec.name().empty()) named_[{rec.ray_namespace(), rec.name()}] = id;
-    for (const auto& name : rec.slice_names()) {
+    auto e = ParsePgRequest(rec, Clock::now());
+    if (!e.ok()) return Internal("placement group " + id + ": " + e.status().message());
+    e->rec = std::move(rec);
+    e->pending_since = Clock::now();
+    parsed.push_back(std::move(*e));
+  }
+  for (auto& e : parsed) {
+    const std::string id = e.rec.pg_id();
+    if (e.rec.state() == "PENDING" || e.rec.state() == "RESCHEDULING") queue_.push_back(id);
+    if (!e.rec.name().empty()) named_[{e.rec.ray_namespace(), e.rec.name()}] = id;
+    for (const auto& name : e.rec.slice_names()) {
       if (!name.empty()) slice_holder_[name] = id;
     }
     pgs_[id] = std::move(e);
-    ++n;
   }
   if (!queue_.empty()) sched_cv_.NotifyAll();
-  return n;
+  return parsed.size();
 }
 
 std::set<std::string> PlacementGroupManager::NodesInUseLocked() const {

@@ -115,8 +115,9 @@ class PlacementGroupManager {
   // Set once, before serving.
   void AttachStore(HeadStore* store) { store_ = store; }
   // A resumed head: the groups of `records` (kPlacementGroup values) as they were, with the
-  // nodes of their bundles and the slices they hold; waiting ones queue again. Returns how many.
-  size_t RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
+  // nodes of their bundles and the slices they hold; waiting ones queue again. Returns how many,
+  // or an error for a garbled record (then nothing is taken).
+  StatusOr<size_t> RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
   // The node ids the bundles of live groups are on.
   std::set<std::string> NodesInUseLocked() const REQUIRES(mu_);
   // The non-detached groups of a finished job are removed.

@@ -133,3 +133,56 @@ def test_session_dir_without_state_is_refused_with_a_clear_error(tmp_path):
                 check=False)
     assert p.returncode != 0
     assert "no durable head state" in p.stderr and str(tmp_path) in p.stderr
+
+
+def test_a_running_job_keeps_running_and_its_log_has_every_line_once():
+    c = Cluster()
+    port = str(free_port())
+    try:
+        c.torus("start", "--head", "--port", port, "--num-cpus", "1")
+        c.session = str((Path(c.root) / "session_latest").resolve())
+        prog = "import time\nfor i in range(40):\n    print('line', i, flush=True); time.sleep(0.1)\n"
+        out = c.torus("job", "submit", "--no-wait", "--", sys.executable, "-c", prog).stdout
+        job_id = re.search(r"job_[0-9a-f]+", out).group(0)
+        log = Path(c.session) / "logs" / f"job-{job_id}.log"
+        for _ in range(100):  # some output copied before the head dies
+            if log.exists() and log.read_text().count("line") >= 5:
+                break
+            time.sleep(0.05)
+        _kill_head(c)
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "1")
+        assert "1 job" in p.stderr, p.stderr
+        status = ""
+        for _ in range(200):
+            status = c.torus("job", "status", job_id).stdout
+            if "SUCCEEDED" in status or "FAILED" in status:
+                break
+            time.sleep(0.1)
+        assert f"{job_id}: SUCCEEDED" in status, status
+        lines = c.torus("job", "logs", job_id).stdout.splitlines()
+        assert lines == [f"line {i}" for i in range(40)], lines
+    finally:
+        c.torus("stop", check=False)
+
+
+def test_a_damaged_state_file_is_refused_whole_with_a_clear_error():
+    c = Cluster()
+    port = str(free_port())
+    try:
+        c.torus("start", "--head", "--port", port, "--num-cpus", "1")
+        c.session = str((Path(c.root) / "session_latest").resolve())
+        run_python(CREATE, env=c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}, shim=True)
+        _kill_head(c)
+        state = Path(c.session) / "head_state.sqlite3"
+        # Fold the log into the file (as a checkpoint would), then cut the file short.
+        import sqlite3
+        con = sqlite3.connect(state)
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        con.close()
+        os.truncate(state, 5000)
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "1", check=False)
+        assert p.returncode != 0
+        assert str(state) in p.stderr and "damaged" in p.stderr, p.stderr
+        assert "--new-session" in p.stderr
+    finally:
+        c.torus("stop", check=False)
