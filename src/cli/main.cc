@@ -1,6 +1,7 @@
 // The `torus` command: CLI and daemons as subcommands.
 //
 //   torus start --head [--port N] [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]
+//                      [--new-session | --session-dir DIR]
 //   torus start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]
 //   torus stop
 //   torus status [--address A]
@@ -702,7 +703,8 @@ int List(const Args& a) {
 void Usage() {
   std::cout << "usage: torus <command> [options]      (torus --version; torus <command> --help)\n"
                "  start --head [--port N] [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"
-               "        [--labels k=v,...] [--bind HOST] [--block]\n"
+               "        [--labels k=v,...] [--bind HOST] [--block] [--new-session | --session-dir DIR]\n"
+               "        (resumes the latest session when it has durable state; docs/fault_tolerance.md)\n"
                "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
                "  start --address HOST:PORT [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"
                "        [--labels k=v,...] [--bind HOST] [--heartbeat-ms MS] [--block]\n"

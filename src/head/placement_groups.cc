@@ -156,7 +156,8 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
     sched_cv_.NotifyAll();
   }
   auto it = pgs_.find(id);
-  if (it != pgs_.end()) SaveLocked(it->second);
+  // A group placed right here was saved CREATED by FinishGrant; a waiting one is saved now.
+  if (it != pgs_.end() && it->second.rec.state() != "CREATED") SaveLocked(it->second);
   reply->set_state(it == pgs_.end() ? "REMOVED" : it->second.rec.state());
   return grpc::Status::OK;
 }
