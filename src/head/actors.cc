@@ -23,6 +23,7 @@ void ActorDirectory::Create(const rpc::CreateActorRequest& req, rpc::CreateActor
   }
   MutexLock lock(mu_);
   if (actors_.count(id)) return;  // retried request
+  TrimDeadLocked();
   if (!req.name().empty()) {
     auto key = std::make_pair(req.ray_namespace(), req.name());
     auto it = named_.find(key);
@@ -369,7 +370,27 @@ void ActorDirectory::AppendTo(rpc::ListReply* reply) const {
   for (const auto& [id, a] : actors_) *reply->add_actors() = a.rec;
 }
 
+void ActorDirectory::TrimDeadLocked() {
+  while (dead_order_.size() > kKeepDeadActors) {
+    auto it = actors_.find(dead_order_.front());
+    dead_order_.pop_front();
+    if (it == actors_.end() || it->second.rec.state() != "DEAD") continue;
+    const auto& rec = it->second.rec;
+    auto n = named_.find({rec.ray_namespace(), rec.name()});
+    if (n != named_.end() && n->second == rec.actor_id()) named_.erase(n);
+    if (store_) {
+      if (auto s = store_->Delete(StoreKind::kActor, rec.actor_id()); !s.ok()) {
+        TORUS_LOG(ERROR) << "actor " << rec.actor_id() << " not deleted from the head's state: " << s.message();
+      }
+    }
+    actors_.erase(it);
+  }
+}
+
 void ActorDirectory::SaveLocked(const ActorEntry& a) {
+  if (a.rec.state() == "DEAD" && (dead_order_.empty() || dead_order_.back() != a.rec.actor_id())) {
+    dead_order_.push_back(a.rec.actor_id());
+  }
   if (!store_) return;
   rpc::DurableActor d;
   *d.mutable_rec() = a.rec;
@@ -402,6 +423,7 @@ StatusOr<size_t> ActorDirectory::RestoreLocked(const std::vector<std::pair<std::
     // A placement in flight when the head stopped is tried again.
     if (a.rec.state() == "PENDING" || a.rec.state() == "RESTARTING") a.rec.set_node_id("");
     if (!a.rec.name().empty() && a.rec.state() != "DEAD") named_[{a.rec.ray_namespace(), a.rec.name()}] = id;
+    if (a.rec.state() == "DEAD") dead_order_.push_back(id);
   }
   return parsed.size();
 }

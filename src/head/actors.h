@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -130,6 +131,12 @@ class ActorDirectory {
   // Writes `a` to the store (no-op without one); a failed write is logged.
   void SaveLocked(const ActorEntry& a) REQUIRES(mu_);
   HeadStore* store_ = nullptr;  // set before serving
+  // Dead actors are kept for queries (`torus list actors`, a caller learning why) up to
+  // kKeepDeadActors, oldest death first out (memory and store). Trimmed in Create only: never
+  // while a caller iterates over actors_.
+  static constexpr size_t kKeepDeadActors = 10000;
+  std::deque<std::string> dead_order_ GUARDED_BY(mu_);
+  void TrimDeadLocked() REQUIRES(mu_);
 
   // constant after construction
   Mutex& mu_;

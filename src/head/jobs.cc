@@ -151,6 +151,7 @@ grpc::Status JobManager::SubmitJob(grpc::ServerContext* ctx, const rpc::JobSubmi
   TORUS_LOG(INFO) << "job " << id << " submitted: " << req->entrypoint(0)
                   << (req->slice_topology().empty() ? ""
                                                     : " on " + req->accelerator_version() + " " + req->slice_topology());
+  TrimFinishedLocked();
   auto& stored = jobs_[id] = std::move(job);
   SaveLocked(id);
   stored.supervisor = std::thread([this, id] { Supervise(id); });

@@ -143,6 +143,10 @@ class JobManager final : public rpc::Jobs::Service {
   Mutex mu_;
   CondVar cv_;  // job state or log changes
   std::map<std::string, Job> jobs_ GUARDED_BY(mu_);
+  // Finished jobs are kept for queries up to kKeepFinishedJobs, the oldest submitted first out
+  // (their log files stay). Trimmed in SubmitJob.
+  static constexpr size_t kKeepFinishedJobs = 1000;
+  void TrimFinishedLocked() REQUIRES(mu_);
   std::atomic<bool> stopping_{false};
 
   Mutex log_mu_;  // serialises appends to the job logs; after mu_ when both are held

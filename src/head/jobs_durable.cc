@@ -1,5 +1,6 @@
 // JobManager's durable state (jobs.h): saving a job's record and log progress, taking the jobs
 // over in a resumed head, and tailing on the attempt a previous head started.
+#include <algorithm>
 #include <filesystem>
 
 #include "common/logging.h"
@@ -107,6 +108,28 @@ JobManager::AttemptResult JobManager::ResumeAttempt(const std::string& id) {
   AttemptResult result = AwaitProcesses(a);
   RemoveReservation(a.pg_id);
   return result;
+}
+
+void JobManager::TrimFinishedLocked() {
+  std::vector<std::pair<int64_t, std::string>> finished;  // (submitted, id)
+  for (const auto& [id, j] : jobs_) {
+    const auto& st = j.rec.state();
+    if (st == "SUCCEEDED" || st == "FAILED" || st == "STOPPED") finished.emplace_back(j.rec.submitted_ms(), id);
+  }
+  if (finished.size() <= kKeepFinishedJobs) return;
+  std::sort(finished.begin(), finished.end());
+  for (size_t i = 0; i + kKeepFinishedJobs < finished.size(); ++i) {
+    const std::string& id = finished[i].second;
+    Job& j = jobs_[id];
+    // Its supervisor has returned (the job is finished): the join does not wait.
+    if (j.supervisor.joinable()) j.supervisor.join();
+    if (cfg_.store) (void)cfg_.store->Delete(StoreKind::kJob, id);
+    {
+      MutexLock lock(log_mu_);
+      progress_.erase(id);
+    }
+    jobs_.erase(id);
+  }
 }
 
 }  // namespace torus
