@@ -291,7 +291,13 @@ int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& 
   std::string address = WaitForHeadAddress(session, hp, port);
   // A failed start leaves nothing running: what it spawned is stopped again.
   auto fail = [&](const std::string& msg) {
-    TerminateSessionDaemons(LiveDaemons(session), std::chrono::seconds(3));
+    // Only what this command spawned: a resumed session's surviving node keeps its work.
+    std::vector<SessionDaemon> ours;
+    for (auto& d : LiveDaemons(session)) {
+      auto stem = std::filesystem::path(d.file).stem();
+      if (stem == "head" || (!node_live && stem == "node-head")) ours.push_back(d);
+    }
+    TerminateSessionDaemons(ours, std::chrono::seconds(3));
     Die(msg + "; stopped what was started; see " + session + "/logs");
   };
   if (address.empty()) fail("the head did not come up within 5 s");
@@ -321,6 +327,16 @@ int StartHead(const Args& a, const std::string& self) {
     if (!why.empty()) Die("cannot start the head on port " + port + ": " + why + "; nothing was started");
   }
   if (!resume->empty()) {
+    // The session's nodes and drivers know its head by address: it comes back on the same port.
+    auto old = ReadFile(*resume + "/head_address");
+    std::string old_port = old.ok() ? old->substr(old->rfind(':') + 1) : port;
+    if (old_port != port) {
+      Die("session " + *resume + " had its head at " + *old + "; its nodes and drivers reconnect there: "
+          "resume it with --port " + old_port + " (or start afresh with --new-session)");
+    }
+    if (a.Has("block") && !LiveDaemons(*resume).empty()) {
+      Die("session " + *resume + " still has daemons running; resume it without --block");
+    }
     if (a.Has("block")) return RunHeadInForeground(a, *resume, std::stoi(port));
     return SpawnHeadAndNode(a, self, *resume, port, /*resumed=*/true);
   }
@@ -397,7 +413,9 @@ int Stop(const Args&) {
   int stopped = TerminateSessionDaemons(daemons, std::chrono::seconds(5));
   // Shared memory of nodes that died without cleaning up (SIGKILL) or were killed just now.
   for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
-    if (!s.is_symlink() && s.is_directory()) CleanDeadNodeSegments(s.path().string());
+    if (s.is_symlink() || !s.is_directory()) continue;
+    CleanDeadNodeSegments(s.path().string());
+    MarkSessionEnded(s.path().string());  // stopped whole: a later head starts afresh
   }
   std::cout << "Stopped " << stopped << " Torus process(es)." << std::endl;
   return 0;

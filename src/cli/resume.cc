@@ -1,6 +1,7 @@
 #include "cli/resume.h"
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "common/session.h"
@@ -22,10 +23,16 @@ bool HasLiveHead(const std::vector<SessionDaemon>& live) {
 }
 }  // namespace
 
+void MarkSessionEnded(const std::string& session) {
+  std::error_code ec;
+  if (!std::filesystem::exists(HeadStore::PathIn(session), ec)) return;
+  std::ofstream(session + "/ended") << "torus stop\n";
+}
+
 StatusOr<std::string> DurableStateSummary(const std::string& session) {
   const std::string path = HeadStore::PathIn(session);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return std::string();
+  if (!std::filesystem::exists(path, ec) || std::filesystem::exists(session + "/ended", ec)) return std::string();
   auto store = HeadStore::Open(path);
   if (!store.ok()) return store.status();
   const StoreKind kinds[] = {StoreKind::kActor, StoreKind::kPlacementGroup, StoreKind::kJob,
@@ -50,8 +57,11 @@ StatusOr<std::string> ChooseHeadSession(const Args& a) {
     auto summary = DurableStateSummary(dir);
     if (!summary.ok()) return summary.status();
     if (summary->empty()) {
-      return InvalidArgument("--session-dir " + dir + ": no durable head state there (" +
-                             HeadStore::PathIn(dir) + ") to resume");
+      std::error_code ec;
+      bool ended = std::filesystem::exists(dir + "/ended", ec);
+      return InvalidArgument("--session-dir " + dir + ": " +
+                             (ended ? std::string("that session ended with `torus stop`; nothing to resume")
+                                    : "no durable head state there (" + HeadStore::PathIn(dir) + ") to resume"));
     }
     if (HasLiveHead(LiveSessionDaemons(dir, &refused))) {
       return FailedPrecondition("the head of session " + dir + " is still running; stop it first with `torus stop`");

@@ -18,6 +18,10 @@ namespace torus {
 // `session` holds, "" when it has none (no state file, or an empty one), or why it cannot be read.
 StatusOr<std::string> DurableStateSummary(const std::string& session);
 
+// `torus stop` ended the session (its workers and actors are gone): its durable state is not
+// resumed. Marks it with <session>/ended when it has durable state.
+void MarkSessionEnded(const std::string& session);
+
 // The session the head started by `a` resumes, or "" for a new session. Prints what it decides
 // (to stderr). Errors: --session-dir naming a directory without durable state, or with a live head.
 StatusOr<std::string> ChooseHeadSession(const Args& a);

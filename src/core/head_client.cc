@@ -31,12 +31,23 @@ HeadClient::~HeadClient() { StopWatching(); }
 
 void HeadClient::StopWatching() {
   {
-    MutexLock lock(mu_);
+    MutexLock lock(watch_mu_);
     watch_stop_ = true;
     if (watch_ctx_) watch_ctx_->TryCancel();
     watch_cv_.NotifyAll();
   }
   if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+grpc::Status HeadClient::RetryWhileHeadAway(const std::function<grpc::Status()>& call) {
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHeadAwayMs);
+  int backoff_ms = 50;
+  while (true) {
+    grpc::Status st = call();
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::steady_clock::now() >= give_up) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min(backoff_ms * 2, 1000);
+  }
 }
 
 // ------------------------------------------------------------------------------------- jobs
@@ -55,7 +66,7 @@ void HeadClient::WatchLoop(rpc::JobRequest job) {
   while (true) {
     std::shared_ptr<grpc::ClientContext> ctx;
     {
-      MutexLock lock(mu_);
+      MutexLock lock(watch_mu_);
       if (watch_stop_) return;
       watch_ctx_ = NewContext(token_);
       ctx = watch_ctx_;
@@ -68,11 +79,9 @@ void HeadClient::WatchLoop(rpc::JobRequest job) {
     // The head went away (stopped, or killed and restarted): once one answers at this address
     // again, the job is registered again and watched, so a resumed head keeps it.
     while (true) {
-      {
-        MutexLock lock(mu_);
-        if (!watch_stop_) watch_cv_.WaitFor(lock, std::chrono::milliseconds(backoff_ms));
-        if (watch_stop_) return;
-      }
+      MutexLock lock(watch_mu_);
+      if (!watch_stop_) watch_cv_.WaitFor(lock, std::chrono::milliseconds(backoff_ms));
+      if (watch_stop_) return;
       backoff_ms = std::min(backoff_ms * 2, 2000);
       rpc::Empty e;
       auto rctx = NewContext(token_, 2000);
@@ -87,6 +96,12 @@ void HeadClient::FinishJob(const std::string& job_id) {
   rpc::JobRequest job;
   job.set_job_id(job_id);
   rpc::Empty e;
+  {
+    // From here on the watch registers nothing again (a re-registration in flight ends first).
+    MutexLock lock(watch_mu_);
+    watch_stop_ = true;
+    watch_cv_.NotifyAll();
+  }
   auto ctx = NewContext(token_, 5000);
   (void)stub_->FinishJob(ctx.get(), job, &e);
   StopWatching();
@@ -96,16 +111,14 @@ void HeadClient::FinishJob(const std::string& job_id) {
 
 void HeadClient::CreateActor(const rpc::CreateActorRequest& req) {
   rpc::CreateActorReply reply;
-  auto ctx = NewContext(token_, 30000);
-  auto st = stub_->CreateActor(ctx.get(), req, &reply);
+  auto st = Call(&rpc::Head::Stub::CreateActor, req, &reply, 30000);
   if (!st.ok()) throw internal::RayException("cannot create actor: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) ThrowStatus(reply.error(), "cannot create actor: ");
 }
 
 StatusOr<rpc::GetActorReply> HeadClient::GetActor(const rpc::GetActorRequest& req) {
   rpc::GetActorReply reply;
-  auto ctx = NewContext(token_, 10000);
-  auto st = stub_->GetActor(ctx.get(), req, &reply);
+  auto st = Call(&rpc::Head::Stub::GetActor, req, &reply, 10000);
   if (!st.ok()) return FromGrpc(st, "the head is unreachable");
   return reply;
 }
@@ -133,8 +146,11 @@ StatusOr<std::string> HeadClient::BundleNode(const std::string& pg_id, int bundl
   while (true) {
     reply.Clear();
     req.set_wait_created_ms(2000);
-    auto st = LaneUnary(address_, token_, 10000, "/torus.rpc.Head/GetPlacementGroup",
-                        &rpc::Head::Service::GetPlacementGroup, &rpc::Head::Stub::GetPlacementGroup, req, &reply);
+    auto st = RetryWhileHeadAway([&] {
+      reply.Clear();
+      return LaneUnary(address_, token_, 10000, "/torus.rpc.Head/GetPlacementGroup",
+                       &rpc::Head::Service::GetPlacementGroup, &rpc::Head::Stub::GetPlacementGroup, req, &reply);
+    });
     if (!st.ok()) return FromGrpc(st, "cannot look up placement group " + pg_id);
     if (!reply.found()) return NotFound("placement group " + pg_id + " does not exist");
     const auto& pg = reply.pg();
@@ -212,8 +228,10 @@ void HeadClient::RemovePlacementGroup(const std::string& id) {
   rpc::PlacementGroupRequest req;
   req.set_pg_id(id);
   rpc::Empty e;
-  auto st = LaneUnary(address_, token_, 30000, "/torus.rpc.Head/RemovePlacementGroup",
-                      &rpc::Head::Service::RemovePlacementGroup, &rpc::Head::Stub::RemovePlacementGroup, req, &e);
+  auto st = RetryWhileHeadAway([&] {
+    return LaneUnary(address_, token_, 30000, "/torus.rpc.Head/RemovePlacementGroup",
+                     &rpc::Head::Service::RemovePlacementGroup, &rpc::Head::Stub::RemovePlacementGroup, req, &e);
+  });
   if (!st.ok()) throw internal::RayException("RemovePlacementGroup: " + st.error_message());
   MutexLock lock(mu_);
   created_.erase(id);
@@ -262,8 +280,11 @@ bool HeadClient::WaitPlacementGroup(const std::string& id, int timeout_seconds) 
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     req.set_wait_created_ms(std::max<int64_t>(0, std::min<int64_t>(left, 5000)));
     rpc::GetPlacementGroupReply reply;
-    auto st = LaneUnary(address_, token_, 15000, "/torus.rpc.Head/GetPlacementGroup",
-                        &rpc::Head::Service::GetPlacementGroup, &rpc::Head::Stub::GetPlacementGroup, req, &reply);
+    auto st = RetryWhileHeadAway([&] {
+      reply.Clear();
+      return LaneUnary(address_, token_, 15000, "/torus.rpc.Head/GetPlacementGroup",
+                       &rpc::Head::Service::GetPlacementGroup, &rpc::Head::Stub::GetPlacementGroup, req, &reply);
+    });
     if (!st.ok()) throw internal::RayException("PlacementGroup::Wait: " + st.error_message());
     if (!reply.found()) throw internal::RayException("PlacementGroup::Wait: no placement group " + id);
     if (reply.pg().state() == "CREATED") return true;
@@ -284,8 +305,7 @@ internal::PlacementGroupInfo HeadClient::GetPlacementGroupInfo(const std::string
   req.set_name(name);
   req.set_ray_namespace(ray_namespace);
   rpc::GetPlacementGroupReply reply;
-  auto ctx = NewContext(token_, 10000);
-  auto st = stub_->GetPlacementGroup(ctx.get(), req, &reply);
+  auto st = Call(&rpc::Head::Stub::GetPlacementGroup, req, &reply, 10000);
   if (!st.ok()) throw internal::RayException("GetPlacementGroup: " + st.error_message());
   if (!reply.found()) return {};
   return ToInfo(reply.pg());
@@ -293,8 +313,7 @@ internal::PlacementGroupInfo HeadClient::GetPlacementGroupInfo(const std::string
 
 std::vector<internal::PlacementGroupInfo> HeadClient::GetAllPlacementGroups() {
   rpc::ListReply reply;
-  auto ctx = NewContext(token_, 10000);
-  auto st = stub_->List(ctx.get(), rpc::Empty(), &reply);
+  auto st = Call(&rpc::Head::Stub::List, rpc::Empty(), &reply, 10000);
   if (!st.ok()) throw internal::RayException("GetAllPlacementGroups: " + st.error_message());
   std::vector<internal::PlacementGroupInfo> out;
   for (const auto& r : reply.placement_groups()) out.push_back(ToInfo(r));
@@ -310,8 +329,7 @@ internal::SliceQueryResult HeadClient::QuerySlices(const std::string& topology,
   req.set_chips_per_vm(chips_per_vm);
   req.set_slice_name(slice_name);
   rpc::SliceQueryReply reply;
-  auto ctx = NewContext(token_, 10000);
-  auto st = stub_->QuerySlices(ctx.get(), req, &reply);
+  auto st = Call(&rpc::Head::Stub::QuerySlices, req, &reply, 10000);
   if (!st.ok()) throw internal::RayException("slice query failed: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) {
     const auto code = static_cast<StatusCode>(reply.error().code());
@@ -329,8 +347,7 @@ std::string HeadClient::GetNamedActor(const std::string& name, const std::string
   req.set_name(name);
   req.set_ray_namespace(ray_namespace);
   rpc::GetActorReply reply;
-  auto ctx = NewContext(token_, 10000);
-  auto st = stub_->GetActor(ctx.get(), req, &reply);
+  auto st = Call(&rpc::Head::Stub::GetActor, req, &reply, 10000);
   if (!st.ok()) throw internal::RayException("GetActor failed: " + st.error_message());
   if (!reply.found() || reply.actor().state() == "DEAD") return "";
   return reply.actor().actor_id();
@@ -341,8 +358,7 @@ void HeadClient::KillActor(const std::string& actor_id, bool no_restart) {
   req.set_actor_id(actor_id);
   req.set_no_restart(no_restart);
   rpc::Empty e;
-  auto ctx = NewContext(token_, 10000);
-  auto st = stub_->KillActor(ctx.get(), req, &e);
+  auto st = Call(&rpc::Head::Stub::KillActor, req, &e, 10000);
   if (!st.ok()) throw internal::RayException("Kill failed: " + st.error_message());
 }
 
@@ -356,8 +372,7 @@ bool HeadClient::KvPut(const std::string& ns, const std::string& key, const std:
   req.set_value(value);
   req.set_overwrite(overwrite);
   rpc::KvPutReply reply;
-  auto ctx = NewContext(token_, kHeadCallMs);
-  Check(stub_->KvPut(ctx.get(), req, &reply), "KV put");
+  Check(Call(&rpc::Head::Stub::KvPut, req, &reply, kHeadCallMs), "KV put");
   return reply.added();
 }
 
@@ -366,8 +381,7 @@ std::optional<std::string> HeadClient::KvGet(const std::string& ns, const std::s
   req.set_ns(ns);
   req.set_key(key);
   rpc::KvGetReply reply;
-  auto ctx = NewContext(token_, kHeadCallMs);
-  Check(stub_->KvGet(ctx.get(), req, &reply), "KV get");
+  Check(Call(&rpc::Head::Stub::KvGet, req, &reply, kHeadCallMs), "KV get");
   if (!reply.found()) return std::nullopt;
   return std::move(*reply.mutable_value());
 }
@@ -377,8 +391,7 @@ bool HeadClient::KvDel(const std::string& ns, const std::string& key) {
   req.set_ns(ns);
   req.set_key(key);
   rpc::KvPutReply reply;
-  auto ctx = NewContext(token_, kHeadCallMs);
-  Check(stub_->KvDel(ctx.get(), req, &reply), "KV delete");
+  Check(Call(&rpc::Head::Stub::KvDel, req, &reply, kHeadCallMs), "KV delete");
   return reply.added();
 }
 
@@ -387,15 +400,13 @@ std::vector<std::string> HeadClient::KvKeys(const std::string& ns, const std::st
   req.set_ns(ns);
   req.set_key(prefix);
   rpc::KvKeysReply reply;
-  auto ctx = NewContext(token_, kHeadCallMs);
-  Check(stub_->KvKeys(ctx.get(), req, &reply), "KV keys");
+  Check(Call(&rpc::Head::Stub::KvKeys, req, &reply, kHeadCallMs), "KV keys");
   return {reply.keys().begin(), reply.keys().end()};
 }
 
 rpc::ListReply HeadClient::ListCluster() {
   rpc::ListReply reply;
-  auto ctx = NewContext(token_, kHeadCallMs);
-  Check(stub_->List(ctx.get(), rpc::Empty(), &reply), "listing the cluster");
+  Check(Call(&rpc::Head::Stub::List, rpc::Empty(), &reply, kHeadCallMs), "listing the cluster");
   return reply;
 }
 

@@ -14,10 +14,13 @@
 //  - a driver's WatchJob call is held open by watch_thread_, started by RegisterJob and joined by
 //    FinishJob (or the destructor). When the call breaks (the head restarted), the thread
 //    registers the job again and watches again, with backoff, until FinishJob; watch_ctx_ and
-//    watch_stop_ are guarded by mu_.
+//    watch_stop_ are guarded by watch_mu_.
+//  - calls that are safe to repeat wait for a restarting head (RetryWhileHeadAway), on the
+//    calling thread.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +30,7 @@
 
 #include "common/resources.h"
 #include "common/status.h"
+#include "common/rpc.h"
 #include "common/thread_annotations.h"
 #include "proto/torus.grpc.pb.h"
 #include "torus/internal/runtime.h"
@@ -91,10 +95,28 @@ class HeadClient {
   Mutex mu_;
   std::unordered_set<std::string> created_ GUARDED_BY(mu_);
 
+  // While the head is away (a call fails UNAVAILABLE: it is restarting, docs/fault_tolerance.md)
+  // `call` is tried again, with backoff from 50 ms to 1 s, for up to kHeadAwayMs; then its
+  // last status is returned. Only for calls that are safe to repeat.
+  static constexpr int kHeadAwayMs = 30000;
+  static grpc::Status RetryWhileHeadAway(const std::function<grpc::Status()>& call);
+  // One unary rpc::Head call on a fresh context with `deadline_ms`, under RetryWhileHeadAway.
+  template <class Req, class Rep>
+  grpc::Status Call(grpc::Status (rpc::Head::Stub::*method)(grpc::ClientContext*, const Req&, Rep*),
+                    const Req& req, Rep* reply, int64_t deadline_ms) {
+    return RetryWhileHeadAway([&] {
+      auto ctx = NewContext(token_, deadline_ms);
+      reply->Clear();
+      return (stub_.get()->*method)(ctx.get(), req, reply);
+    });
+  }
   void WatchLoop(rpc::JobRequest job);  // watch_thread_
-  void StopWatching() EXCLUDES(mu_);
-  std::shared_ptr<grpc::ClientContext> watch_ctx_ GUARDED_BY(mu_);  // the open WatchJob call
-  bool watch_stop_ GUARDED_BY(mu_) = false;
+  void StopWatching() EXCLUDES(watch_mu_);
+  // The watch's state. Held across a re-registration, so that once FinishJob set watch_stop_
+  // no registration can follow its FinishJob call.
+  Mutex watch_mu_;
+  std::shared_ptr<grpc::ClientContext> watch_ctx_ GUARDED_BY(watch_mu_);  // the open WatchJob call
+  bool watch_stop_ GUARDED_BY(watch_mu_) = false;
   CondVar watch_cv_;  // watch_stop_ set
   std::thread watch_thread_;
 };

@@ -478,8 +478,12 @@ JobManager::Attempt JobManager::BeginAttempt(const std::string& id) {
   j.rec.clear_placement_group_id();
   j.rec.set_state("PENDING");
   {
+    // The log as it stands (earlier attempts, notes) is what a resumed head keeps.
+    std::error_code ec;
+    auto size = std::filesystem::file_size(j.log_path, ec);
     MutexLock plock(log_mu_);
     progress_[id].offsets.clear();
+    progress_[id].log_size = ec ? 0 : size;
   }
   SaveLocked(id);
   cv_.NotifyAll();

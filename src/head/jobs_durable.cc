@@ -58,7 +58,9 @@ StatusOr<size_t> JobManager::Restore() {
     if (running) {
       // Cut the log back to what the saved offsets account for: the tail copies the rest again.
       std::error_code ec;
-      std::filesystem::resize_file(j.log_path, d.log_size(), ec);
+      auto size = std::filesystem::file_size(j.log_path, ec);
+      if (!ec && size > d.log_size()) std::filesystem::resize_file(j.log_path, d.log_size(), ec);
+      if (ec) TORUS_LOG(WARNING) << "job " << id << ": log " << j.log_path << ": " << ec.message();
       MutexLock plock(log_mu_);
       progress_[id] = {d.log_size(), {d.offsets().begin(), d.offsets().end()}};
     }

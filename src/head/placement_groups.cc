@@ -244,6 +244,7 @@ void PlacementGroupManager::OnNodeLost(const std::string& node_id) {
     if (!hit) continue;
     TORUS_LOG(WARNING) << "placement group " << id << " lost bundles on node " << node_id << ": RESCHEDULING";
     Reschedule(e);
+    SaveLocked(e);  // also when it was RESCHEDULING already
   }
   if (!release.empty()) ReleaseInBackground(std::move(release));
   sched_cv_.NotifyAll();
@@ -287,6 +288,7 @@ void PlacementGroupManager::OnSliceNodeLost(PgEntry& e, const std::string& node_
   // lost slice. Actors in it die (restartable ones come back after the re-grant).
   cluster_.OnPgSliceLost(id);
   Reschedule(e);
+  SaveLocked(e);  // also when it was RESCHEDULING already
 }
 
 void PlacementGroupManager::Reschedule(PgEntry& e) {
@@ -679,6 +681,7 @@ StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pai
   }
   for (auto& e : parsed) {
     const std::string id = e.rec.pg_id();
+    if (e.rec.state() == "REMOVED") continue;  // its deletion did not reach the store
     if (e.rec.state() == "PENDING" || e.rec.state() == "RESCHEDULING") queue_.push_back(id);
     if (!e.rec.name().empty()) named_[{e.rec.ray_namespace(), e.rec.name()}] = id;
     for (const auto& name : e.rec.slice_names()) {

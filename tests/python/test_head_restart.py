@@ -61,6 +61,9 @@ n = 1
 while n < 60:
     n = ray.get(a.add.remote())
     time.sleep(0.05)
+# Asked while the head may be away: the lookup waits for the head to come back.
+import sys
+ray.get(ray.get_actor("ctr", namespace="app").inc.remote())
 print("DONE", n, flush=True)
 """
 
@@ -184,5 +187,27 @@ def test_a_damaged_state_file_is_refused_whole_with_a_clear_error():
         assert p.returncode != 0
         assert str(state) in p.stderr and "damaged" in p.stderr, p.stderr
         assert "--new-session" in p.stderr
+    finally:
+        c.torus("stop", check=False)
+
+
+def test_after_torus_stop_the_next_head_starts_afresh_and_a_resume_needs_the_same_port():
+    c = Cluster()
+    port = str(free_port())
+    try:
+        c.torus("start", "--head", "--port", port, "--num-cpus", "1")
+        c.session = str((Path(c.root) / "session_latest").resolve())
+        run_python(CREATE, env=c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}, shim=True)
+        _kill_head(c)
+        other = str(free_port())
+        p = c.torus("start", "--head", "--port", other, "--num-cpus", "1", check=False)
+        assert p.returncode != 0 and f"--port {port}" in p.stderr, p.stderr
+        # Nothing of the session was stopped by the refusal: its node still runs.
+        assert "node-head" in c.torus("status", "--address", f"127.0.0.1:{port}", check=False).stdout \
+            or (Path(c.session) / "pids" / "node-head.pid").exists()
+        c.torus("stop")
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "1")
+        assert "started" in p.stdout and "resum" not in p.stderr, p.stderr
+        assert c.session not in p.stdout
     finally:
         c.torus("stop", check=False)
