@@ -327,16 +327,7 @@ int StartHead(const Args& a, const std::string& self) {
     if (!why.empty()) Die("cannot start the head on port " + port + ": " + why + "; nothing was started");
   }
   if (!resume->empty()) {
-    // The session's nodes and drivers know its head by address: it comes back on the same port.
-    auto old = ReadFile(*resume + "/head_address");
-    std::string old_port = old.ok() ? old->substr(old->rfind(':') + 1) : port;
-    if (old_port != port) {
-      Die("session " + *resume + " had its head at " + *old + "; its nodes and drivers reconnect there: "
-          "resume it with --port " + old_port + " (or start afresh with --new-session)");
-    }
-    if (a.Has("block") && !LiveDaemons(*resume).empty()) {
-      Die("session " + *resume + " still has daemons running; resume it without --block");
-    }
+    if (auto s = CheckResume(a, *resume, port); !s.ok()) Die(s.message());
     if (a.Has("block")) return RunHeadInForeground(a, *resume, std::stoi(port));
     return SpawnHeadAndNode(a, self, *resume, port, /*resumed=*/true);
   }

@@ -92,4 +92,21 @@ StatusOr<std::string> ChooseHeadSession(const Args& a) {
   return *latest;
 }
 
+Status CheckResume(const Args& a, const std::string& session, const std::string& port) {
+  auto old = ReadFile(session + "/head_address");
+  if (old.ok()) {
+    std::string old_port = old->substr(old->rfind(':') + 1);
+    if (old_port != port) {
+      return FailedPrecondition("session " + session + " had its head at " + *old +
+                                "; its nodes and drivers reconnect there: resume it with --port " + old_port +
+                                " (or start afresh with --new-session)");
+    }
+  }
+  std::vector<std::string> refused;
+  if (a.Has("block") && !LiveSessionDaemons(session, &refused).empty()) {
+    return FailedPrecondition("session " + session + " still has daemons running; resume it without --block");
+  }
+  return Status::Ok();
+}
+
 }  // namespace torus

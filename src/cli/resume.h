@@ -26,4 +26,9 @@ void MarkSessionEnded(const std::string& session);
 // (to stderr). Errors: --session-dir naming a directory without durable state, or with a live head.
 StatusOr<std::string> ChooseHeadSession(const Args& a);
 
+// Whether `session` can be resumed by the head `a` starts on `port`: the session's nodes and
+// drivers reconnect to its head's old address, so the port must be the same; with --block no
+// daemon of the session may still run (the head would start a second node beside it).
+Status CheckResume(const Args& a, const std::string& session, const std::string& port);
+
 }  // namespace torus
