@@ -148,6 +148,8 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   reply->set_heartbeat_ms(e.beat_ms);
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
+  pg_manager_.AssertHeld();  // it shares mu_
+  pg_manager_.ReleaseUnknownLocked(n.address(), req->held_groups());
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();
   return grpc::Status::OK;

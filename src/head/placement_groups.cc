@@ -693,6 +693,20 @@ StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pai
   return parsed.size();
 }
 
+void PlacementGroupManager::ReleaseUnknownLocked(const std::string& node_address,
+                                                 const google::protobuf::RepeatedPtrField<std::string>& held) {
+  std::vector<NodeCall> release;
+  for (const auto& pg_id : held) {
+    auto it = pgs_.find(pg_id);
+    if (it != pgs_.end() && it->second.rec.state() != "REMOVED") continue;
+    TORUS_LOG(WARNING) << "node " << node_address << " holds bundles of placement group " << pg_id
+                       << ", which " << (it == pgs_.end() ? "this head does not know" : "was removed")
+                       << ": releasing them";
+    release.push_back({node_address, ReleasePayload(pg_id, {}, "the placement group no longer exists")});
+  }
+  if (!release.empty()) ReleaseInBackground(std::move(release));
+}
+
 std::set<std::string> PlacementGroupManager::NodesInUseLocked() const {
   std::set<std::string> out;
   for (const auto& [id, e] : pgs_) {

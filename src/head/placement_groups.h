@@ -118,6 +118,10 @@ class PlacementGroupManager {
   // nodes of their bundles and the slices they hold; waiting ones queue again. Returns how many,
   // or an error for a garbled record (then nothing is taken).
   StatusOr<size_t> RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
+  // Node `node_address` (registering) holds bundles of `held`: releases those of groups that
+  // are unknown here or removed.
+  void ReleaseUnknownLocked(const std::string& node_address,
+                            const google::protobuf::RepeatedPtrField<std::string>& held) REQUIRES(mu_);
   // The node ids the bundles of live groups are on.
   std::set<std::string> NodesInUseLocked() const REQUIRES(mu_);
   // The non-detached groups of a finished job are removed.
