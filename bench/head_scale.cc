@@ -515,7 +515,7 @@ int main(int argc, char** argv) {
       rpc::GetPlacementGroupReply gr;
       auto ctx2 = NewContext(c.token, 40000);
       st = head.GetPlacementGroup(ctx2.get(), g, &gr);
-      if (!st.ok() || gr.pg().state() != "CREATED") {
+      if (!st.ok() || gr.pg().state() != rpc::PlacementGroupRecord::CREATED) {
         // Counted, not fatal: e.g. a prepare that timed out on a loaded machine.
         std::cerr << "head_scale: placement group not created in 30 s: " << st.error_message() << " "
                   << gr.pg().pending_reason() << std::endl;

@@ -23,6 +23,7 @@
 #include "cli/flags.h"
 #include "common/rpc.h"
 #include "common/session.h"
+#include "common/wire_states.h"
 #include "proto/torus.grpc.pb.h"
 #include "tpu/topology.h"
 
@@ -80,7 +81,7 @@ rpc::JobRecord Get(Conn& c, const std::string& id) {
 }
 
 // A job as JSON (docs/cli.md): the record's field names; times are numbers (protobuf's JSON
-// mapping would print 64-bit integers as strings).
+// mapping would print 64-bit integers as strings); states are their StateName text.
 nlohmann::json ToJson(const rpc::JobRecord& r) {
   std::string out;
   google::protobuf::util::JsonPrintOptions o;
@@ -90,17 +91,19 @@ nlohmann::json ToJson(const rpc::JobRecord& r) {
   auto j = nlohmann::json::parse(out);
   j["submitted_ms"] = r.submitted_ms();
   j["end_ms"] = r.end_ms();
-  for (int i = 0; i < r.processes_size(); ++i) j["processes"][i]["started_ms"] = r.processes(i).started_ms();
+  j["state"] = StateName(r.state());
+  for (int i = 0; i < r.processes_size(); ++i) {
+    j["processes"][i]["started_ms"] = r.processes(i).started_ms();
+    j["processes"][i]["state"] = StateName(r.processes(i).state());
+  }
   return j;
 }
-
-bool Terminal(const std::string& s) { return s == "SUCCEEDED" || s == "FAILED" || s == "STOPPED"; }
 
 // Exit code of `torus job submit` for a finished job: 0 when it succeeded, the failed process'
 // exit status when it had one, else 1.
 int ExitCodeOf(const rpc::JobRecord& r) {
-  if (r.state() == "SUCCEEDED") return 0;
-  if (r.state() == "FAILED" && r.exit_code() > 0) return r.exit_code();
+  if (r.state() == rpc::JobRecord::SUCCEEDED) return 0;
+  if (r.state() == rpc::JobRecord::FAILED && r.exit_code() > 0) return r.exit_code();
   return 1;
 }
 
@@ -202,8 +205,8 @@ int Submit(const Args& a) {
   std::cerr << "torus: job " << id << " submitted; its output follows (Ctrl-C leaves it running: "
             << "torus job logs " << id << " --follow, torus job stop " << id << ")" << std::endl;
   rpc::JobRecord r = StreamLogs(c, id, true);
-  std::cerr << "torus: job " << id << " " << r.state() << (r.message().empty() ? "" : ": " + r.message())
-            << std::endl;
+  std::cerr << "torus: job " << id << " " << StateName(r.state())
+            << (r.message().empty() ? "" : ": " + r.message()) << std::endl;
   return ExitCodeOf(r);
 }
 
@@ -215,12 +218,12 @@ int Status_(const Args& a) {
     std::cout << ToJson(r).dump(2) << std::endl;
     return 0;
   }
-  std::cout << r.job_id() << ": " << r.state() << (r.message().empty() ? "" : " (" + r.message() + ")")
-            << "\n";
+  std::cout << r.job_id() << ": " << StateName(r.state())
+            << (r.message().empty() ? "" : " (" + r.message() + ")") << "\n";
   if (r.attempt() > 0) std::cout << "  attempt " << r.attempt() + 1 << " of " << r.max_retries() + 1 << "\n";
   for (const auto& p : r.processes()) {
     std::cout << "  process " << p.rank() << " on " << p.host() << " (node " << p.node_id().substr(0, 12)
-              << ", pid " << p.pid() << "): " << p.state()
+              << ", pid " << p.pid() << "): " << StateName(p.state())
               << (p.exit_description().empty() ? "" : ", " + p.exit_description()) << "\n";
   }
   return 0;
@@ -239,12 +242,12 @@ int Stop(const Args& a) {
   // Processes get SIGTERM, then SIGKILL after 3 s; wait a little longer than that.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   rpc::JobRecord r = reply.job();
-  while (!Terminal(r.state()) && std::chrono::steady_clock::now() < deadline) {
+  while (!IsTerminal(r.state()) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     r = Get(c, a.positional[1]);
   }
-  std::cout << r.job_id() << ": " << r.state() << std::endl;
-  return Terminal(r.state()) ? 0 : 1;
+  std::cout << r.job_id() << ": " << StateName(r.state()) << std::endl;
+  return IsTerminal(r.state()) ? 0 : 1;
 }
 
 int List(const Args& a) {
@@ -263,7 +266,7 @@ int List(const Args& a) {
   for (const auto& r : reply.jobs()) {
     std::string cmd;
     for (const auto& s : r.entrypoint()) cmd += (cmd.empty() ? "" : " ") + s;
-    std::cout << r.job_id() << "  " << r.state() << "  "
+    std::cout << r.job_id() << "  " << StateName(r.state()) << "  "
               << (r.slice_topology().empty() ? "" : r.accelerator_version() + " " + r.slice_topology() + "  ")
               << cmd << "\n";
   }

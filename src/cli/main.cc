@@ -42,6 +42,7 @@
 #include "common/session.h"
 #include "common/session_daemons.h"
 #include "common/shm_owner.h"
+#include "common/wire_states.h"
 #include "cli/job.h"
 #include "core/worker_main.h"
 #include "head/head.h"
@@ -468,7 +469,8 @@ std::string WaitingTasks(const std::string& token, const rpc::PendingDemand& d,
     }
     answered = true;
     for (const auto& t : it->second.tasks()) {
-      tasks += t.actor_id().empty() && t.state() == "PENDING" && "task " + t.name() == d.description();
+      tasks += t.actor_id().empty() && t.state() == rpc::TaskInfo::PENDING &&
+               "task " + t.name() == d.description();
     }
   }
   if (!answered || tasks == 0) return std::to_string(d.count()) + " lease request(s)";
@@ -513,10 +515,10 @@ int Status_(const Args& a) {
   }
   int actors_pending = 0;
   for (const auto& ac : c.list.actors()) {
-    if (ac.state() == "PENDING" || ac.state() == "RESTARTING") {
+    if (ac.state() == rpc::ActorRecord::PENDING || ac.state() == rpc::ActorRecord::RESTARTING) {
       ++actors_pending;
       std::cout << "  actor " << ac.class_name() << " (" << ac.actor_id().substr(0, 12) << ") "
-                << ac.state() << "\n";
+                << StateName(ac.state()) << "\n";
     }
   }
   if (pending + actors_pending == 0) std::cout << "  (none)\n";
@@ -559,7 +561,7 @@ nlohmann::ordered_json ListActors(const Cluster& c) {
     j["class_name"] = ac.class_name();
     j["name"] = ac.name();
     j["namespace"] = ac.ray_namespace();
-    j["state"] = ac.state();
+    j["state"] = StateName(ac.state());
     j["node_id"] = ac.node_id();
     j["num_restarts"] = ac.num_restarts();
     j["death_cause"] = ac.death_cause();
@@ -575,7 +577,7 @@ nlohmann::ordered_json ListPlacementGroups(const Cluster& c) {
     nlohmann::ordered_json j;
     j["placement_group_id"] = pg.pg_id();
     j["name"] = pg.name();
-    j["state"] = pg.state();
+    j["state"] = StateName(pg.state());
     j["strategy"] = pg.strategy();
     j["job_id"] = pg.job_id();
     j["detached"] = pg.detached();
@@ -611,7 +613,7 @@ nlohmann::ordered_json ListSlices(const Cluster& c) {
     j["topology"] = sl.topology();
     j["hosts_alive"] = sl.hosts_alive();
     j["hosts_expected"] = sl.hosts_expected();
-    j["state"] = sl.state();
+    j["state"] = StateName(sl.state());
     j["holder"] = sl.holder();
     j["node_ids"] = std::vector<std::string>(sl.node_ids().begin(), sl.node_ids().end());
     out.push_back(j);
@@ -631,7 +633,7 @@ nlohmann::ordered_json ListTasks(const Cluster& c) {
       nlohmann::ordered_json j;
       j["task_id"] = t.task_id();
       j["name"] = t.name();
-      j["state"] = t.state();
+      j["state"] = StateName(t.state());
       j["job_id"] = t.job_id();
       j["actor_id"] = t.actor_id();
       j["worker_id"] = t.worker_id();
@@ -670,7 +672,7 @@ nlohmann::ordered_json ListFromNodes(const Cluster& c, const std::string& what) 
         j["worker_id"] = w.worker_id();
         j["node_id"] = n.node_id();
         j["pid"] = w.pid();
-        j["state"] = w.state();
+        j["state"] = StateName(w.state());
         j["actor_id"] = w.actor_id();
         out.push_back(j);
       }

@@ -350,7 +350,7 @@ std::unique_ptr<rpc::Node::Stub> CoreWorker::NodeStub(const std::string& address
 // ------------------------------------------------------------------------------- execution
 
 
-void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, const char* state,
+void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state,
                               const std::string& worker, const std::string& error) {
   uint64_t key = TaskCounterOf(spec.task_id());
   auto [it, fresh] = task_table_.try_emplace(key);
@@ -367,7 +367,7 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, const char* state,
   info.attempt = spec.attempt();
   if (!worker.empty()) info.worker_id = worker;
   if (!error.empty()) info.error = error;
-  if (state[0] == 'F') {  // FINISHED / FAILED
+  if (state == rpc::TaskInfo::FINISHED || state == rpc::TaskInfo::FAILED) {
     finished_tasks_.push_back(key);
     while (finished_tasks_.size() > 10000) {
       task_table_.erase(finished_tasks_.front());

@@ -406,11 +406,11 @@ class CoreWorker final : public internal::Runtime,
   uint64_t next_object_ = 0;
   std::unordered_map<std::string, double> exec_avg_us_;  // EWMA of user-code time per function
   // What this process submitted, for `torus list tasks`; finished entries are kept up to a bound.
-  void SetTaskState(const rpc::TaskSpec& spec, const char* state, const std::string& worker = "",
-                    const std::string& error = "");
+  void SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state,
+                    const std::string& worker = "", const std::string& error = "");
   struct TaskEntry {  // one row of `torus list tasks` (rpc::TaskInfo), without per-field heap strings
     std::string name, actor_id, job_id, worker_id, error;
-    const char* state = "";
+    rpc::TaskInfo::State state = rpc::TaskInfo::PENDING_ARGS;
     int attempt = 0;
     int64_t submitted_ms = 0;
   };

@@ -145,7 +145,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
     a->actor_id = actor_id;
   }
   spec.set_seq(a->next_seq++);
-  SetTaskState(spec, t->missing ? "PENDING_ARGS" : "PENDING");
+  SetTaskState(spec, t->missing ? rpc::TaskInfo::PENDING_ARGS : rpc::TaskInfo::PENDING);
   a->waiting.push_back(t);
   PumpActor(*a, &out);
   return rid;
@@ -163,7 +163,7 @@ void CoreWorker::FailActorCalls(const std::string& actor_id, const std::string& 
   if (auto reply = head_->GetActor(req); reply.ok() && reply->found()) {
     const auto& a = reply->actor();
     // Not DEAD: restarting, or placed elsewhere, or the head has not heard of the end yet.
-    restarted = a.state() != "DEAD";
+    restarted = a.state() != rpc::ActorRecord::DEAD;
     if (!restarted) {
       cause = a.death_cause();
     } else if (a.worker_id() != worker_id) {
@@ -218,7 +218,7 @@ void CoreWorker::PumpActor(ActorQueue& a, Outbox* out) {
     t->conn = a.conn;
     last = TaskCounterOf(t->spec.task_id());
     a.conn->in_flight[last] = t;
-    SetTaskState(t->spec, "RUNNING", a.conn->worker_id);
+    SetTaskState(t->spec, rpc::TaskInfo::RUNNING, a.conn->worker_id);
     a.conn->Enqueue(std::move(t));
     sent = true;
   }
@@ -240,7 +240,7 @@ void CoreWorker::ResolveActor(const std::string& actor_id, const std::string& lo
   const auto since = Clock::now();
   StatusOr<rpc::GetActorReply> reply = Unavailable("shutting down");
   auto placed = [&] {
-    return reply->actor().state() == "ALIVE" && !reply->actor().address().empty();
+    return reply->actor().state() == rpc::ActorRecord::ALIVE && !reply->actor().address().empty();
   };
   while (!shutting_down_) {
     rpc::GetActorRequest req;
@@ -248,7 +248,7 @@ void CoreWorker::ResolveActor(const std::string& actor_id, const std::string& lo
     req.set_wait_alive_ms(2000);
     req.set_not_worker_id(lost_worker);
     reply = head_->GetActor(req);
-    if (!reply.ok() || !reply->found() || reply->actor().state() == "DEAD") break;
+    if (!reply.ok() || !reply->found() || reply->actor().state() == rpc::ActorRecord::DEAD) break;
     if (placed() && (reply->actor().worker_id() != lost_worker ||
                      Clock::now() - since > kSameWorkerGrace)) {
       break;

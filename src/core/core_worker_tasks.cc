@@ -117,7 +117,7 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
                            (python ? python_runtime_key_ : runtime_key_) + env_key);
   }
   TrackArgs(t, refs);
-  SetTaskState(spec, t->missing ? "PENDING_ARGS" : "PENDING");
+  SetTaskState(spec, t->missing ? rpc::TaskInfo::PENDING_ARGS : rpc::TaskInfo::PENDING);
   if (t->missing == 0) {
     FillResolvedArgs(*t);
     Enqueue(t, &out);
@@ -316,7 +316,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q, Outbox* outbox) {
     t->conn = best;
     t->sent_at = Clock::now();
     best->in_flight[TaskCounterOf(t->spec.task_id())] = t;
-    SetTaskState(t->spec, "RUNNING", best->worker_id);
+    SetTaskState(t->spec, rpc::TaskInfo::RUNNING, best->worker_id);
     auto* v = opened(best);
     if (!v) {
       out.emplace_back(best, std::vector<std::shared_ptr<TaskRecord>>());
@@ -482,8 +482,8 @@ bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
       continue;
     }
     ReleaseTaskPins(*t);
-    SetTaskState(t->spec, r.is_error() ? "FAILED" : "FINISHED", conn->worker_id,
-                 r.is_error() ? r.error().message() : "");
+    SetTaskState(t->spec, r.is_error() ? rpc::TaskInfo::FAILED : rpc::TaskInfo::FINISHED,
+                 conn->worker_id, r.is_error() ? r.error().message() : "");
     StoreTaskResult(t->spec, r);
   }
   if (conn->in_flight.empty()) conn->idle_since = Clock::now();
@@ -500,7 +500,7 @@ void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
 }
 
 void CoreWorker::FailTask(TaskRecord& t, StatusCode code, const std::string& msg) {
-  SetTaskState(t.spec, "FAILED", "", msg);
+  SetTaskState(t.spec, rpc::TaskInfo::FAILED, "", msg);
   ReleaseTaskPins(t);
   const int n = std::max(t.spec.num_returns(), 1);
   for (int i = 0; i < n; ++i) FailObject(ReturnIdOf(t.spec.return_id(), i), code, msg);
@@ -532,7 +532,7 @@ void CoreWorker::OnConnBroken(Conn* conn, const std::string& why) {
     for (auto& t : lost) {
       auto fresh = std::make_shared<TaskRecord>(*t);
       fresh->conn = nullptr;
-      SetTaskState(fresh->spec, "PENDING");
+      SetTaskState(fresh->spec, rpc::TaskInfo::PENDING);
       Enqueue(fresh);
     }
     return;
@@ -605,7 +605,7 @@ std::shared_ptr<TaskRecord> CoreWorker::NextAttempt(const TaskRecord& t) {
   auto again = std::make_shared<TaskRecord>(t);
   again->spec.set_attempt(again->spec.attempt() + 1);
   again->conn = nullptr;
-  SetTaskState(again->spec, "PENDING");
+  SetTaskState(again->spec, rpc::TaskInfo::PENDING);
   return again;
 }
 

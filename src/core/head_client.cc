@@ -6,6 +6,7 @@
 
 #include "common/lane.h"
 #include "common/rpc.h"
+#include "common/wire_states.h"
 #include "core/throw_status.h"
 #include "torus/api/exceptions.h"
 
@@ -154,13 +155,15 @@ StatusOr<std::string> HeadClient::BundleNode(const std::string& pg_id, int bundl
     if (!st.ok()) return FromGrpc(st, "cannot look up placement group " + pg_id);
     if (!reply.found()) return NotFound("placement group " + pg_id + " does not exist");
     const auto& pg = reply.pg();
-    if (pg.state() == "REMOVED") return NotFound("placement group " + pg_id + " was removed");
+    if (pg.state() == rpc::PlacementGroupRecord::REMOVED) {
+      return NotFound("placement group " + pg_id + " was removed");
+    }
     if (bundle_index >= pg.bundles_size()) {
       return InvalidArgument("bundle index " + std::to_string(bundle_index) +
                              " out of range: placement group " + pg_id + " has " +
                              std::to_string(pg.bundles_size()) + " bundles");
     }
-    if (pg.state() != "CREATED") {
+    if (pg.state() != rpc::PlacementGroupRecord::CREATED) {
       if (stop) return Unavailable("shutting down");
       continue;
     }
@@ -217,7 +220,7 @@ std::string HeadClient::CreatePlacementGroup(const internal::PlacementGroupSpec&
                       &rpc::Head::Service::CreatePlacementGroup, &rpc::Head::Stub::CreatePlacementGroup, req, &reply);
   if (!st.ok()) throw internal::RayException("CreatePlacementGroup failed: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) ThrowStatus(reply.error(), "CreatePlacementGroup: ");
-  if (reply.state() == "CREATED") {
+  if (reply.state() == rpc::PlacementGroupRecord::CREATED) {
     MutexLock lock(mu_);
     created_.insert(reply.pg_id());
   }
@@ -242,7 +245,7 @@ internal::PlacementGroupInfo ToInfo(const rpc::PlacementGroupRecord& r) {
   internal::PlacementGroupInfo info;
   info.found = true;
   info.id = r.pg_id();
-  info.state = r.state();
+  info.state = StateName(r.state());
   info.spec.name = r.name();
   info.spec.ray_namespace = r.ray_namespace();
   info.spec.strategy = r.strategy();
@@ -287,8 +290,8 @@ bool HeadClient::WaitPlacementGroup(const std::string& id, int timeout_seconds) 
     });
     if (!st.ok()) throw internal::RayException("PlacementGroup::Wait: " + st.error_message());
     if (!reply.found()) throw internal::RayException("PlacementGroup::Wait: no placement group " + id);
-    if (reply.pg().state() == "CREATED") return true;
-    if (reply.pg().state() == "REMOVED") {
+    if (reply.pg().state() == rpc::PlacementGroupRecord::CREATED) return true;
+    if (reply.pg().state() == rpc::PlacementGroupRecord::REMOVED) {
       const std::string& why = reply.pg().pending_reason();
       throw internal::RayException("placement group " + id + " was removed" +
                                    (why.empty() ? std::string() : ": " + why));
@@ -349,7 +352,7 @@ std::string HeadClient::GetNamedActor(const std::string& name, const std::string
   rpc::GetActorReply reply;
   auto st = Call(&rpc::Head::Stub::GetActor, req, &reply, 10000);
   if (!st.ok()) throw internal::RayException("GetActor failed: " + st.error_message());
-  if (!reply.found() || reply.actor().state() == "DEAD") return "";
+  if (!reply.found() || reply.actor().state() == rpc::ActorRecord::DEAD) return "";
   return reply.actor().actor_id();
 }
 

@@ -53,7 +53,7 @@ class HeadClient {
 
   // Actors.
   void CreateActor(const rpc::CreateActorRequest& req);  // throws why the head refused
-  // One lookup (with the request's own wait for ALIVE / min_restarts).
+  // One lookup (with the request's own wait for ALIVE).
   StatusOr<rpc::GetActorReply> GetActor(const rpc::GetActorRequest& req);
   // The id of the live actor named `name` in `ray_namespace`; "" if none.
   std::string GetNamedActor(const std::string& name, const std::string& ray_namespace);

@@ -27,7 +27,8 @@ void ActorDirectory::Create(const rpc::CreateActorRequest& req, rpc::CreateActor
   if (!req.name().empty()) {
     auto key = std::make_pair(req.ray_namespace(), req.name());
     auto it = named_.find(key);
-    if (it != named_.end() && actors_.count(it->second) && actors_[it->second].rec.state() != "DEAD") {
+    if (it != named_.end() && actors_.count(it->second) &&
+        actors_[it->second].rec.state() != rpc::ActorRecord::DEAD) {
       SetError(reply->mutable_error(), StatusCode::kAlreadyExists,
                "an actor named '" + req.name() + "' already exists in namespace '" +
                    req.ray_namespace() + "'");
@@ -51,7 +52,7 @@ void ActorDirectory::Create(const rpc::CreateActorRequest& req, rpc::CreateActor
   a.rec.set_actor_id(id);
   a.rec.set_name(req.name());
   a.rec.set_ray_namespace(req.ray_namespace());
-  a.rec.set_state("PENDING");
+  a.rec.set_state(rpc::ActorRecord::PENDING);
   a.rec.set_max_restarts(req.max_restarts());
   a.rec.set_class_name(req.creation().function());
   a.rec.set_job_id(req.creation().job_id());
@@ -64,7 +65,7 @@ bool ActorDirectory::CheckGroupLocked(const rpc::CreateActorRequest& req, rpc::C
   if (req.placement_group_id().empty()) return true;
   pgs_.AssertHeld();  // it shares mu_
   const rpc::PlacementGroupRecord* pg = pgs_.Find(req.placement_group_id());
-  if (!pg || pg->state() == "REMOVED") {
+  if (!pg || pg->state() == rpc::PlacementGroupRecord::REMOVED) {
     SetError(reply->mutable_error(), StatusCode::kNotFound,
              "placement group " + req.placement_group_id() + " does not exist (or was removed)");
     return false;
@@ -80,7 +81,10 @@ bool ActorDirectory::CheckGroupLocked(const rpc::CreateActorRequest& req, rpc::C
 
 void ActorDirectory::ScheduleLocked() {
   for (auto& [id, a] : actors_) {
-    if (a.placing || (a.rec.state() != "PENDING" && a.rec.state() != "RESTARTING")) continue;
+    if (a.placing ||
+        (a.rec.state() != rpc::ActorRecord::PENDING && a.rec.state() != rpc::ActorRecord::RESTARTING)) {
+      continue;
+    }
     if (!a.spec.placement_group_id().empty()) {
       PlaceInGroupLocked(id, a);
     } else {
@@ -94,14 +98,14 @@ void ActorDirectory::PlaceInGroupLocked(const std::string& id, ActorEntry& a) {
   ResourceMap res = FromProto(a.spec.resources());
   pgs_.AssertHeld();  // it shares mu_
   const rpc::PlacementGroupRecord* pg = pgs_.Find(a.spec.placement_group_id());
-  if (!pg || pg->state() == "REMOVED") {
-    a.rec.set_state("DEAD");
+  if (!pg || pg->state() == rpc::PlacementGroupRecord::REMOVED) {
+    a.rec.set_state(rpc::ActorRecord::DEAD);
     a.rec.set_death_cause("its placement group was removed");
     SaveLocked(a);
     cv_.NotifyAll();
     return;
   }
-  if (pg->state() != "CREATED") return;  // wait for the group
+  if (pg->state() != rpc::PlacementGroupRecord::CREATED) return;  // wait for the group
   const rpc::Bundle* target = nullptr;
   for (const auto& b : pg->bundles()) {
     if (a.spec.bundle_index() >= 0 && b.index() != a.spec.bundle_index()) continue;
@@ -192,7 +196,7 @@ void ActorDirectory::Place(const std::string& actor_id, const std::string& node_
   if (it == actors_.end()) return;
   ActorEntry& a = it->second;
   a.placing = false;
-  if (a.rec.state() == "DEAD") {  // killed while being placed
+  if (a.rec.state() == rpc::ActorRecord::DEAD) {  // killed while being placed
     if (st.ok() && reply.ok()) {
       a.rec.set_worker_id(reply.worker_id());
       KillWorkerLocked(a.rec);
@@ -207,14 +211,14 @@ void ActorDirectory::Place(const std::string& actor_id, const std::string& node_
     return;
   }
   if (!reply.ok()) {
-    a.rec.set_state("DEAD");
+    a.rec.set_state(rpc::ActorRecord::DEAD);
     a.rec.set_death_cause("the actor's constructor failed: " + reply.error().message());
     TORUS_LOG(WARNING) << "actor " << actor_id << " " << a.rec.death_cause();
     SaveLocked(a);
     cv_.NotifyAll();
     return;
   }
-  a.rec.set_state("ALIVE");
+  a.rec.set_state(rpc::ActorRecord::ALIVE);
   a.rec.set_worker_id(reply.worker_id());
   a.rec.set_address(reply.worker_address());
   SaveLocked(a);
@@ -238,19 +242,19 @@ void ActorDirectory::KillWorkerLocked(const rpc::ActorRecord& rec) {
 }
 
 void ActorDirectory::OnWorkerGoneLocked(ActorEntry& a, const std::string& cause, bool intentional) {
-  if (a.rec.state() == "DEAD") return;
+  if (a.rec.state() == rpc::ActorRecord::DEAD) return;
   int max = a.rec.max_restarts();
   bool can_restart = !intentional && !a.no_restart && (max < 0 || a.rec.num_restarts() < max);
   a.rec.set_address("");
   a.rec.set_worker_id("");
   if (can_restart) {
-    a.rec.set_state("RESTARTING");
+    a.rec.set_state(rpc::ActorRecord::RESTARTING);
     a.rec.set_num_restarts(a.rec.num_restarts() + 1);
     TORUS_LOG(INFO) << "actor " << a.rec.actor_id() << " restarting (" << a.rec.num_restarts()
                     << "/" << (max < 0 ? std::string("inf") : std::to_string(max))
                     << ") because " << cause;
   } else {
-    a.rec.set_state("DEAD");
+    a.rec.set_state(rpc::ActorRecord::DEAD);
     a.rec.set_death_cause(cause);
   }
   SaveLocked(a);
@@ -285,12 +289,12 @@ void ActorDirectory::Get(grpc::ServerContext* ctx, const rpc::GetActorRequest& r
     auto it = actors_.find(id);
     if (it == actors_.end()) return;
     const auto& rec = it->second.rec;
-    bool settled = rec.state() == "DEAD" ||
-                   (rec.state() == "ALIVE" && rec.num_restarts() >= req.min_restarts() &&
+    bool settled = rec.state() == rpc::ActorRecord::DEAD ||
+                   (rec.state() == rpc::ActorRecord::ALIVE &&
                     (req.not_worker_id().empty() || rec.worker_id() != req.not_worker_id()));
     if (settled || req.wait_alive_ms() <= 0 || Clock::now() >= deadline || stopping_ ||
         ctx->IsCancelled()) {
-      if (!req.name().empty() && rec.state() == "DEAD") return;
+      if (!req.name().empty() && rec.state() == rpc::ActorRecord::DEAD) return;
       reply->set_found(true);
       *reply->mutable_actor() = rec;
       return;
@@ -306,10 +310,10 @@ void ActorDirectory::Kill(const rpc::KillActorRequest& req) {
   ActorEntry& a = it->second;
   if (req.no_restart()) a.no_restart = true;
   SaveLocked(a);
-  if (a.rec.state() == "ALIVE") {
+  if (a.rec.state() == rpc::ActorRecord::ALIVE) {
     KillWorkerLocked(a.rec);
-  } else if (req.no_restart() && a.rec.state() != "DEAD") {
-    a.rec.set_state("DEAD");
+  } else if (req.no_restart() && a.rec.state() != rpc::ActorRecord::DEAD) {
+    a.rec.set_state(rpc::ActorRecord::DEAD);
     a.rec.set_death_cause("the actor was killed before it started");
     SaveLocked(a);
     cv_.NotifyAll();
@@ -325,7 +329,8 @@ void ActorDirectory::Stop() {
 void ActorDirectory::OnNodeGoneLocked(const std::string& node_id, const std::string& cause, bool pending_too) {
   for (auto& [id, a] : actors_) {
     if (a.rec.node_id() == node_id &&
-        (a.rec.state() == "ALIVE" || (pending_too && a.rec.state() == "PENDING"))) {
+        (a.rec.state() == rpc::ActorRecord::ALIVE ||
+         (pending_too && a.rec.state() == rpc::ActorRecord::PENDING))) {
       OnWorkerGoneLocked(a, cause, false);
     }
   }
@@ -334,10 +339,10 @@ void ActorDirectory::OnNodeGoneLocked(const std::string& node_id, const std::str
 void ActorDirectory::FinishJobLocked(const std::string& job_id) {
   // Non-detached actors die with the job that created them.
   for (auto& [id, a] : actors_) {
-    if (a.rec.job_id() != job_id || a.rec.detached() || a.rec.state() == "DEAD") continue;
+    if (a.rec.job_id() != job_id || a.rec.detached() || a.rec.state() == rpc::ActorRecord::DEAD) continue;
     a.no_restart = true;
-    if (a.rec.state() == "ALIVE") KillWorkerLocked(a.rec);
-    a.rec.set_state("DEAD");
+    if (a.rec.state() == rpc::ActorRecord::ALIVE) KillWorkerLocked(a.rec);
+    a.rec.set_state(rpc::ActorRecord::DEAD);
     a.rec.set_death_cause("the job that created the actor finished");
     SaveLocked(a);
   }
@@ -351,9 +356,9 @@ void ActorDirectory::OnPgCreatedLocked() {
 
 void ActorDirectory::OnPgRemovedLocked(const std::string& pg_id, const std::string& why) {
   for (auto& [id, a] : actors_) {
-    if (a.spec.placement_group_id() != pg_id || a.rec.state() == "DEAD") continue;
+    if (a.spec.placement_group_id() != pg_id || a.rec.state() == rpc::ActorRecord::DEAD) continue;
     a.no_restart = true;
-    a.rec.set_state("DEAD");
+    a.rec.set_state(rpc::ActorRecord::DEAD);
     a.rec.set_death_cause("its placement group was removed (" + why + ")");
     SaveLocked(a);
   }
@@ -362,7 +367,9 @@ void ActorDirectory::OnPgRemovedLocked(const std::string& pg_id, const std::stri
 
 void ActorDirectory::OnPgSliceLostLocked(const std::string& pg_id) {
   for (auto& [aid, a] : actors_) {
-    if (a.spec.placement_group_id() == pg_id && a.rec.state() == "ALIVE") KillWorkerLocked(a.rec);
+    if (a.spec.placement_group_id() == pg_id && a.rec.state() == rpc::ActorRecord::ALIVE) {
+      KillWorkerLocked(a.rec);
+    }
   }
 }
 
@@ -374,7 +381,7 @@ void ActorDirectory::TrimDeadLocked() {
   while (dead_order_.size() > kKeepDeadActors) {
     auto it = actors_.find(dead_order_.front());
     dead_order_.pop_front();
-    if (it == actors_.end() || it->second.rec.state() != "DEAD") continue;
+    if (it == actors_.end() || it->second.rec.state() != rpc::ActorRecord::DEAD) continue;
     const auto& rec = it->second.rec;
     auto n = named_.find({rec.ray_namespace(), rec.name()});
     if (n != named_.end() && n->second == rec.actor_id()) named_.erase(n);
@@ -388,7 +395,7 @@ void ActorDirectory::TrimDeadLocked() {
 }
 
 void ActorDirectory::SaveLocked(const ActorEntry& a) {
-  if (a.rec.state() == "DEAD" && (dead_order_.empty() || dead_order_.back() != a.rec.actor_id())) {
+  if (a.rec.state() == rpc::ActorRecord::DEAD && (dead_order_.empty() || dead_order_.back() != a.rec.actor_id())) {
     dead_order_.push_back(a.rec.actor_id());
   }
   if (!store_) return;
@@ -421,9 +428,13 @@ StatusOr<size_t> ActorDirectory::RestoreLocked(const std::vector<std::pair<std::
     a.no_restart = d.no_restart();
     if (terms.ok()) a.selector = *terms;
     // A placement in flight when the head stopped is tried again.
-    if (a.rec.state() == "PENDING" || a.rec.state() == "RESTARTING") a.rec.set_node_id("");
-    if (!a.rec.name().empty() && a.rec.state() != "DEAD") named_[{a.rec.ray_namespace(), a.rec.name()}] = id;
-    if (a.rec.state() == "DEAD") dead_order_.push_back(id);
+    if (a.rec.state() == rpc::ActorRecord::PENDING || a.rec.state() == rpc::ActorRecord::RESTARTING) {
+      a.rec.set_node_id("");
+    }
+    if (!a.rec.name().empty() && a.rec.state() != rpc::ActorRecord::DEAD) {
+      named_[{a.rec.ray_namespace(), a.rec.name()}] = id;
+    }
+    if (a.rec.state() == rpc::ActorRecord::DEAD) dead_order_.push_back(id);
   }
   return parsed.size();
 }
@@ -431,7 +442,9 @@ StatusOr<size_t> ActorDirectory::RestoreLocked(const std::vector<std::pair<std::
 std::set<std::string> ActorDirectory::NodesInUseLocked() const {
   std::set<std::string> out;
   for (const auto& [id, a] : actors_) {
-    if (a.rec.state() != "DEAD" && !a.rec.node_id().empty()) out.insert(a.rec.node_id());
+    if (a.rec.state() != rpc::ActorRecord::DEAD && !a.rec.node_id().empty()) {
+      out.insert(a.rec.node_id());
+    }
   }
   return out;
 }

@@ -483,7 +483,8 @@ grpc::Status Head::QuerySlices(grpc::ServerContext* ctx, const rpc::SliceQueryRe
     pg_manager_.AssertHeld();  // it shares mu_
     std::string holder = pg_manager_.HolderOf(s.name);
     out->set_holder(holder);
-    out->set_state(!s.intact ? "broken" : !holder.empty() ? "reserved" : "free");
+    out->set_state(!s.intact ? rpc::SliceSummary::BROKEN
+                             : !holder.empty() ? rpc::SliceSummary::RESERVED : rpc::SliceSummary::FREE);
     if (s.name == req->slice_name()) {
       for (int h : s.hosts) {
         if (h >= 0) reply->add_node_ids(view[h].id);

@@ -57,6 +57,7 @@ StatusOr<std::unique_ptr<HeadStore>> HeadStore::Open(const std::string& path) {
   }
   std::unique_ptr<HeadStore> s(new HeadStore(path, db));
   if (auto st = s->Prepare(); !st.ok()) return st;
+  if (auto st = s->CheckFormat(); !st.ok()) return st;
   return s;
 }
 
@@ -139,6 +140,28 @@ StatusOr<size_t> HeadStore::Count(StoreKind kind) {
   size_t n = static_cast<size_t>(sqlite3_column_int64(count_, 0));
   sqlite3_reset(count_);
   return n;
+}
+
+Status HeadStore::CheckFormat() {
+  auto meta = LoadAll(StoreKind::kMeta);
+  if (!meta.ok()) return meta.status();
+  for (const auto& [k, v] : *meta) {
+    if (k != "format") continue;
+    if (v == kFormat) return Status::Ok();
+    return FailedPrecondition("the head's state " + path_ + " has format " + v + ", this torus reads " + kFormat +
+                              "; refusing to load it (start afresh with --new-session)");
+  }
+  for (StoreKind k : {StoreKind::kKv, StoreKind::kActor, StoreKind::kPlacementGroup, StoreKind::kDriverJob,
+                      StoreKind::kJob}) {
+    auto n = Count(k);
+    if (!n.ok()) return n.status();
+    if (*n) {
+      return FailedPrecondition("the head's state " + path_ +
+                                " has no format mark (written by an older torus); refusing to load it "
+                                "(start afresh with --new-session)");
+    }
+  }
+  return Put(StoreKind::kMeta, "format", kFormat);
 }
 
 }  // namespace torus

@@ -61,6 +61,10 @@ class HeadStore {
  private:
   HeadStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   Status Prepare() EXCLUDES(mu_);
+  // The records' format (kMeta "format"): a new store gets kFormat; a store of another format,
+  // or an unmarked one with records, is refused.
+  static constexpr const char* kFormat = "1";
+  Status CheckFormat() EXCLUDES(mu_);
   Status Error(const char* what) const REQUIRES(mu_);
 
   const std::string path_;

@@ -11,6 +11,7 @@
 #include "common/ids.h"
 #include "common/logging.h"
 #include "common/rpc.h"
+#include "common/wire_states.h"
 #include "tpu/gang_env.h"
 #include "tpu/topology.h"
 
@@ -23,10 +24,6 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-bool Terminal(const std::string& state) {
-  return state == "SUCCEEDED" || state == "FAILED" || state == "STOPPED";
 }
 
 
@@ -129,7 +126,7 @@ grpc::Status JobManager::SubmitJob(grpc::ServerContext* ctx, const rpc::JobSubmi
   }
   auto& r = job.rec;
   r.set_job_id(id);
-  r.set_state("PENDING");
+  r.set_state(rpc::JobRecord::PENDING);
   for (const auto& a : req->entrypoint()) r.add_entrypoint(a);
   r.set_working_dir(req->working_dir());
   r.set_max_retries(req->max_retries());
@@ -230,7 +227,7 @@ grpc::Status JobManager::JobLogs(grpc::ServerContext* ctx, const rpc::JobLogsReq
         sent = true;
       }
     }
-    if (!req->follow() || Terminal(rec.state()) || stopping_) {
+    if (!req->follow() || IsTerminal(rec.state()) || stopping_) {
       rpc::JobLogChunk last;
       last.set_offset(offset);
       last.set_done(true);
@@ -276,11 +273,9 @@ bool JobManager::StopWanted(const std::string& id) {
   return stopping_ || jobs_[id].stop_requested;
 }
 
-void JobManager::SetMessage(const std::string& id, const std::string& state, const std::string& message) {
+void JobManager::SetMessage(const std::string& id, const std::string& message) {
   MutexLock lock(mu_);
-  auto& r = jobs_[id].rec;
-  if (!state.empty()) r.set_state(state);
-  r.set_message(message);
+  jobs_[id].rec.set_message(message);
   SaveLocked(id);
   cv_.NotifyAll();
 }
@@ -299,7 +294,7 @@ void JobManager::Supervise(const std::string& id, bool resume) {
                          " of " + std::to_string(r.max_retries()) + " retries)\n";
       TORUS_LOG(INFO) << note;
       r.set_attempt(r.attempt() + 1);
-      r.set_state("PENDING");
+      r.set_state(rpc::JobRecord::PENDING);
       r.set_message("retrying after: " + res.message);
       SaveLocked(id);
       lock.Unlock();
@@ -308,23 +303,24 @@ void JobManager::Supervise(const std::string& id, bool resume) {
     }
     switch (res.outcome) {
       case Outcome::kSucceeded:
-        r.set_state("SUCCEEDED");
+        r.set_state(rpc::JobRecord::SUCCEEDED);
         r.set_exit_code(0);
         r.clear_message();
         break;
       case Outcome::kStopped:
-        r.set_state("STOPPED");
+        r.set_state(rpc::JobRecord::STOPPED);
         r.set_message(res.message);
         break;
       case Outcome::kFailed:
-        r.set_state("FAILED");
+        r.set_state(rpc::JobRecord::FAILED);
         r.set_message(res.message);
         r.set_exit_code(res.exit_code);
         break;
     }
     r.set_end_ms(NowMs());
     SaveLocked(id);
-    TORUS_LOG(INFO) << "job " << id << " " << r.state() << (r.message().empty() ? "" : ": " + r.message());
+    TORUS_LOG(INFO) << "job " << id << " " << StateName(r.state())
+                    << (r.message().empty() ? "" : ": " + r.message());
     cv_.NotifyAll();
     return;
   }
@@ -351,7 +347,7 @@ JobManager::AttemptResult JobManager::PickDriverNode(const std::string& id, std:
       targets->push_back(t);
       return {Outcome::kSucceeded, "", -1};
     }
-    SetMessage(id, "", "waiting for a node to run the driver on");
+    SetMessage(id, "waiting for a node to run the driver on");
     MutexLock lock(mu_);
     cv_.WaitFor(lock, std::chrono::milliseconds(200));
   }
@@ -403,11 +399,11 @@ JobManager::AttemptResult JobManager::ReserveSlices(const std::string& id, std::
     auto st = head->GetPlacementGroup(ctx.get(), req, &reply);
     if (st.ok() && reply.found()) {
       pg = reply.pg();
-      if (pg.state() == "CREATED") break;
-      if (pg.state() == "REMOVED") {
+      if (pg.state() == rpc::PlacementGroupRecord::CREATED) break;
+      if (pg.state() == rpc::PlacementGroupRecord::REMOVED) {
         return {Outcome::kFailed, "the slice reservation ended: " + pg.pending_reason(), -1};
       }
-      SetMessage(id, "", pg.pending_reason());
+      SetMessage(id, pg.pending_reason());
     }
   }
   // Hosts: slice name and worker id from the nodes' labels.
@@ -476,7 +472,7 @@ JobManager::Attempt JobManager::BeginAttempt(const std::string& id) {
   a.gang = j.slice_request.has_slice();
   j.rec.clear_processes();
   j.rec.clear_placement_group_id();
-  j.rec.set_state("PENDING");
+  j.rec.set_state(rpc::JobRecord::PENDING);
   {
     // The log as it stands (earlier attempts, notes) is what a resumed head keeps.
     std::error_code ec;
@@ -587,11 +583,11 @@ void JobManager::MarkRunning(const Attempt& a) {
     p->set_node_address(a.targets[i].node_address);
     p->set_host(a.targets[i].host);
     p->set_pid(a.started[i].pid());
-    p->set_state("RUNNING");
+    p->set_state(rpc::JobProcessInfo::RUNNING);
     p->set_started_ms(a.started[i].started_ms());
     p->set_process_id(a.started[i].process_id());
   }
-  r.set_state("RUNNING");
+  r.set_state(rpc::JobRecord::RUNNING);
   r.clear_message();
   SaveLocked(a.id);
   cv_.NotifyAll();
@@ -719,7 +715,7 @@ JobManager::AttemptResult JobManager::AwaitProcesses(const Attempt& a) {
 void JobManager::NoteProcessExited(const std::string& id, const ProcessEnd& ev) {
   MutexLock lock(mu_);
   auto* p = jobs_[id].rec.mutable_processes(ev.index);
-  p->set_state("EXITED");
+  p->set_state(rpc::JobProcessInfo::EXITED);
   p->set_exit_description(ev.description);
   SaveLocked(id);
   cv_.NotifyAll();

@@ -133,7 +133,7 @@ class JobManager final : public rpc::Jobs::Service {
   void AppendLog(const std::string& id, const std::string& text, int proc = -1, uint64_t done = 0)
       EXCLUDES(mu_);
   bool StopWanted(const std::string& id) EXCLUDES(mu_);
-  void SetMessage(const std::string& id, const std::string& state, const std::string& message) EXCLUDES(mu_);
+  void SetMessage(const std::string& id, const std::string& message) EXCLUDES(mu_);
 
   // constant after construction / SetHeadAddress
   JobManagerConfig cfg_;

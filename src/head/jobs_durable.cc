@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "common/logging.h"
+#include "common/wire_states.h"
 #include "head/jobs.h"
 
 namespace torus {
@@ -54,7 +55,7 @@ StatusOr<size_t> JobManager::Restore() {
     j.req = d.req();
     j.slice_request = d.slice_request();
     j.log_path = d.log_path();
-    const bool running = j.rec.state() == "RUNNING" && j.rec.processes_size() > 0;
+    const bool running = j.rec.state() == rpc::JobRecord::RUNNING && j.rec.processes_size() > 0;
     if (running) {
       // Cut the log back to what the saved offsets account for: the tail copies the rest again.
       std::error_code ec;
@@ -66,7 +67,7 @@ StatusOr<size_t> JobManager::Restore() {
     }
     if (running) {
       j.supervisor = std::thread([this, id] { Supervise(id, /*resume=*/true); });
-    } else if (j.rec.state() == "PENDING") {
+    } else if (j.rec.state() == rpc::JobRecord::PENDING) {
       // An attempt that had not started its processes starts over; a reservation it made goes.
       std::string pg = j.rec.placement_group_id();
       j.supervisor = std::thread([this, id, pg] {
@@ -74,7 +75,7 @@ StatusOr<size_t> JobManager::Restore() {
         Supervise(id);
       });
     }
-    TORUS_LOG(INFO) << "job " << id << " resumed: " << j.rec.state();
+    TORUS_LOG(INFO) << "job " << id << " resumed: " << StateName(j.rec.state());
   }
   return jobs.size();
 }
@@ -115,8 +116,7 @@ JobManager::AttemptResult JobManager::ResumeAttempt(const std::string& id) {
 void JobManager::TrimFinishedLocked() {
   std::vector<std::pair<int64_t, std::string>> finished;  // (submitted, id)
   for (const auto& [id, j] : jobs_) {
-    const auto& st = j.rec.state();
-    if (st == "SUCCEEDED" || st == "FAILED" || st == "STOPPED") finished.emplace_back(j.rec.submitted_ms(), id);
+    if (IsTerminal(j.rec.state())) finished.emplace_back(j.rec.submitted_ms(), id);
   }
   if (finished.size() <= kKeepFinishedJobs) return;
   std::sort(finished.begin(), finished.end());

@@ -130,7 +130,8 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
   MutexLock lock(mu_);
   if (!req.name().empty()) {
     auto it = named_.find({req.ray_namespace(), req.name()});
-    if (it != named_.end() && pgs_.count(it->second) && pgs_[it->second].rec.state() != "REMOVED") {
+    if (it != named_.end() && pgs_.count(it->second) &&
+        pgs_[it->second].rec.state() != rpc::PlacementGroupRecord::REMOVED) {
       SetError(reply->mutable_error(), StatusCode::kAlreadyExists,
                "a placement group named '" + req.name() + "' already exists");
       return grpc::Status::OK;
@@ -138,7 +139,7 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
   }
   std::string id = RandomHex(14);
   e.rec.set_pg_id(id);
-  e.rec.set_state("PENDING");
+  e.rec.set_state(rpc::PlacementGroupRecord::PENDING);
   e.rec.set_created_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count());
@@ -157,8 +158,8 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
   }
   auto it = pgs_.find(id);
   // A group placed right here was saved CREATED by FinishGrant; a waiting one is saved now.
-  if (it != pgs_.end() && it->second.rec.state() != "CREATED") SaveLocked(it->second);
-  reply->set_state(it == pgs_.end() ? "REMOVED" : it->second.rec.state());
+  if (it != pgs_.end() && it->second.rec.state() != rpc::PlacementGroupRecord::CREATED) SaveLocked(it->second);
+  reply->set_state(it == pgs_.end() ? rpc::PlacementGroupRecord::REMOVED : it->second.rec.state());
   return grpc::Status::OK;
 }
 
@@ -168,7 +169,7 @@ grpc::Status PlacementGroupManager::Remove(const rpc::PlacementGroupRequest& req
     MutexLock lock(mu_);
     auto it = pgs_.find(req.pg_id());
     if (it == pgs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no placement group " + req.pg_id());
-    if (it->second.rec.state() == "REMOVED") return grpc::Status::OK;
+    if (it->second.rec.state() == rpc::PlacementGroupRecord::REMOVED) return grpc::Status::OK;
     release = RemoveLocked(it->second, "removed by the user");
   }
   // Synchronously: when Remove returns, the resources are free (and our view says so).
@@ -189,8 +190,9 @@ grpc::Status PlacementGroupManager::Get(grpc::ServerContext* ctx, const rpc::Pla
   while (true) {
     auto it = pgs_.find(id);
     if (it == pgs_.end()) return grpc::Status::OK;
-    const auto& st = it->second.rec.state();
-    if (st == "CREATED" || st == "REMOVED" || Clock::now() >= deadline || stopping_ || ctx->IsCancelled()) {
+    const auto st = it->second.rec.state();
+    if (st == rpc::PlacementGroupRecord::CREATED || st == rpc::PlacementGroupRecord::REMOVED ||
+        Clock::now() >= deadline || stopping_ || ctx->IsCancelled()) {
       reply->set_found(true);
       *reply->mutable_pg() = it->second.rec;
       return grpc::Status::OK;
@@ -219,7 +221,9 @@ void PlacementGroupManager::AppendTo(rpc::ListReply* reply) const {
 void PlacementGroupManager::RemoveJobGroups(const std::string& job_id) {
   std::vector<NodeCall> release;
   for (auto& [id, e] : pgs_) {
-    if (e.rec.job_id() != job_id || e.rec.detached() || e.rec.state() == "REMOVED") continue;
+    if (e.rec.job_id() != job_id || e.rec.detached() || e.rec.state() == rpc::PlacementGroupRecord::REMOVED) {
+      continue;
+    }
     for (auto& r : RemoveLocked(e, "the job that created it finished")) release.push_back(std::move(r));
   }
   if (!release.empty()) ReleaseInBackground(std::move(release));
@@ -228,7 +232,10 @@ void PlacementGroupManager::RemoveJobGroups(const std::string& job_id) {
 void PlacementGroupManager::OnNodeLost(const std::string& node_id) {
   std::vector<NodeCall> release;
   for (auto& [id, e] : pgs_) {
-    if (e.rec.state() != "CREATED" && e.rec.state() != "RESCHEDULING") continue;
+    if (e.rec.state() != rpc::PlacementGroupRecord::CREATED &&
+        e.rec.state() != rpc::PlacementGroupRecord::RESCHEDULING) {
+      continue;
+    }
     if (IsSliceReservation(e.rec)) {
       OnSliceNodeLost(e, node_id, &release);
       continue;
@@ -292,8 +299,8 @@ void PlacementGroupManager::OnSliceNodeLost(PgEntry& e, const std::string& node_
 }
 
 void PlacementGroupManager::Reschedule(PgEntry& e) {
-  if (e.rec.state() != "CREATED") return;
-  e.rec.set_state("RESCHEDULING");
+  if (e.rec.state() != rpc::PlacementGroupRecord::CREATED) return;
+  e.rec.set_state(rpc::PlacementGroupRecord::RESCHEDULING);
   e.pending_since = Clock::now();
   e.tried_view = 0;
   queue_.push_front(e.rec.pg_id());  // repairs go first
@@ -304,7 +311,7 @@ void PlacementGroupManager::Reschedule(PgEntry& e) {
 
 std::vector<NodeCall> PlacementGroupManager::RemoveLocked(PgEntry& e, const std::string& why) {
   std::vector<NodeCall> out;
-  e.rec.set_state("REMOVED");
+  e.rec.set_state(rpc::PlacementGroupRecord::REMOVED);
   removed_.push_back(e.rec.pg_id());
   e.rec.set_pending_reason(why);
   SaveLocked(e);
@@ -353,7 +360,7 @@ void PlacementGroupManager::TrimRemovedLocked() {
     auto it = pgs_.find(removed_.front());
     if (it != pgs_.end()) {
       if (it->second.scheduling) break;  // its reservation is still being wound down: later
-      if (it->second.rec.state() == "REMOVED") {
+      if (it->second.rec.state() == rpc::PlacementGroupRecord::REMOVED) {
         const auto& rec = it->second.rec;
         auto n = named_.find({rec.ray_namespace(), rec.name()});
         if (n != named_.end() && n->second == rec.pg_id()) named_.erase(n);
@@ -395,12 +402,13 @@ bool PlacementGroupManager::ScheduleOnce() {
 PgEntry* PlacementGroupManager::ChooseNext(std::vector<std::string>* placed_ids) {
   for (auto it = queue_.begin(); it != queue_.end();) {
     auto pit = pgs_.find(*it);
-    if (pit == pgs_.end() || (pit->second.rec.state() != "PENDING" && pit->second.rec.state() != "RESCHEDULING")) {
+    if (pit == pgs_.end() || (pit->second.rec.state() != rpc::PlacementGroupRecord::PENDING &&
+                              pit->second.rec.state() != rpc::PlacementGroupRecord::RESCHEDULING)) {
       it = queue_.erase(it);
       continue;
     }
     PgEntry& e = pit->second;
-    if (e.rec.state() == "PENDING" && Clock::now() >= e.deadline) {
+    if (e.rec.state() == rpc::PlacementGroupRecord::PENDING && Clock::now() >= e.deadline) {
       std::string why = "DeadlineExceeded: not granted within the timeout (" + e.rec.pending_reason() + ")";
       TORUS_LOG(INFO) << "reservation " << e.rec.pg_id() << ": " << why;
       RemoveLocked(e, why);  // a pending group holds nothing: no bundles to release
@@ -604,7 +612,7 @@ void PlacementGroupManager::FinishGrant(const Grant& g, const std::string& failu
   if (pit == pgs_.end()) return;
   PgEntry& done = pit->second;
   done.scheduling = false;
-  if (done.rec.state() == "REMOVED") {
+  if (done.rec.state() == rpc::PlacementGroupRecord::REMOVED) {
     // Removed while being reserved: undo what the nodes reserved.
     mu_.Unlock();
     if (failure.empty()) {
@@ -627,7 +635,7 @@ void PlacementGroupManager::FinishGrant(const Grant& g, const std::string& failu
       rb->set_node_address(addr);
     }
   }
-  done.rec.set_state("CREATED");
+  done.rec.set_state(rpc::PlacementGroupRecord::CREATED);
   done.rec.clear_pending_reason();
   SaveLocked(done);
   cluster_.OnPgCreated();
@@ -660,8 +668,9 @@ void PlacementGroupManager::GrantFailed(PgEntry& e, const std::string& failure) 
 void PlacementGroupManager::SaveLocked(const PgEntry& e) {
   if (!store_) return;
   const std::string& id = e.rec.pg_id();
-  Status s = e.rec.state() == "REMOVED" ? store_->Delete(StoreKind::kPlacementGroup, id)
-                                        : store_->Put(StoreKind::kPlacementGroup, id, e.rec.SerializeAsString());
+  Status s = e.rec.state() == rpc::PlacementGroupRecord::REMOVED
+                 ? store_->Delete(StoreKind::kPlacementGroup, id)
+                 : store_->Put(StoreKind::kPlacementGroup, id, e.rec.SerializeAsString());
   if (!s.ok()) TORUS_LOG(ERROR) << "placement group " << id << " not saved: " << s.message();
 }
 
@@ -681,8 +690,11 @@ StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pai
   }
   for (auto& e : parsed) {
     const std::string id = e.rec.pg_id();
-    if (e.rec.state() == "REMOVED") continue;  // its deletion did not reach the store
-    if (e.rec.state() == "PENDING" || e.rec.state() == "RESCHEDULING") queue_.push_back(id);
+    if (e.rec.state() == rpc::PlacementGroupRecord::REMOVED) continue;  // its deletion did not reach the store
+    if (e.rec.state() == rpc::PlacementGroupRecord::PENDING ||
+        e.rec.state() == rpc::PlacementGroupRecord::RESCHEDULING) {
+      queue_.push_back(id);
+    }
     if (!e.rec.name().empty()) named_[{e.rec.ray_namespace(), e.rec.name()}] = id;
     for (const auto& name : e.rec.slice_names()) {
       if (!name.empty()) slice_holder_[name] = id;
@@ -698,7 +710,7 @@ void PlacementGroupManager::ReleaseUnknownLocked(const std::string& node_address
   std::vector<NodeCall> release;
   for (const auto& pg_id : held) {
     auto it = pgs_.find(pg_id);
-    if (it != pgs_.end() && it->second.rec.state() != "REMOVED") continue;
+    if (it != pgs_.end() && it->second.rec.state() != rpc::PlacementGroupRecord::REMOVED) continue;
     TORUS_LOG(WARNING) << "node " << node_address << " holds bundles of placement group " << pg_id
                        << ", which " << (it == pgs_.end() ? "this head does not know" : "was removed")
                        << ": releasing them";
@@ -710,7 +722,7 @@ void PlacementGroupManager::ReleaseUnknownLocked(const std::string& node_address
 std::set<std::string> PlacementGroupManager::NodesInUseLocked() const {
   std::set<std::string> out;
   for (const auto& [id, e] : pgs_) {
-    if (e.rec.state() == "REMOVED") continue;
+    if (e.rec.state() == rpc::PlacementGroupRecord::REMOVED) continue;
     for (const auto& b : e.rec.bundles()) {
       if (!b.node_id().empty()) out.insert(b.node_id());
     }

@@ -42,6 +42,18 @@ NodeConfig WithDefaults(NodeConfig cfg) {
   }
   return cfg;
 }
+
+// A worker's state as `torus list workers` shows it (rpc::WorkerInfo).
+rpc::WorkerInfo::State WireState(WorkerState s) {
+  switch (s) {
+    case WorkerState::kStarting: return rpc::WorkerInfo::STARTING;
+    case WorkerState::kIdle: return rpc::WorkerInfo::IDLE;
+    case WorkerState::kLeased: return rpc::WorkerInfo::LEASED;
+    case WorkerState::kActor: return rpc::WorkerInfo::ACTOR;
+    case WorkerState::kDriver: return rpc::WorkerInfo::DRIVER;
+  }
+  return rpc::WorkerInfo::STARTING;
+}
 }  // namespace
 
 Node::Node(NodeConfig cfg) : cfg_(WithDefaults(std::move(cfg))), st_(cfg_.node_id, cfg_.resources) {
@@ -528,8 +540,7 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
     wi->set_worker_id(id);
     wi->set_pid(w->pid);
     wi->set_address(w->address);
-    static const char* kNames[] = {"starting", "idle", "leased", "actor", "driver"};
-    wi->set_state(w->hold.blocked ? "blocked" : kNames[static_cast<int>(w->state)]);
+    wi->set_state(w->hold.blocked ? rpc::WorkerInfo::BLOCKED : WireState(w->state));
     wi->set_actor_id(w->actor_id);
   }
   reply->set_num_workers(n);
