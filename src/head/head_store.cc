@@ -118,9 +118,10 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> HeadStore::LoadAll(St
   sqlite3_bind_int(load_, 1, static_cast<int>(kind));
   int rc;
   while ((rc = sqlite3_step(load_)) == SQLITE_ROW) {
-    auto col = [&](int i) {
-      const char* p = static_cast<const char*>(sqlite3_column_blob(load_, i));
-      return std::string(p ? p : "", static_cast<size_t>(sqlite3_column_bytes(load_, i)));
+    sqlite3_stmt* st = load_;
+    auto col = [st](int i) {
+      const char* p = static_cast<const char*>(sqlite3_column_blob(st, i));
+      return std::string(p ? p : "", static_cast<size_t>(sqlite3_column_bytes(st, i)));
     };
     out.emplace_back(col(0), col(1));
   }
