@@ -94,6 +94,7 @@ void ActorDirectory::ScheduleLocked() {
 }
 
 void ActorDirectory::PlaceInGroupLocked(const std::string& id, ActorEntry& a) {
+  if (ResumePlacementLocked(id, a)) return;
   // Inside a placement group: the bundle's node; the node checks the bundle's room.
   ResourceMap res = FromProto(a.spec.resources());
   pgs_.AssertHeld();  // it shares mu_
@@ -125,7 +126,27 @@ void ActorDirectory::PlaceInGroupLocked(const std::string& id, ActorEntry& a) {
   PostPlacementLocked(id, a, target->node_id(), target->node_address());
 }
 
+bool ActorDirectory::ResumePlacementLocked(const std::string& id, ActorEntry& a) {
+  if (a.resume_node.empty()) return false;
+  std::string address = nodes_.NodeAddress(a.resume_node);
+  auto n = nodes_.Nodes().find(a.resume_node);
+  if (n != nodes_.Nodes().end() && n->second.alive && !address.empty()) {
+    std::string node = std::move(a.resume_node);
+    a.resume_node.clear();
+    PostPlacementLocked(id, a, node, address);
+    return true;
+  }
+  return resume_grace_;  // the node may still come back: wait for it until the grace ends
+}
+
+void ActorDirectory::EndResumeGraceLocked() {
+  resume_grace_ = false;
+  for (auto& [id, a] : actors_) a.resume_node.clear();
+  ScheduleLocked();
+}
+
 void ActorDirectory::PlaceOnNodeLocked(const std::string& id, ActorEntry& a) {
+  if (ResumePlacementLocked(id, a)) return;
   ResourceMap res = FromProto(a.spec.resources());
   ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
   // Least-loaded feasible node, by free CPU.
@@ -186,6 +207,9 @@ void ActorDirectory::Place(const std::string& actor_id, const std::string& node_
     req.set_placement_group_id(spec.placement_group_id());
     req.set_bundle_index(spec.bundle_index());
     it->second.rec.set_node_id(node_id);
+    // The intent: a head resumed while this call runs asks the same node again, which answers
+    // with the instance it started (node/actor_start.h) instead of a second one elsewhere.
+    SaveLocked(it->second);
   }
   auto stub = rpc::Node::NewStub(GetChannel(node_address));
   rpc::StartActorReply reply;
@@ -429,6 +453,7 @@ StatusOr<size_t> ActorDirectory::RestoreLocked(const std::vector<std::pair<std::
     if (terms.ok()) a.selector = *terms;
     // A placement in flight when the head stopped is tried again.
     if (a.rec.state() == rpc::ActorRecord::PENDING || a.rec.state() == rpc::ActorRecord::RESTARTING) {
+      a.resume_node = a.rec.node_id();  // a placement in flight when the head stopped: that node first
       a.rec.set_node_id("");
     }
     if (!a.rec.name().empty() && a.rec.state() != rpc::ActorRecord::DEAD) {
@@ -436,6 +461,7 @@ StatusOr<size_t> ActorDirectory::RestoreLocked(const std::vector<std::pair<std::
     }
     if (a.rec.state() == rpc::ActorRecord::DEAD) dead_order_.push_back(id);
   }
+  resume_grace_ = !parsed.empty();
   return parsed.size();
 }
 

@@ -99,6 +99,8 @@ class ActorDirectory {
   // placed go back to waiting; named ones are reachable by name again. Returns how many, or an
   // error for a garbled record (then nothing is taken).
   StatusOr<size_t> RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
+  // A resumed head's grace ended: restored placements no longer wait for their node.
+  void EndResumeGraceLocked() REQUIRES(mu_);
   // The node ids of the actors that are ALIVE or being placed.
   std::set<std::string> NodesInUseLocked() const REQUIRES(mu_);
 
@@ -110,6 +112,8 @@ class ActorDirectory {
     bool no_restart = false;   // killed with no_restart
     std::string pending_reason;
     LabelSelectorTerms selector;
+    // Restored with a placement in flight: the node that may be starting it (tried first).
+    std::string resume_node;
   };
 
   // Create's check of a placement-group actor's group and bundle; false with the reply's error set.
@@ -130,6 +134,10 @@ class ActorDirectory {
 
   // Writes `a` to the store (no-op without one); a failed write is logged.
   void SaveLocked(const ActorEntry& a) REQUIRES(mu_);
+  // A restored actor whose placement was in flight goes to that node again once it is back;
+  // true when it was posted there, or must wait for it (the resume grace is on).
+  bool ResumePlacementLocked(const std::string& id, ActorEntry& a) REQUIRES(mu_);
+  bool resume_grace_ GUARDED_BY(mu_) = false;  // set by RestoreLocked, ended by the head
   HeadStore* store_ = nullptr;  // set before serving
   // Dead actors are kept for queries (`torus list actors`, a caller learning why) up to
   // kKeepDeadActors, oldest death first out (memory and store). Trimmed in Create only: never

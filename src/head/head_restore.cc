@@ -81,6 +81,7 @@ void Head::EndResumeGraceLocked() {
                              /*pending_too=*/true);
     pg_manager_.OnNodeLost(node_id);
   }
+  actors_.EndResumeGraceLocked();
   for (const auto& job_id : resumed_jobs_) {
     TORUS_LOG(WARNING) << "driver of job " << job_id << " did not come back after the head resumed";
     FinishJobLocked(job_id);

@@ -24,6 +24,16 @@ std::string RuntimeKey(const rpc::StartActorRequest& req) {
   }
   return key + EnvVarsKey(req.creation().env_vars());
 }
+
+// The live worker that hosts (or is being made to host) `actor_id`, or null.
+Worker* ActorWorker(const WorkerPool& pool, const std::string& actor_id) {
+  for (const auto& [id, w] : pool.workers()) {
+    if (w->actor_id == actor_id && w->state == WorkerState::kActor && w->pid > 0 && !w->kill_requested) {
+      return w.get();
+    }
+  }
+  return nullptr;
+}
 }  // namespace
 
 void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply* reply) {
@@ -36,6 +46,7 @@ void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply
   std::string worker_id, worker_address;
   {
     MutexLock lock(st_.mu);
+    if (AnswerFromExistingLocked(lock, req.creation().actor_id(), reply)) return;
     Hold hold;
     if (auto s = st_.ledger.TakeForActor(req.placement_group_id(), req.bundle_index(), res, &hold); !s.ok()) {
       SetError(reply->mutable_error(), s.code(), s.message());
@@ -47,6 +58,7 @@ void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply
     if (!w) return;
     w->state = WorkerState::kActor;
     w->actor_id = req.creation().actor_id();
+    w->actor_ready = false;
     w->hold = std::move(hold);
     worker_id = w->id;
     worker_address = w->address;
@@ -86,6 +98,20 @@ Worker* ActorStarter::WorkerLocked(MutexLock& lock, const rpc::StartActorRequest
   }
 }
 
+bool ActorStarter::AnswerFromExistingLocked(MutexLock& lock, const std::string& actor_id,
+                                            rpc::StartActorReply* reply) {
+  Worker* w = ActorWorker(st_.pool, actor_id);
+  while (w && !w->actor_ready && !st_.stopping) {
+    st_.cv.WaitUntil(lock, Clock::now() + std::chrono::milliseconds(200));
+    w = ActorWorker(st_.pool, actor_id);
+  }
+  if (!w || !w->actor_ready) return false;
+  reply->set_worker_id(w->id);
+  reply->set_worker_address(w->address);
+  reply->set_ok(true);
+  return true;
+}
+
 Worker* ActorStarter::Fail(Hold& hold, rpc::StartActorReply* reply, StatusCode code,
                            const std::string& why) {
   st_.ledger.Return(&hold);
@@ -123,6 +149,9 @@ void ActorStarter::RunConstructor(const rpc::StartActorRequest& req, const std::
     }
     return;
   }
+  MutexLock lock(st_.mu);
+  if (Worker* w = st_.pool.Find(worker_id)) w->actor_ready = true;
+  st_.cv.NotifyAll();
   reply->set_ok(true);
 }
 

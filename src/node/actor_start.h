@@ -5,6 +5,10 @@
 // runs the constructor over a PushTasks stream and answers with the worker's address. A
 // constructor that fails kills the worker (its resources come back through the reaper).
 //
+// Asked again for an actor this node already hosts (the head restarted while the first call
+// ran: docs/fault_tolerance.md), it waits for that worker's constructor and answers with it
+// instead of starting a second instance.
+//
 // THREADS: shares the node's mutex (NodeState::mu; node/node_state.h). Start runs on a gRPC
 // handler thread and blocks: on NodeState::cv while the worker starts, then on the constructor
 // call, which runs without the lock.
@@ -34,6 +38,11 @@ class ActorStarter {
   // 60 s), or null with reply's error set (its hold then given back).
   Worker* WorkerLocked(MutexLock& lock, const rpc::StartActorRequest& req, const std::string& key,
                        Hold& hold, rpc::StartActorReply* reply) REQUIRES(st_.mu);
+  // The outcome of an earlier start of the same actor on this node: true (reply filled) when
+  // its worker is alive and its constructor returned; false when there is no such worker (or it
+  // ended), so the actor is started anew. Waits while that constructor runs.
+  bool AnswerFromExistingLocked(MutexLock& lock, const std::string& actor_id, rpc::StartActorReply* reply)
+      REQUIRES(st_.mu);
   // Gives `hold` back and sets reply's error; null.
   Worker* Fail(Hold& hold, rpc::StartActorReply* reply, StatusCode code, const std::string& why)
       REQUIRES(st_.mu);

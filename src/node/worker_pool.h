@@ -39,6 +39,7 @@ struct Worker {
   WorkerState state = WorkerState::kStarting;
   std::string lease_id;
   std::string actor_id;
+  bool actor_ready = false;  // the actor's constructor returned (ActorStarter)
   Hold hold;  // resources and chips held by its lease or actor
   bool kill_requested = false;
   std::string end_reason;  // why the node ended it ("SliceLost: ..."), reported to its users

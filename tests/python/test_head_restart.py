@@ -211,3 +211,47 @@ def test_after_torus_stop_the_next_head_starts_afresh_and_a_resume_needs_the_sam
         assert c.session not in p.stdout
     finally:
         c.torus("stop", check=False)
+
+
+SLOW_ACTOR = """
+import os, sys, time
+import ray
+ray.init(namespace="app")
+@ray.remote
+class Slow:
+    def __init__(self, path):
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        time.sleep(3)
+    def pid(self):
+        return os.getpid()
+Slow.options(name="slow", lifetime="detached").remote(sys.argv[1])
+print("SUBMITTED", flush=True)
+"""
+
+
+def test_an_actor_being_constructed_when_the_head_dies_is_not_started_twice():
+    c = Cluster()
+    port = str(free_port())
+    try:
+        c.torus("start", "--head", "--port", port, "--num-cpus", "2")
+        c.session = str((Path(c.root) / "session_latest").resolve())
+        env = c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}
+        marks = Path(c.root) / "constructed.txt"
+        run_python(SLOW_ACTOR, env=env, shim=True, args=(str(marks),))
+        for _ in range(200):  # the constructor has begun on the node
+            if marks.exists() and marks.read_text().strip():
+                break
+            time.sleep(0.05)
+        _kill_head(c)
+        c.torus("start", "--head", "--port", port, "--num-cpus", "2")
+        out = run_python("""
+import ray
+ray.init(namespace="app")
+print("PID", ray.get(ray.get_actor("slow").pid.remote()))
+""", env=env, shim=True).stdout
+        pids = marks.read_text().split()
+        assert len(pids) == 1, pids  # one constructor run, not two
+        assert f"PID {pids[0]}" in out, out
+    finally:
+        c.torus("stop", check=False)
