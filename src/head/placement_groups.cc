@@ -583,6 +583,15 @@ PlacementGroupManager::Grant PlacementGroupManager::BeginGrant(PgEntry& e,
   // not to be read while another thread changes it.
   g.calls.reserve(g.by_node.size());
   for (const auto& [addr, which] : g.by_node) g.calls.push_back({addr, BundlesPayload(e.rec, which)});
+  if (store_) {
+    for (const auto& [addr, which] : g.by_node) {
+      auto* intent = e.rec.add_granting();
+      intent->set_node_address(addr);
+      for (int i : which) intent->add_indexes(i);
+    }
+    SaveLocked(e);
+    e.rec.clear_granting();  // in memory only the store needs it
+  }
   return g;
 }
 
@@ -643,23 +652,28 @@ void PlacementGroupManager::FinishGrant(const Grant& g, const std::string& failu
   sched_cv_.NotifyAll();
 }
 
-void PlacementGroupManager::GrantFailed(PgEntry& e, const std::string& failure) {
-  if (e.rec.has_slice()) {
-    // Give back the slices chosen for this attempt (slice indices with no bundle placed).
-    int per = std::max(1, e.rec.slice().bundles_per_slice());
-    for (int i = 0; i < e.rec.slice_names_size(); ++i) {
-      bool placed_here = false;
-      for (const auto& b : e.rec.bundles()) placed_here = placed_here || (b.index() / per == i && !b.node_id().empty());
-      if (placed_here) continue;
-      auto h = slice_holder_.find(e.rec.slice_names(i));
-      if (h != slice_holder_.end() && h->second == e.rec.pg_id()) slice_holder_.erase(h);
-      e.rec.set_slice_names(i, "");
-    }
+void PlacementGroupManager::DropUngrantedSlicesLocked(PgEntry& e) {
+  if (!e.rec.has_slice()) return;
+  // Give back the slices chosen for an attempt that did not finish (slice indices with no
+  // bundle placed).
+  int per = std::max(1, e.rec.slice().bundles_per_slice());
+  for (int i = 0; i < e.rec.slice_names_size(); ++i) {
+    bool placed_here = false;
+    for (const auto& b : e.rec.bundles()) placed_here = placed_here || (b.index() / per == i && !b.node_id().empty());
+    if (placed_here) continue;
+    auto h = slice_holder_.find(e.rec.slice_names(i));
+    if (h != slice_holder_.end() && h->second == e.rec.pg_id()) slice_holder_.erase(h);
+    e.rec.set_slice_names(i, "");
   }
+}
+
+void PlacementGroupManager::GrantFailed(PgEntry& e, const std::string& failure) {
+  DropUngrantedSlicesLocked(e);
   TORUS_LOG(INFO) << "placement group " << e.rec.pg_id() << " not placed yet: " << failure;
   e.tried_view = cluster_.ViewVersion();
   e.retry_at = Clock::now() + std::chrono::milliseconds(200);
   e.rec.set_pending_reason("waiting for resources (" + failure + ")");
+  SaveLocked(e);  // without the grant's intent: the nodes rolled back
   sched_cv_.NotifyAll();
 }
 
@@ -691,9 +705,31 @@ StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pai
   for (auto& e : parsed) {
     const std::string id = e.rec.pg_id();
     if (e.rec.state() == rpc::PlacementGroupRecord::REMOVED) continue;  // its deletion did not reach the store
-    if (e.rec.state() == rpc::PlacementGroupRecord::PENDING ||
-        e.rec.state() == rpc::PlacementGroupRecord::RESCHEDULING) {
-      queue_.push_back(id);
+    // A grant in flight when the head died: what the nodes may have reserved for it is
+    // released before the group is placed again.
+    std::vector<NodeCall> undo;
+    for (const auto& g : e.rec.granting()) {
+      undo.push_back({g.node_address(), ReleasePayload(id, {g.indexes().begin(), g.indexes().end()},
+                                                      "the head restarted while reserving them")});
+    }
+    e.rec.clear_granting();
+    DropUngrantedSlicesLocked(e);
+    const bool waiting = e.rec.state() == rpc::PlacementGroupRecord::PENDING ||
+                         e.rec.state() == rpc::PlacementGroupRecord::RESCHEDULING;
+    if (waiting && undo.empty()) queue_.push_back(id);
+    if (waiting && !undo.empty()) {
+      (void)pool_.Post([this, id, undo = std::move(undo)] {
+        ReleaseOnNodes(undo);
+        MutexLock lock(mu_);
+        auto it = pgs_.find(id);
+        if (it == pgs_.end() || (it->second.rec.state() != rpc::PlacementGroupRecord::PENDING &&
+                                 it->second.rec.state() != rpc::PlacementGroupRecord::RESCHEDULING)) {
+          return;
+        }
+        SaveLocked(it->second);
+        queue_.push_back(id);
+        sched_cv_.NotifyAll();
+      });
     }
     if (!e.rec.name().empty()) named_[{e.rec.ray_namespace(), e.rec.name()}] = id;
     for (const auto& name : e.rec.slice_names()) {

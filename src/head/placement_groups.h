@@ -168,6 +168,8 @@ class PlacementGroupManager {
                              std::vector<size_t>* answered) EXCLUDES(mu_);
   void FinishGrant(const Grant& g, const std::string& failure) REQUIRES(mu_);  // may release mu meanwhile
   void GrantFailed(PgEntry& e, const std::string& failure) REQUIRES(mu_);
+  // Gives back the slices of a slice reservation's indices that have no bundle placed.
+  void DropUngrantedSlicesLocked(PgEntry& e) REQUIRES(mu_);
   // Marks a group REMOVED; returns the releases of its placed bundles.
   std::vector<NodeCall> RemoveLocked(PgEntry& e, const std::string& why) REQUIRES(mu_);
   void OnSliceNodeLost(PgEntry& e, const std::string& node_id, std::vector<NodeCall>* release)
