@@ -529,6 +529,22 @@ std::optional<JobManager::AttemptResult> JobManager::StartProcesses(Attempt& a) 
   // Start every process at once; all start or none runs.
   const int n = static_cast<int>(a.targets.size());
   a.started.assign(n, rpc::JobProcessStartReply());
+  {
+    // The intent, saved first: a head resumed after dying meanwhile stops what these calls
+    // started before it starts the attempt again.
+    MutexLock lock(mu_);
+    auto& r = jobs_[a.id].rec;
+    r.clear_processes();
+    for (const auto& t : a.targets) {
+      auto* p = r.add_processes();
+      p->set_rank(t.rank);
+      p->set_node_id(t.node_id);
+      p->set_node_address(t.node_address);
+      p->set_host(t.host);
+      p->set_state(rpc::JobProcessInfo::STARTING);
+    }
+    SaveLocked(a.id);
+  }
   std::vector<std::string> start_error(n);
   {
     std::vector<std::thread> ts;
@@ -576,6 +592,7 @@ void JobManager::StopProcess(const Attempt& a, int i) {
 void JobManager::MarkRunning(const Attempt& a) {
   MutexLock lock(mu_);
   auto& r = jobs_[a.id].rec;
+  r.clear_processes();  // the STARTING intents
   for (size_t i = 0; i < a.targets.size(); ++i) {
     auto* p = r.add_processes();
     p->set_rank(a.targets[i].rank);

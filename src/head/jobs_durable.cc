@@ -2,8 +2,10 @@
 // over in a resumed head, and tailing on the attempt a previous head started.
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "common/logging.h"
+#include "common/rpc.h"
 #include "common/wire_states.h"
 #include "head/jobs.h"
 
@@ -68,9 +70,20 @@ StatusOr<size_t> JobManager::Restore() {
     if (running) {
       j.supervisor = std::thread([this, id] { Supervise(id, /*resume=*/true); });
     } else if (j.rec.state() == rpc::JobRecord::PENDING) {
-      // An attempt that had not started its processes starts over; a reservation it made goes.
+      // An attempt that had not started its processes starts over; what its start calls may
+      // have started is stopped first, and a reservation it made goes.
       std::string pg = j.rec.placement_group_id();
-      j.supervisor = std::thread([this, id, pg] {
+      std::set<std::string> nodes;
+      for (const auto& p : j.rec.processes()) nodes.insert(p.node_address());
+      j.rec.clear_processes();
+      j.supervisor = std::thread([this, id, pg, nodes] {
+        for (const auto& address : nodes) {
+          rpc::JobProcessRef ref;
+          ref.set_job_id(id);
+          rpc::Empty e;
+          auto ctx = NewContext(cfg_.token, 5000);
+          (void)rpc::JobRunner::NewStub(GetChannel(address))->StopProcess(ctx.get(), ref, &e);
+        }
         RemoveReservation(pg);
         Supervise(id);
       });

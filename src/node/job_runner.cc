@@ -137,6 +137,7 @@ grpc::Status JobRunner::StartProcess(grpc::ServerContext* ctx, const rpc::JobPro
   std::error_code ec;
   std::filesystem::create_directories(dir + "/logs", ec);
   Proc p;
+  p.job_id = req->job_id();
   p.output_path = dir + "/logs/job-" + id + ".out";
   opts.stdout_path = p.output_path;
   opts.stderr_path = p.output_path;
@@ -165,12 +166,15 @@ grpc::Status JobRunner::StopProcess(grpc::ServerContext* ctx, const rpc::JobProc
                                     rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = procs_.find(req->process_id());
-  if (it == procs_.end() || it->second.exited) return grpc::Status::OK;
   int64_t grace = req->grace_ms() > 0 ? req->grace_ms() : 3000;
-  kill(-it->second.pid, SIGTERM);
   auto at = Clock::now() + std::chrono::milliseconds(grace);
-  it->second.kill_at = std::min(it->second.kill_at, at);
+  for (auto& [id, p] : procs_) {
+    bool named = req->process_id().empty() ? (!req->job_id().empty() && p.job_id == req->job_id())
+                                           : id == req->process_id();
+    if (!named || p.exited) continue;
+    kill(-p.pid, SIGTERM);
+    p.kill_at = std::min(p.kill_at, at);
+  }
   waiter_.Wake();  // the reaper's sleep ends at the earliest kill deadline
   return grpc::Status::OK;
 }

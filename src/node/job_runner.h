@@ -55,6 +55,7 @@ class JobRunner final : public rpc::JobRunner::Service {
 
  private:
   struct Proc {
+    std::string job_id;
     pid_t pid = 0;
     std::string output_path;
     bool exited = false;
