@@ -25,6 +25,15 @@ def _kill_head(c: Cluster):
     raise AssertionError("the head did not die")
 
 
+def _head(num_cpus: str):
+    """A head of a new session on a free port: (cluster, port, driver environment)."""
+    c = Cluster()
+    port = str(free_port())
+    c.torus("start", "--head", "--port", port, "--num-cpus", num_cpus)
+    c.session = str((Path(c.root) / "session_latest").resolve())
+    return c, port, c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}
+
+
 CREATE = """
 import ray
 ray.init(namespace="app")
@@ -78,12 +87,8 @@ print("PGS", {v["name"]: v["state"] for v in placement_group_table().values()})
 
 
 def test_kill9_head_then_same_start_command_resumes_the_session():
-    c = Cluster()
-    port = str(free_port())
+    c, port, env = _head("2")
     try:
-        c.torus("start", "--head", "--port", port, "--num-cpus", "2")
-        c.session = str((Path(c.root) / "session_latest").resolve())
-        env = c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}
         out = run_python(CREATE, env=env, shim=True).stdout
         assert "CREATED" in out
         # A driver that runs across the head's absence: its actor calls go to the worker
@@ -112,12 +117,9 @@ def test_kill9_head_then_same_start_command_resumes_the_session():
 
 
 def test_new_session_says_what_it_abandons_and_starts_afresh():
-    c = Cluster()
-    port = str(free_port())
+    c, port, env = _head("1")
     try:
-        c.torus("start", "--head", "--port", port, "--num-cpus", "1")
-        old = c.session = str((Path(c.root) / "session_latest").resolve())
-        env = c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}
+        old = c.session
         run_python(CREATE, env=env, shim=True)
         _kill_head(c)
         p = c.torus("start", "--head", "--port", port, "--num-cpus", "1", "--new-session")
@@ -139,11 +141,8 @@ def test_session_dir_without_state_is_refused_with_a_clear_error(tmp_path):
 
 
 def test_a_running_job_keeps_running_and_its_log_has_every_line_once():
-    c = Cluster()
-    port = str(free_port())
+    c, port, env = _head("1")
     try:
-        c.torus("start", "--head", "--port", port, "--num-cpus", "1")
-        c.session = str((Path(c.root) / "session_latest").resolve())
         prog = "import time\nfor i in range(40):\n    print('line', i, flush=True); time.sleep(0.1)\n"
         out = c.torus("job", "submit", "--no-wait", "--", sys.executable, "-c", prog).stdout
         job_id = re.search(r"job_[0-9a-f]+", out).group(0)
@@ -169,12 +168,9 @@ def test_a_running_job_keeps_running_and_its_log_has_every_line_once():
 
 
 def test_a_damaged_state_file_is_refused_whole_with_a_clear_error():
-    c = Cluster()
-    port = str(free_port())
+    c, port, env = _head("1")
     try:
-        c.torus("start", "--head", "--port", port, "--num-cpus", "1")
-        c.session = str((Path(c.root) / "session_latest").resolve())
-        run_python(CREATE, env=c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}, shim=True)
+        run_python(CREATE, env=env, shim=True)
         _kill_head(c)
         state = Path(c.session) / "head_state.sqlite3"
         # Fold the log into the file (as a checkpoint would), then cut the file short.
@@ -192,12 +188,9 @@ def test_a_damaged_state_file_is_refused_whole_with_a_clear_error():
 
 
 def test_after_torus_stop_the_next_head_starts_afresh_and_a_resume_needs_the_same_port():
-    c = Cluster()
-    port = str(free_port())
+    c, port, env = _head("1")
     try:
-        c.torus("start", "--head", "--port", port, "--num-cpus", "1")
-        c.session = str((Path(c.root) / "session_latest").resolve())
-        run_python(CREATE, env=c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}, shim=True)
+        run_python(CREATE, env=env, shim=True)
         _kill_head(c)
         other = str(free_port())
         p = c.torus("start", "--head", "--port", other, "--num-cpus", "1", check=False)
@@ -231,12 +224,8 @@ print("SUBMITTED", flush=True)
 
 
 def test_an_actor_being_constructed_when_the_head_dies_is_not_started_twice():
-    c = Cluster()
-    port = str(free_port())
+    c, port, env = _head("2")
     try:
-        c.torus("start", "--head", "--port", port, "--num-cpus", "2")
-        c.session = str((Path(c.root) / "session_latest").resolve())
-        env = c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}
         marks = Path(c.root) / "constructed.txt"
         run_python(SLOW_ACTOR, env=env, shim=True, args=(str(marks),))
         for _ in range(200):  # the constructor has begun on the node
