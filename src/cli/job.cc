@@ -38,6 +38,7 @@ const char* kJobUsage =
     "       torus job status ID [--format json]\n"
     "       torus job logs ID [--follow]\n"
     "       torus job stop ID\n"
+    "       torus job delete ID      (a finished job: its record and log)\n"
     "       torus job list [--format json]\n";
 
 int IntFlag(const Args& a, const std::string& k, int def) {
@@ -250,6 +251,20 @@ int Stop(const Args& a) {
   return IsTerminal(r.state()) ? 0 : 1;
 }
 
+int Delete(const Args& a) {
+  if (a.positional.size() < 2) Die("usage: torus job delete ID");
+  Conn c = Connect(a);
+  rpc::JobIdRequest req;
+  req.set_job_id(a.positional[1]);
+  rpc::JobDeleteReply reply;
+  auto ctx = NewContext(c.token, 10000);
+  auto st = c.jobs->DeleteJob(ctx.get(), req, &reply);
+  if (!st.ok()) Die("cannot reach the head at " + c.address + ": " + st.error_message());
+  if (reply.has_error() && reply.error().code() != 0) Die(reply.error().message());
+  std::cout << a.positional[1] << ": deleted" << std::endl;
+  return 0;
+}
+
 int List(const Args& a) {
   Conn c = Connect(a);
   rpc::JobListReply reply;
@@ -264,8 +279,8 @@ int List(const Args& a) {
   }
   if (reply.jobs().empty()) std::cout << "(no jobs)\n";
   for (const auto& r : reply.jobs()) {
-    std::string cmd;
-    for (const auto& s : r.entrypoint()) cmd += (cmd.empty() ? "" : " ") + s;
+    std::string cmd = r.shell_command();
+    for (int i = 0; cmd.empty() && i < r.entrypoint_size(); ++i) cmd += (i ? " " : "") + r.entrypoint(i);
     std::cout << r.job_id() << "  " << StateName(r.state()) << "  "
               << (r.slice_topology().empty() ? "" : r.accelerator_version() + " " + r.slice_topology() + "  ")
               << cmd << "\n";
@@ -282,6 +297,7 @@ const std::map<std::string, std::vector<std::string>> kJobFlags = {
     {"status", {"address", "format", "help"}},
     {"logs", {"address", "follow", "help"}},
     {"stop", {"address", "help"}},
+    {"delete", {"address", "help"}},
     {"list", {"address", "format", "help"}},
 };
 
@@ -305,6 +321,7 @@ int RunJobCommand(int argc, char** argv) {
     return 0;
   }
   if (sub == "stop") return Stop(a);
+  if (sub == "delete") return Delete(a);
   if (sub == "list") return List(a);
   if (!sub.empty()) std::cerr << "torus job: unknown subcommand '" << sub << "'\n";
   std::cerr << kJobUsage;

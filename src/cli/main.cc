@@ -1,17 +1,11 @@
 // The `torus` command: CLI and daemons as subcommands.
 //
-//   torus start --head [--port N] [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]
-//                      [--new-session | --session-dir DIR]
-//   torus start --address HOST:PORT [--num-cpus N] [--resources JSON] [--labels k=v,...] [--block]
-//   torus stop
+//   torus start ... / torus stop          (cli/start.h)
 //   torus status [--address A]
 //   torus list nodes|actors|tasks|objects|workers [--format table|json] [--address A]
 //   torus head ... / torus node ... / torus worker      (daemons; started by `start`)
 //
-// THREADS (daemons): main blocks SIGINT/SIGTERM before any thread starts; a SignalThread
-// (cli/daemon_threads.h) waits for them with sigwait() and stops the head/node, whose objects own
-// their threads (see head.h, node.h); the head also runs a MallocTrimmer. Both are joined when
-// main returns. `start --head --block` waits in sigwait() on the main thread itself.
+// THREADS: main blocks SIGINT/SIGTERM before any thread starts for the daemons (cli/start.h).
 #include <malloc.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -32,6 +26,7 @@
 #include "cli/daemon_threads.h"
 #include "cli/flags.h"
 #include "cli/resume.h"
+#include "cli/start.h"
 #include "cli/table.h"
 #include "cli/up.h"
 #include "common/labels.h"
@@ -52,366 +47,7 @@
 namespace torus {
 namespace {
 
-constexpr int kDefaultPort = 7379;
 
-const std::set<std::string> kBoolFlags = {"head", "block", "help", "force", "new-session"};
-
-void BlockSignals(sigset_t* set) {
-  sigemptyset(set);
-  sigaddset(set, SIGINT);
-  sigaddset(set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, set, nullptr);
-}
-
-// ------------------------------------------------------------------------------- daemons
-
-// The head's tuning flags, each with the field it sets; `torus start --head` passes them on.
-struct HeadTuningFlag {
-  const char* name;
-  int HeadConfig::*field;
-};
-constexpr HeadTuningFlag kHeadTuningFlags[] = {
-    {"node-timeout-ms", &HeadConfig::node_timeout_ms},
-    {"view-records-per-s", &HeadConfig::view_records_per_s},
-    {"max-heartbeats-per-s", &HeadConfig::max_heartbeats_per_s},
-    {"push-view-max-nodes", &HeadConfig::push_view_max_nodes},
-};
-
-void SetHeadTuning(const Args& a, HeadConfig* cfg) {
-  for (const auto& f : kHeadTuningFlags) cfg->*f.field = PositiveIntFlag(a, f.name, cfg->*f.field);
-}
-
-int RunHead(const Args& a) {
-  // The head daemon is a control plane with many gRPC threads: one malloc arena per thread
-  // would keep the memory of bursts (thousands of nodes registering) per thread. Two arenas and
-  // a periodic trim keep its resident memory close to what its tables hold
-  // (docs/benchmarks_scale.md: bytes per idle node at 10,000 nodes).
-  mallopt(M_ARENA_MAX, 2);
-  MallocTrimmer trimmer(std::chrono::seconds(10));
-  sigset_t set;
-  BlockSignals(&set);
-  SetLogComponent("head");
-  HeadConfig cfg;
-  cfg.bind_host = a.Get("bind", "127.0.0.1");
-  cfg.port = PortFlag(a, "port", kDefaultPort);
-  cfg.session_dir = a.Get("session-dir");
-  if (!cfg.session_dir.empty()) cfg.state_path = HeadStore::PathIn(cfg.session_dir);
-  SetHeadTuning(a, &cfg);
-  auto tok = FindToken(cfg.session_dir);
-  if (!tok.ok()) Die(tok.status().message());
-  cfg.token = *tok;
-  Head head(cfg);
-  if (auto s = head.Start(); !s.ok()) Die(s.ToString());
-  if (!cfg.session_dir.empty()) (void)WriteFile(cfg.session_dir + "/head_address", head.address());
-  SignalThread signals(set, [&] { head.Stop(); });
-  head.Wait();
-  return 0;
-}
-
-StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
-  NodeConfig cfg;
-  cfg.head_address = a.Get("address");
-  if (cfg.head_address.empty()) return InvalidArgument("torus node needs --address HEAD_HOST:PORT");
-  cfg.bind_host = a.Get("bind", "127.0.0.1");
-  cfg.port = PortFlag(a, "node-port", 0);
-  cfg.heartbeat_ms = PositiveIntFlag(a, "heartbeat-ms", cfg.heartbeat_ms);
-  if (const char* e = getenv("TORUS_NODE_HEAD_LOST_MS"); e && *e && !a.Has("head-lost-ms")) {
-    Args env_flag;
-    env_flag.flags["TORUS_NODE_HEAD_LOST_MS"] = e;
-    cfg.head_lost_ms = PositiveIntFlag(env_flag, "TORUS_NODE_HEAD_LOST_MS", cfg.head_lost_ms);
-  }
-  cfg.head_lost_ms = PositiveIntFlag(a, "head-lost-ms", cfg.head_lost_ms);
-  cfg.session_dir = a.Get("session-dir");
-  auto res = ParseResources(a);
-  if (!res.ok()) return res.status();
-  cfg.resources = *res;
-  auto labels = ParseLabels(a.Get("labels"));
-  if (!labels.ok()) return labels.status();
-  cfg.labels = *labels;
-  cfg.node_group = a.Get("node-group");
-  cfg.torus_exe = SelfExecutable();
-  auto tok = FindToken(cfg.session_dir);
-  if (!tok.ok()) return tok.status();
-  cfg.token = *tok;
-  return cfg;
-}
-
-int RunNode(const Args& a) {
-  sigset_t set;
-  BlockSignals(&set);
-  SetLogComponent("node");
-  auto cfg = NodeConfigFromArgs(a);
-  if (!cfg.ok()) Die(cfg.status().message());
-  Node node(*cfg);
-  if (auto s = node.Start(); !s.ok()) Die(s.ToString());
-  SignalThread signals(set, [&] { node.Stop(); });
-  node.Wait();
-  return node.gave_up() ? 1 : 0;
-}
-
-// ------------------------------------------------------------------------------- start / stop
-
-pid_t SpawnDaemon(const std::string& session, const std::string& name,
-                  const std::vector<std::string>& argv) {
-  auto pid = SpawnSessionDaemon(session, name, argv);
-  if (!pid.ok()) Die(pid.status().message());
-  return *pid;
-}
-
-// The live daemons of `session`; pid files naming another process are reported on stderr.
-std::vector<SessionDaemon> LiveDaemons(const std::string& session) {
-  std::vector<std::string> refused;
-  auto live = LiveSessionDaemons(session, &refused);
-  for (const auto& r : refused) std::cerr << "torus: " << r << std::endl;
-  return live;
-}
-
-// Dies if the latest session still has live daemons: a new head would mint a new token and
-// the old nodes, unable to join it, would be orphaned with their workers.
-void RefuseIfClusterRunning() {
-  auto latest = FindLatestSession();
-  if (!latest.ok()) Die(latest.status().message());
-  if (latest->empty()) return;
-  auto live = LiveDaemons(*latest);
-  if (live.empty()) return;
-  std::string which;
-  for (const auto& d : live) {
-    which += (which.empty() ? "" : ", ") + std::filesystem::path(d.file).stem().string() + " (pid " +
-             std::to_string(d.rec.pid) + ")";
-  }
-  Die("a Torus cluster of session " + *latest + " is still running: " + which +
-      ". A new head would start a new session its nodes cannot join; stop it first with `torus stop`");
-}
-
-std::vector<std::string> NodeArgs(const Args& a) {
-  std::vector<std::string> v;
-  for (const char* k : {"num-cpus", "num-gpus", "memory", "resources", "labels", "bind", "heartbeat-ms",
-                        "head-lost-ms"}) {
-    if (a.Has(k)) {
-      v.push_back(std::string("--") + k);
-      v.push_back(a.Get(k));
-    }
-  }
-  return v;
-}
-
-bool WaitForNodes(const std::string& address, const std::string& token, size_t n, int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  auto stub = rpc::Head::NewStub(GetChannel(address));
-  while (std::chrono::steady_clock::now() < deadline) {
-    rpc::ListReply reply;
-    auto ctx = NewContext(token, 1000);
-    if (stub->List(ctx.get(), rpc::Empty(), &reply).ok()) {
-      size_t alive = 0;
-      for (const auto& nd : reply.nodes()) alive += nd.alive();
-      if (alive >= n) return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
-// `torus start --head --block`: head and node in this process until SIGINT/SIGTERM.
-int RunHeadInForeground(const Args& a, const std::string& session, int port) {
-  sigset_t set;
-  BlockSignals(&set);
-  SetLogComponent("head");
-  HeadConfig hc;
-  hc.bind_host = a.Get("bind", "127.0.0.1");
-  hc.port = port;
-  hc.session_dir = session;
-  hc.state_path = HeadStore::PathIn(session);
-  auto tok = FindToken(session);
-  if (!tok.ok()) Die(tok.status().message());
-  hc.token = *tok;
-  SetHeadTuning(a, &hc);
-  Head head(hc);
-  if (auto s = head.Start(); !s.ok()) Die(s.ToString());
-  (void)WriteFile(session + "/head_address", head.address());
-  Args na = a;
-  na.flags["address"] = head.address();
-  na.flags["session-dir"] = session;
-  auto nc = NodeConfigFromArgs(na);
-  if (!nc.ok()) Die(nc.status().message());
-  Node node(*nc);
-  if (auto s = node.Start(); !s.ok()) Die(s.ToString());
-  if (auto s = MakeLatestSession(session); !s.ok()) Die(s.message());
-  std::cout << "Torus head running at " << head.address() << " (session " << session
-            << "); Ctrl-C stops it." << std::endl;
-  int sig;
-  sigwait(&set, &sig);
-  node.Stop();
-  head.Stop();
-  return 0;
-}
-
-// The command line of the head daemon `torus start --head` spawns.
-std::vector<std::string> HeadDaemonArgs(const Args& a, const std::string& self, const std::string& port,
-                                        const std::string& session) {
-  std::vector<std::string> hargs = {self, "head", "--port", port, "--session-dir", session};
-  if (a.Has("bind")) {
-    hargs.push_back("--bind");
-    hargs.push_back(a.Get("bind"));
-  }
-  for (const auto& f : kHeadTuningFlags) {
-    if (!a.Has(f.name)) continue;
-    (void)PositiveIntFlag(a, f.name, 1);  // a bad value dies here, not in the head's log
-    hargs.push_back(std::string("--") + f.name);
-    hargs.push_back(a.Get(f.name));
-  }
-  return hargs;
-}
-
-// The address the spawned head `hp` writes once it listens (up to 5 s; "" if it did not); death
-// with its log if it exits first.
-std::string WaitForHeadAddress(const std::string& session, pid_t hp, const std::string& port) {
-  std::string address;
-  for (int i = 0; i < 500 && address.empty(); ++i) {
-    auto r = ReadFile(session + "/head_address");
-    if (r.ok()) address = *r;
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    int status = 0;
-    if (waitpid(hp, &status, WNOHANG) == hp) {
-      std::error_code ec;
-      std::filesystem::remove(session + "/pids/head.pid", ec);
-      auto log = ReadFile(session + "/logs/head.err");
-      Die("the head failed to start on port " + port + ":\n" + (log.ok() ? *log : std::string()));
-    }
-  }
-  return address;
-}
-
-// `torus start --head` without --block: head and node daemons of a new session.
-int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& session,
-                     const std::string& port, bool resumed) {
-  std::error_code ec;
-  std::filesystem::remove(session + "/head_address", ec);  // a resumed session's is stale
-  bool node_live = false;  // a resumed session's own node rode out the head's absence
-  for (const auto& d : LiveDaemons(session)) node_live |= std::filesystem::path(d.file).stem() == "node-head";
-  pid_t hp = SpawnDaemon(session, "head", HeadDaemonArgs(a, self, port, session));
-  std::string address = WaitForHeadAddress(session, hp, port);
-  // A failed start leaves nothing running: what it spawned is stopped again.
-  auto fail = [&](const std::string& msg) {
-    // Only what this command spawned: a resumed session's surviving node keeps its work.
-    std::vector<SessionDaemon> ours;
-    for (auto& d : LiveDaemons(session)) {
-      auto stem = std::filesystem::path(d.file).stem();
-      if (stem == "head" || (!node_live && stem == "node-head")) ours.push_back(d);
-    }
-    TerminateSessionDaemons(ours, std::chrono::seconds(3));
-    Die(msg + "; stopped what was started; see " + session + "/logs");
-  };
-  if (address.empty()) fail("the head did not come up within 5 s");
-  std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session};
-  for (auto& s : NodeArgs(a)) nargs.push_back(s);
-  if (!node_live) SpawnDaemon(session, "node-head", nargs);
-  auto token = FindToken(session);
-  if (!token.ok()) fail(token.status().message());
-  if (!WaitForNodes(address, *token, 1, 10000)) fail("the head's node did not register within 10 s");
-  if (auto s = MakeLatestSession(session); !s.ok()) fail(s.message());
-  std::cout << "Torus head " << (resumed ? "resumed" : "started") << " at " << address << "\n  session: " << session
-            << "\n  join another node: torus start --address " << address
-            << "\n  drivers connect with TORUS_ADDRESS=" << address << " (or RAY_ADDRESS)"
-            << "\n  stop: torus stop" << std::endl;
-  return 0;
-}
-
-int StartHead(const Args& a, const std::string& self) {
-  if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
-  auto resume = ChooseHeadSession(a);
-  if (!resume.ok()) Die(resume.status().message());
-  if (resume->empty()) RefuseIfClusterRunning();
-  std::string port = std::to_string(PortFlag(a, "port", kDefaultPort));
-  if (port != "0") {
-    // Before anything is created: a port in use is refused, never shared.
-    std::string why = WhyCannotListen(a.Get("bind", "127.0.0.1"), std::stoi(port));
-    if (!why.empty()) Die("cannot start the head on port " + port + ": " + why + "; nothing was started");
-  }
-  if (!resume->empty()) {
-    if (auto s = CheckResume(a, *resume, port); !s.ok()) Die(s.message());
-    if (a.Has("block")) return RunHeadInForeground(a, *resume, std::stoi(port));
-    return SpawnHeadAndNode(a, self, *resume, port, /*resumed=*/true);
-  }
-  // session_latest moves to the new session only once its head is up.
-  auto session = CreateSession(/*make_latest=*/false);
-  if (!session.ok()) Die(session.status().message());
-  if (a.Has("block")) return RunHeadInForeground(a, *session, std::stoi(port));
-  return SpawnHeadAndNode(a, self, *session, port, /*resumed=*/false);
-}
-
-// How many nodes of the cluster at `address` are alive, or death when its head does not answer.
-size_t AliveNodes(const std::string& address, const std::string& token) {
-  size_t alive = 0;
-  auto stub = rpc::Head::NewStub(GetChannel(address));
-  rpc::ListReply reply;
-  auto ctx = NewContext(token, 5000);
-  auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
-  if (!st.ok()) Die("cannot reach the head at " + address + ": " + st.error_message());
-  for (const auto& n : reply.nodes()) alive += n.alive();
-  return alive;
-}
-
-// `torus start --address A`: one more node for the cluster at A.
-int JoinCluster(const Args& a, const std::string& self) {
-  std::string address = a.Get("address");
-  if (address.empty()) Die("torus start needs --head or --address HOST:PORT");
-  auto token = FindToken();
-  if (!token.ok()) Die(token.status().message());
-  std::string session = LatestSession();
-  if (session.empty()) {
-    auto s = CreateSession(true);
-    if (!s.ok()) Die(s.status().message());
-    session = *s;
-  }
-  // Count nodes first so we can tell when ours has joined.
-  size_t before = AliveNodes(address, *token);
-  std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session};
-  for (auto& s : NodeArgs(a)) nargs.push_back(s);
-  if (a.Has("block")) {
-    std::vector<char*> cargv;
-    for (auto& s : nargs) cargv.push_back(s.data());
-    return RunNode(ParseArgs(static_cast<int>(cargv.size()), cargv.data(), 2, kBoolFlags));
-  }
-  static int counter = 0;
-  std::string name = "node-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
-  SpawnDaemon(session, name, nargs);
-  if (!WaitForNodes(address, *token, before + 1, 10000)) {
-    auto log = ReadFile(session + "/logs/" + name + ".err");
-    Die("the node did not register within 10 s:\n" + (log.ok() ? *log : std::string()));
-  }
-  std::cout << "Torus node joined the cluster at " << address << std::endl;
-  return 0;
-}
-
-int Start(const Args& a) {
-  std::string self = SelfExecutable();
-  if (auto r = ParseResources(a); !r.ok()) Die(r.status().message());
-  if (auto l = ParseLabels(a.Get("labels")); !l.ok()) Die(l.status().message());
-  return a.Has("head") ? StartHead(a, self) : JoinCluster(a, self);
-}
-
-int Stop(const Args&) {
-  namespace fs = std::filesystem;
-  if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
-  std::error_code ec;
-  std::vector<SessionDaemon> daemons;
-  for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
-    if (s.is_symlink() || !s.is_directory() ||
-        s.path().filename().string().rfind("session_", 0) != 0) {
-      continue;
-    }
-    for (auto& d : LiveDaemons(s.path().string())) daemons.push_back(std::move(d));
-  }
-  int stopped = TerminateSessionDaemons(daemons, std::chrono::seconds(5));
-  // Shared memory of nodes that died without cleaning up (SIGKILL) or were killed just now.
-  for (const auto& s : fs::directory_iterator(SessionRoot(), ec)) {
-    if (s.is_symlink() || !s.is_directory()) continue;
-    CleanDeadNodeSegments(s.path().string());
-    MarkSessionEnded(s.path().string());  // stopped whole: a later head starts afresh
-  }
-  std::cout << "Stopped " << stopped << " Torus process(es)." << std::endl;
-  return 0;
-}
 
 // ------------------------------------------------------------------------------- status / list
 
@@ -717,6 +353,7 @@ void Usage() {
                "        [--labels k=v,...] [--bind HOST] [--block] [--new-session | --session-dir DIR]\n"
                "        (resumes the latest session when it has durable state; docs/fault_tolerance.md)\n"
                "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
+               "        [--dashboard-host HOST] [--dashboard-port N (8265)] [--include-dashboard false]  (docs/http.md)\n"
                "  start --address HOST:PORT [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"
                "        [--labels k=v,...] [--bind HOST] [--heartbeat-ms MS] [--block]\n"
                "  up FILE.yaml [--wait] [--netns] [--no-atomic-restart]   (docs/launcher.md)\n"
@@ -731,13 +368,11 @@ void Usage() {
 const std::map<std::string, std::vector<std::string>>& KnownFlags() {
   static const std::map<std::string, std::vector<std::string>> k = [] {
     std::map<std::string, std::vector<std::string>> m = {
-        {"start", {"head", "address", "port", "num-cpus", "num-gpus", "memory", "resources", "labels",
-                   "bind", "block", "heartbeat-ms", "head-lost-ms", "new-session", "session-dir", "help"}},
+        {"start", StartFlags()},
         {"stop", {"force", "help"}},
         {"status", {"address", "help"}},
         {"list", {"address", "format", "help"}},
     };
-    for (const auto& f : kHeadTuningFlags) m["start"].push_back(f.name);
     return m;
   }();
   return k;

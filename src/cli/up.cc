@@ -140,7 +140,8 @@ struct Supervisor {
               s.value("name", std::string("host"))};
     }
     std::vector<std::string> node = {self, "node", "--address", head_address, "--session-dir", session,
-                                     "--bind", s["ip"].get<std::string>(), "--resources", s["resources"].dump()};
+                                     "--bind", s["ip"].get<std::string>(), "--resources", s["resources"].dump(),
+                                     "--dashboard-agent-listen-port", "52365", "--dashboard-agent-port-fallback"};
     argv.insert(argv.end(), node.begin(), node.end());
     // The group travels as --node-group: the node sets that reserved label itself.
     json labels = s["labels"];
@@ -604,8 +605,11 @@ pid_t SpawnClusterDaemon(const std::string& session, const std::string& name,
 
 // Starts the head and returns its address once it listens (up to 10 s).
 std::string StartClusterHead(const std::string& session, int port, const std::string& head_ip) {
+  // The HTTP surface on Ray's port, as a KubeRay head has it (another when 8265 is taken).
   pid_t head = SpawnClusterDaemon(session, "head", {SelfExecutable(), "head", "--port", std::to_string(port),
-                                                    "--session-dir", session, "--bind", head_ip});
+                                                    "--session-dir", session, "--bind", head_ip,
+                                                    "--dashboard-host", head_ip, "--dashboard-port", "8265",
+                                                    "--dashboard-port-fallback"});
   std::string address;
   for (int i = 0; i < 1000 && address.empty(); ++i) {
     auto r = ReadFile(session + "/head_address");
@@ -716,6 +720,10 @@ int RunUp(const Flags& f) {
             << " s\n  address: " << address << "\n  session: " << session << "\n  hosts:   " << session
             << "/launcher/hosts\n  drivers: TORUS_ADDRESS=" << address;
   if (o.netns) std::cout << " TORUS_BIND_HOST=" << head_ip;
+  if (auto d = ReadFile(session + "/dashboard_address"); d.ok() && !d->empty()) {
+    std::cout << "\n  jobs:    ray job submit --address http://" << *d << " (RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(cat "
+              << session << "/token)); docs/http.md";
+  }
   std::cout << "\n  stop:    torus down" << std::endl;
   return 0;
 }

@@ -177,11 +177,11 @@ HttpServer::HttpServer(Options opts) : opts_(std::move(opts)) {}
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(const std::string& method, const std::string& pattern, Access access, Handler h) {
-  routes_.push_back({method, SplitPath(pattern), access, std::move(h), nullptr});
+  routes_.push_back({method, SplitPath(pattern), access, std::move(h), nullptr, nullptr});
 }
 
-void HttpServer::HandleWebSocket(const std::string& pattern, Access access, StreamHandler h) {
-  ws_routes_.push_back({"GET", SplitPath(pattern), access, nullptr, std::move(h)});
+void HttpServer::HandleWebSocket(const std::string& pattern, Access access, StreamHandler h, Admit admit) {
+  ws_routes_.push_back({"GET", SplitPath(pattern), access, nullptr, std::move(h), std::move(admit)});
 }
 
 mg_context* HttpServer::StartOn(int port, std::string* error) {
@@ -300,6 +300,7 @@ int HttpServer::CheckAccess(const Route& r, const HttpRequest& req, std::string*
   if (r.access == Access::kPublic) return 0;
   std::string given;
   std::string auth = req.Header("authorization");
+  if (auth.empty()) auth = req.Header("x-ray-authorization");  // as Ray's servers read it
   if (auth.size() > 7 && strncasecmp(auth.c_str(), "Bearer ", 7) == 0) given = auth.substr(7);
   if (given.empty()) given = CookieValue(req.Header("cookie"), "torus_token");
   if (given.empty()) {
@@ -359,6 +360,16 @@ int HttpServer::OnWsConnect(const mg_connection* cconn, void* self) {
     why = "no such websocket endpoint: " + st->req.path;
   } else if (int a = s->CheckAccess(*route, st->req, &why); a != 0) {
     status = a;
+  } else if (route->admit) {
+    try {
+      if (auto refusal = route->admit(st->req)) {
+        status = refusal->status;
+        why = refusal->body;
+      }
+    } catch (const std::exception& e) {
+      status = 500;
+      why = std::string("internal error: ") + e.what();
+    }
   }
   if (status != 0) {
     // Raw: civetweb's response-header calls refuse a connection already marked as a websocket.

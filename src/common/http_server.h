@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,6 +95,8 @@ class HttpServer {
   };
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
   using StreamHandler = std::function<void(const HttpRequest&, WebSocketOut&)>;
+  // Decides before the handshake: nullopt admits, a response refuses with its status and text.
+  using Admit = std::function<std::optional<HttpResponse>(const HttpRequest&)>;
 
   explicit HttpServer(Options opts);
   ~HttpServer();
@@ -102,8 +105,9 @@ class HttpServer {
 
   // Before Start(). `pattern` like "/api/jobs/{}/logs".
   void Handle(const std::string& method, const std::string& pattern, Access access, Handler h);
-  // A websocket endpoint (GET with an Upgrade): after the handshake `h` streams to it.
-  void HandleWebSocket(const std::string& pattern, Access access, StreamHandler h);
+  // A websocket endpoint (GET with an Upgrade): after the handshake `h` streams to it. `admit`
+  // (optional) may refuse the request first (e.g. 404 for an unknown job).
+  void HandleWebSocket(const std::string& pattern, Access access, StreamHandler h, Admit admit = nullptr);
 
   Status Start();
   void Stop();
@@ -118,6 +122,7 @@ class HttpServer {
     Access access;
     Handler handler;
     StreamHandler stream;
+    Admit admit;
   };
   static int OnRequest(mg_connection* conn, void* self);
   static int OnWsConnect(const mg_connection* conn, void* self);

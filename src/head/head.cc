@@ -1,11 +1,13 @@
 #include "head/head.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "common/ids.h"
 #include "common/lane.h"
 #include "common/logging.h"
+#include "head/jobs_http.h"
 #include "head/slice_idle.h"
 #include "head/slices.h"
 #include "tpu/topology.h"
@@ -72,9 +74,37 @@ Status Head::Start() {
   } else {
     resumed_.jobs = *jobs;
   }
+  if (auto s = StartHttp(); !s.ok()) {
+    Stop();
+    return s;
+  }
   TORUS_LOG(INFO) << "head listening on " << address_ << ", session " << cfg_.session_dir;
   monitor_.Start(kMonitorPeriod, [this] { return MonitorTick(); });
   pg_manager_.Start();
+  return Status::Ok();
+}
+
+Status Head::StartHttp() {
+  if (cfg_.dashboard_port < 0) return Status::Ok();
+  HttpServer::Options o;
+  o.name = "dashboard";
+  o.host = cfg_.dashboard_host;
+  o.port = cfg_.dashboard_port;
+  o.any_port_if_taken = cfg_.dashboard_port_fallback;
+  o.threads = 32;  // log tails hold a thread each
+  o.token = cfg_.token;
+  http_ = std::make_unique<HttpServer>(o);
+  // KubeRay's readiness probe of the head (Ray's answer: 200 "success").
+  http_->Handle("GET", "/api/gcs_healthz", HttpServer::Access::kPublic, [this](const HttpRequest&) {
+    return stopping_ ? HttpResponse::Text("503: Health check failed: the head is stopping", 503)
+                     : HttpResponse::Text("success");
+  });
+  RegisterJobsHttp(*http_, *job_manager_,
+                   {std::filesystem::path(cfg_.session_dir).filename().string()});
+  if (auto s = http_->Start(); !s.ok()) {
+    http_.reset();
+    return s;
+  }
   return Status::Ok();
 }
 
@@ -88,6 +118,7 @@ void Head::Stop() {
     Wait();
     return;
   }
+  if (http_) http_->Stop();  // its handlers call the job manager
   if (job_manager_) job_manager_->Stop();  // first: it still talks to our own service
   {
     MutexLock lock(mu_);

@@ -37,6 +37,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/http_server.h"
 #include "common/labels.h"
 #include "common/lane.h"
 #include "common/one_shot_thread.h"
@@ -84,6 +85,12 @@ struct HeadConfig {
   // actors and bundles on nodes that did not are handled as on a node's death, and the jobs of
   // drivers that did not are finished.
   int resume_grace_ms = 10000;
+  // The HTTP surface (docs/http.md): Ray's Jobs REST API and the health probe, on
+  // dashboard_host:dashboard_port. -1: none; 0: any free port. With dashboard_port_fallback a
+  // port in use is replaced by a free one (logged), otherwise Start fails.
+  std::string dashboard_host = "127.0.0.1";
+  int dashboard_port = -1;
+  bool dashboard_port_fallback = false;
 };
 
 // What a resumed head took over from its durable state.
@@ -101,6 +108,8 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   void Wait();
   void Stop();
   std::string address() const { return address_; }
+  // The HTTP surface's "host:port" ("" without one). Set by Start.
+  std::string dashboard_address() const { return http_ ? http_->address() : ""; }
   // What Start() resumed (all zero for a new session).
   const ResumedState& resumed() const { return resumed_; }
 
@@ -159,6 +168,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // Durable state (head_restore.cc): opens the store, takes over what it holds, and has every
   // part write its changes to it. Part of Start, before serving.
   Status RestoreState() EXCLUDES(mu_);
+  Status StartHttp();  // the HTTP surface, when cfg_.dashboard_port >= 0
   void SaveDriverJobLocked(const rpc::JobRequest& job, bool finished) REQUIRES(mu_);
   // Once the resume grace has passed: what did not come back is handled as gone.
   void EndResumeGraceLocked() REQUIRES(mu_);
@@ -177,6 +187,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   std::unique_ptr<LaneServer> lane_;  // placement-group calls from drivers (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<JobManager> job_manager_;  // submitted jobs (docs/jobs.md), served on our port
+  std::unique_ptr<HttpServer> http_;         // after job_manager_: stopped and destroyed before it
   static constexpr size_t kMaxWorkThreads = 256;  // actor constructors run on these while they place
   WorkQueue work_{kMaxWorkThreads, 0};  // unbounded queue: Post never waits  // before pg_manager_, which submits to it
 

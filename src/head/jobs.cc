@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "common/ids.h"
+#include "common/labels.h"
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
@@ -32,40 +33,6 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
-// The reservation a gang job asks for: the same bundles and selectors as
-// torus::tpu::CreateSlicePlacementGroup with default options (one bundle {CPU: 1, TPU: c} per
-// host, slice-major; the slice's head unit with host 0's bundle).
-StatusOr<rpc::PlacementGroupRecord> SliceRecord(const rpc::JobSubmitRequest& req, const std::string& job_id) {
-  int num_slices = req.num_slices() > 0 ? req.num_slices() : 1;
-  auto shape = tpu::ComputeSliceShape(req.accelerator_version(), req.slice_topology(), std::nullopt);
-  if (!shape.ok()) return shape.status();
-  auto layout = tpu::ComputeBundleLayout(*shape, num_slices, "SPREAD");
-  if (!layout.ok()) return layout.status();
-  auto gen = tpu::NormalizeVersion(req.accelerator_version());
-  if (!gen.ok()) return gen.status();
-  rpc::PlacementGroupRecord rec;
-  rec.set_strategy("SPREAD");
-  rec.set_job_id(job_id);
-  auto* sl = rec.mutable_slice();
-  sl->set_topology(req.slice_topology());
-  sl->set_accelerator_version(req.accelerator_version());
-  sl->set_num_slices(num_slices);
-  sl->set_timeout_ms(req.slice_wait_timeout_ms() > 0 ? req.slice_wait_timeout_ms() : -1);
-  for (int i = 0; i < layout->total_bundles; ++i) {
-    auto* b = rec.add_bundles();
-    auto& amounts = *b->mutable_resources()->mutable_amounts();
-    amounts["CPU"] = 1;
-    amounts["TPU"] = layout->tpu_per_bundle;
-    if (i % layout->bundles_per_slice == 0) amounts["TPU-" + shape->pod_type + "-head"] = 1;
-    auto* t = b->add_label_selector();
-    t->set_key(std::string(tpu::kLabelPodType));
-    t->set_expr(shape->pod_type);
-    t = b->add_label_selector();
-    t->set_key(std::string(tpu::kLabelAcceleratorType));
-    t->set_expr(tpu::AcceleratorTypeValue(*gen));
-  }
-  return rec;
-}
 }  // namespace
 
 JobManager::JobManager(JobManagerConfig cfg) : cfg_(std::move(cfg)) {
@@ -90,157 +57,6 @@ void JobManager::Stop() {
     cv_.NotifyAll();
   }
   for (auto& t : threads) t.join();
-}
-
-// ------------------------------------------------------------------------------- RPCs
-
-grpc::Status JobManager::SubmitJob(grpc::ServerContext* ctx, const rpc::JobSubmitRequest* req,
-                                   rpc::JobReply* reply) {
-  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  if (req->entrypoint_size() == 0 || req->entrypoint(0).empty()) {
-    SetError(reply->mutable_error(), InvalidArgument("a job needs a command (after --)"));
-    return grpc::Status::OK;
-  }
-  if (req->max_retries() < 0) {
-    SetError(reply->mutable_error(), InvalidArgument("--max-retries must be >= 0"));
-    return grpc::Status::OK;
-  }
-  std::string id = "job_" + RandomHex(5);
-  Job job;
-  job.req = *req;
-  if (!req->slice_topology().empty() || !req->accelerator_version().empty()) {
-    if (req->slice_topology().empty() || req->accelerator_version().empty()) {
-      SetError(reply->mutable_error(), InvalidArgument("--slice and --accelerator go together"));
-      return grpc::Status::OK;
-    }
-    if (req->num_slices() < 0) {
-      SetError(reply->mutable_error(), InvalidArgument("num_slices must be at least 1"));
-      return grpc::Status::OK;
-    }
-    auto rec = SliceRecord(*req, id);
-    if (!rec.ok()) {
-      SetError(reply->mutable_error(), rec.status());
-      return grpc::Status::OK;
-    }
-    job.slice_request = *rec;
-  }
-  auto& r = job.rec;
-  r.set_job_id(id);
-  r.set_state(rpc::JobRecord::PENDING);
-  for (const auto& a : req->entrypoint()) r.add_entrypoint(a);
-  r.set_working_dir(req->working_dir());
-  r.set_max_retries(req->max_retries());
-  r.set_exit_code(-1);
-  r.set_submitted_ms(NowMs());
-  r.set_slice_topology(req->slice_topology());
-  r.set_accelerator_version(req->accelerator_version());
-  r.set_num_slices(job.slice_request.has_slice() ? job.slice_request.slice().num_slices() : 0);
-  job.log_path = log_dir_ + "/job-" + id + ".log";
-  {
-    std::ofstream create(job.log_path, std::ios::trunc);
-  }
-  MutexLock lock(mu_);
-  if (stopping_) {
-    SetError(reply->mutable_error(), Unavailable("the head is shutting down"));
-    return grpc::Status::OK;
-  }
-  *reply->mutable_job() = r;
-  TORUS_LOG(INFO) << "job " << id << " submitted: " << req->entrypoint(0)
-                  << (req->slice_topology().empty() ? ""
-                                                    : " on " + req->accelerator_version() + " " + req->slice_topology());
-  TrimFinishedLocked();
-  auto& stored = jobs_[id] = std::move(job);
-  SaveLocked(id);
-  stored.supervisor = std::thread([this, id] { Supervise(id); });
-  return grpc::Status::OK;
-}
-
-grpc::Status JobManager::GetJob(grpc::ServerContext* ctx, const rpc::JobIdRequest* req,
-                                rpc::JobReply* reply) {
-  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(mu_);
-  auto it = jobs_.find(req->job_id());
-  if (it == jobs_.end()) {
-    SetError(reply->mutable_error(), NotFound("no job '" + req->job_id() + "'"));
-  } else {
-    *reply->mutable_job() = it->second.rec;
-  }
-  return grpc::Status::OK;
-}
-
-grpc::Status JobManager::ListJobs(grpc::ServerContext* ctx, const rpc::Empty*, rpc::JobListReply* reply) {
-  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(mu_);
-  for (const auto& [id, j] : jobs_) *reply->add_jobs() = j.rec;
-  std::sort(reply->mutable_jobs()->begin(), reply->mutable_jobs()->end(),
-            [](const rpc::JobRecord& a, const rpc::JobRecord& b) { return a.submitted_ms() < b.submitted_ms(); });
-  return grpc::Status::OK;
-}
-
-grpc::Status JobManager::StopJob(grpc::ServerContext* ctx, const rpc::JobIdRequest* req,
-                                 rpc::JobReply* reply) {
-  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(mu_);
-  auto it = jobs_.find(req->job_id());
-  if (it == jobs_.end()) {
-    SetError(reply->mutable_error(), NotFound("no job '" + req->job_id() + "'"));
-    return grpc::Status::OK;
-  }
-  it->second.stop_requested = true;
-  cv_.NotifyAll();
-  *reply->mutable_job() = it->second.rec;
-  return grpc::Status::OK;
-}
-
-grpc::Status JobManager::JobLogs(grpc::ServerContext* ctx, const rpc::JobLogsRequest* req,
-                                 grpc::ServerWriter<rpc::JobLogChunk>* writer) {
-  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  std::string path;
-  {
-    MutexLock lock(mu_);
-    auto it = jobs_.find(req->job_id());
-    if (it == jobs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req->job_id() + "'");
-    path = it->second.log_path;
-  }
-  uint64_t offset = req->offset();
-  std::vector<char> buf(64 * 1024);
-  while (!ctx->IsCancelled()) {
-    // The record is read before the file, so once it is terminal the file is complete.
-    rpc::JobRecord rec;
-    {
-      MutexLock lock(mu_);
-      rec = jobs_[req->job_id()].rec;
-    }
-    bool sent = false;
-    std::ifstream f(path, std::ios::binary);
-    if (f) {
-      f.seekg(static_cast<std::streamoff>(offset));
-      while (f) {
-        f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-        auto n = f.gcount();
-        if (n <= 0) break;
-        rpc::JobLogChunk c;
-        c.set_offset(offset);
-        c.set_data(buf.data(), static_cast<size_t>(n));
-        if (!writer->Write(c)) return grpc::Status::OK;
-        offset += static_cast<uint64_t>(n);
-        sent = true;
-      }
-    }
-    if (!req->follow() || IsTerminal(rec.state()) || stopping_) {
-      rpc::JobLogChunk last;
-      last.set_offset(offset);
-      last.set_done(true);
-      *last.mutable_job() = rec;
-      writer->Write(last);
-      return grpc::Status::OK;
-    }
-    if (!sent) {
-      MutexLock lock(mu_);
-      cv_.WaitFor(lock, std::chrono::milliseconds(50));
-    }
-  }
-  return grpc::Status::OK;
 }
 
 // ------------------------------------------------------------------------------- supervision
@@ -327,7 +143,22 @@ void JobManager::Supervise(const std::string& id, bool resume) {
 }
 
 JobManager::AttemptResult JobManager::PickDriverNode(const std::string& id, std::vector<Target>* targets) {
-  // The driver runs on the oldest alive node: the head's own node under `torus start --head`.
+  // The driver runs on the oldest alive node that has the resources and labels asked for (not
+  // reserved: the node's total counts): the head's own node under `torus start --head`.
+  rpc::JobSubmitRequest req;
+  {
+    MutexLock lock(mu_);
+    req = jobs_[id].req;
+  }
+  auto selector = ParseLabelSelector({req.driver_label_selector().begin(), req.driver_label_selector().end()});
+  if (!selector.ok()) return {Outcome::kFailed, selector.status().message(), -1};
+  auto fits = [&](const rpc::NodeRecord& n) {
+    for (const auto& [k, v] : req.driver_resources().amounts()) {
+      auto it = n.total().amounts().find(k);
+      if (v > 0 && (it == n.total().amounts().end() || it->second < v)) return false;
+    }
+    return MatchesLabels(*selector, n.labels());
+  };
   auto head = rpc::Head::NewStub(GetChannel(head_address_));
   while (!StopWanted(id)) {
     rpc::ListReply list;
@@ -336,7 +167,7 @@ JobManager::AttemptResult JobManager::PickDriverNode(const std::string& id, std:
     const rpc::NodeRecord* best = nullptr;
     if (st.ok()) {
       for (const auto& n : list.nodes()) {
-        if (n.alive() && (!best || n.start_time_ms() < best->start_time_ms())) best = &n;
+        if (n.alive() && fits(n) && (!best || n.start_time_ms() < best->start_time_ms())) best = &n;
       }
     }
     if (best) {
@@ -347,7 +178,9 @@ JobManager::AttemptResult JobManager::PickDriverNode(const std::string& id, std:
       targets->push_back(t);
       return {Outcome::kSucceeded, "", -1};
     }
-    SetMessage(id, "waiting for a node to run the driver on");
+    SetMessage(id, req.driver_resources().amounts().empty() && req.driver_label_selector().empty()
+                       ? "waiting for a node to run the driver on"
+                       : "waiting for a node with the driver's resources and labels");
     MutexLock lock(mu_);
     cv_.WaitFor(lock, std::chrono::milliseconds(200));
   }
@@ -489,9 +322,11 @@ JobManager::Attempt JobManager::BeginAttempt(const std::string& id) {
 std::optional<JobManager::AttemptResult> JobManager::BuildEnvironments(Attempt& a) {
   const int n = static_cast<int>(a.targets.size());
   // Environment of every process: the cluster's address (so ray::Init() joins it) and token.
-  std::map<std::string, std::string> common = {{"TORUS_ADDRESS", head_address_},
-                                                {"TORUS_TOKEN", cfg_.token},
-                                                {"TORUS_SUBMISSION_ID", a.id}};
+  // The request's env_vars (Ray's runtime_env) first, so the cluster's own cannot be overridden.
+  std::map<std::string, std::string> common(a.req.env_vars().begin(), a.req.env_vars().end());
+  common["TORUS_ADDRESS"] = head_address_;
+  common["TORUS_TOKEN"] = cfg_.token;
+  common["TORUS_SUBMISSION_ID"] = a.id;
   a.env_set.assign(n, common);
   a.env_unset.assign(n, std::vector<std::string>{"RAY_ADDRESS"});
   if (!a.gang) return std::nullopt;
@@ -605,6 +440,7 @@ void JobManager::MarkRunning(const Attempt& a) {
     p->set_process_id(a.started[i].process_id());
   }
   r.set_state(rpc::JobRecord::RUNNING);
+  if (r.start_ms() == 0) r.set_start_ms(NowMs());
   r.clear_message();
   SaveLocked(a.id);
   cv_.NotifyAll();

@@ -13,13 +13,14 @@
 // tails the processes of a RUNNING job on from the saved offsets (the log cut back to the saved
 // size), so the job keeps running and its log has every byte once.
 //
-// THREADS: gRPC server threads run the handlers; each job has one supervisor thread, which runs
+// THREADS: gRPC and HTTP server threads call the API; each job has one supervisor thread, which runs
 // one tail thread per process of the current attempt. Job state (jobs_) is guarded by mu_;
 // appends to the log files and the copy's progress by log_mu_ (taken after mu_ when both are
 // held). The methods marked EXCLUDES(mu_) take mu_ themselves.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -55,10 +56,35 @@ class JobManager final : public rpc::Jobs::Service {
   // and supervised as before. Returns how many; an error if a record is garbled (nothing taken).
   StatusOr<size_t> Restore() EXCLUDES(mu_);
 
+  // The job API both surfaces share (the gRPC service below, the Jobs REST API in jobs_http.h).
+  // Callers have checked the token. Errors: InvalidArgument for a bad request, NotFound for an
+  // unknown id, AlreadyExists for a submission id taken, FailedPrecondition for deleting a job
+  // not finished, Unavailable while the head shuts down.
+  //
+  // A request may give its command as `entrypoint` (argv) or as `shell_command` (run by
+  // /bin/sh -c, as Ray's jobs are); `submission_id` names the job ("" = a new "job_…" id).
+  StatusOr<rpc::JobRecord> Submit(const rpc::JobSubmitRequest& req) EXCLUDES(mu_);
+  StatusOr<rpc::JobRecord> Get(const std::string& id) EXCLUDES(mu_);
+  std::vector<rpc::JobRecord> List() EXCLUDES(mu_);  // by submission time
+  // Asks a job to stop (its processes are stopped, the attempt ends as STOPPED); returns the
+  // record as it was when asked. Stopping a finished job does nothing.
+  StatusOr<rpc::JobRecord> RequestStop(const std::string& id) EXCLUDES(mu_);
+  // Forgets a finished job: its record (also in the store) and its log file.
+  Status Delete(const std::string& id) EXCLUDES(mu_);
+  struct LogRead {
+    std::string data;   // the log's bytes from the offset asked, at most max_bytes
+    rpc::JobRecord job;  // read before the bytes: when terminal, `data` reached the log's end
+  };
+  StatusOr<LogRead> ReadLog(const std::string& id, uint64_t offset, size_t max_bytes) EXCLUDES(mu_);
+  // Waits until some job changes or its log grows, or `d` passes.
+  void WaitForChange(std::chrono::milliseconds d) EXCLUDES(mu_);
+  bool stopping() const { return stopping_; }
+
   grpc::Status SubmitJob(grpc::ServerContext*, const rpc::JobSubmitRequest*, rpc::JobReply*) override;
   grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest*, rpc::JobReply*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const rpc::Empty*, rpc::JobListReply*) override;
   grpc::Status StopJob(grpc::ServerContext*, const rpc::JobIdRequest*, rpc::JobReply*) override;
+  grpc::Status DeleteJob(grpc::ServerContext*, const rpc::JobIdRequest*, rpc::JobDeleteReply*) override;
   grpc::Status JobLogs(grpc::ServerContext*, const rpc::JobLogsRequest*,
                        grpc::ServerWriter<rpc::JobLogChunk>*) override;
 

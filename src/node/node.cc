@@ -162,6 +162,10 @@ Status Node::Start() {
   if (auto s = objects_.Open(shm_prefix_ + "arena", cfg_.object_store_bytes); !s.ok()) return s;
   job_runner_ = std::make_unique<JobRunner>(JobRunnerConfig{
       cfg_.node_id, cfg_.token, cfg_.bind_host, static_cast<int>(tpu_chip_ids_.size())});
+  if (auto s = StartHttp(); !s.ok()) {
+    UnlinkSegmentsWithPrefix(shm_prefix_);
+    return s;
+  }
   if (auto s = Serve(); !s.ok()) return s;
   job_runner_->SetSessionDir(cfg_.session_dir);
   {
@@ -237,6 +241,28 @@ Status Node::RegisterWithHead() {
   return Status::Ok();
 }
 
+Status Node::StartHttp() {
+  if (cfg_.agent_port < 0) return Status::Ok();
+  HttpServer::Options o;
+  o.name = "node agent";
+  o.host = cfg_.agent_host;
+  o.port = cfg_.agent_port;
+  o.any_port_if_taken = cfg_.agent_port_fallback;
+  o.threads = 4;
+  o.token = cfg_.token;
+  http_ = std::make_unique<HttpServer>(o);
+  // KubeRay's liveness/readiness probe of every pod (Ray's answer: 200 "success").
+  http_->Handle("GET", "/api/local_raylet_healthz", HttpServer::Access::kPublic, [this](const HttpRequest&) {
+    return st_.stopping ? HttpResponse::Text("Local Raylet failed: the node is stopping", 503)
+                        : HttpResponse::Text("success");
+  });
+  if (auto s = http_->Start(); !s.ok()) {
+    http_.reset();
+    return s;
+  }
+  return Status::Ok();
+}
+
 void Node::Wait() {
   MutexLock lock(stop_mu_);
   while (!stopped_) stopped_cv_.Wait(lock);
@@ -248,6 +274,7 @@ void Node::Stop() {
     return;
   }
   TORUS_LOG(INFO) << "node " << cfg_.node_id << " stopping";
+  if (http_) http_->Stop();
   if (job_runner_) job_runner_->Stop();
   objects_.Clear();
   std::vector<pid_t> pids;

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/http_server.h"
 #include "common/lane.h"
 #include "common/one_shot_thread.h"
 #include "common/resources.h"
@@ -73,6 +74,12 @@ struct NodeConfig {
   int idle_worker_keep_ms = 10000;  // idle workers above the CPU count are stopped after this
   uint64_t object_store_bytes = 0;  // arena capacity; 0 = DefaultArenaBytes (node/arena.h)
   std::string logs_dir;             // workers' log files; "" = <session_dir>/logs
+  // The node's HTTP surface (docs/http.md: the health probe KubeRay runs on every pod) on
+  // agent_host:agent_port. -1: none; 0: any free port; with agent_port_fallback a port in use is
+  // replaced by a free one (logged), otherwise Start fails.
+  std::string agent_host = "127.0.0.1";
+  int agent_port = -1;
+  bool agent_port_fallback = false;
 };
 
 class Node final : public rpc::Node::Service {
@@ -93,6 +100,8 @@ class Node final : public rpc::Node::Service {
 
   const std::string& id() const { return cfg_.node_id; }
   std::string address() const { return address_; }
+  // The HTTP surface's "host:port" ("" without one). Set by Start.
+  std::string agent_address() const { return http_ ? http_->address() : ""; }
 
   // rpc::Node::Service
   grpc::Status RegisterWorker(grpc::ServerContext*, const rpc::RegisterWorkerRequest*,
@@ -143,6 +152,7 @@ class Node final : public rpc::Node::Service {
   void ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::HeartbeatReply& reply) EXCLUDES(st_.mu);
   void ReaperLoop() EXCLUDES(st_.mu);
   Status RegisterWithHead() EXCLUDES(st_.mu);
+  Status StartHttp();  // the agent's HTTP surface, when cfg_.agent_port >= 0
 
   // constant after construction / Start()
   NodeConfig cfg_;
@@ -153,6 +163,7 @@ class Node final : public rpc::Node::Service {
   std::vector<int> tpu_chip_ids_;  // physical ids of this host's chips
   std::unique_ptr<LaneServer> lane_;  // bundle calls from the head (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpServer> http_;  // the agent's HTTP surface (cfg_.agent_port >= 0)
   std::unique_ptr<rpc::Head::Stub> head_;
   std::unique_ptr<JobRunner> job_runner_;  // processes of submitted jobs (docs/jobs.md)
 

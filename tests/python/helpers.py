@@ -160,3 +160,36 @@ def wait_until(pred, timeout=30.0, interval=0.1, what="condition"):
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last!r})"
                                                              if last else ""))
+
+
+def ray_client_bin() -> Path:
+    """The bin/ of the pinned real Ray client (python/requirements-ray-client.txt):
+    $TORUS_RAY_CLIENT_BIN or .venv-ray/bin. Without it the HTTP tests skip, but not under CI."""
+    import pytest
+    d = Path(os.environ.get("TORUS_RAY_CLIENT_BIN", REPO / ".venv-ray" / "bin"))
+    if not (d / "ray").exists():
+        if os.environ.get("CI"):
+            raise AssertionError(f"no Ray client at {d} (scripts/test.sh installs it)")
+        pytest.skip(f"no Ray client at {d} (pip install -r python/requirements-ray-client.txt)")
+    return d
+
+
+def dashboard_url(cluster) -> str:
+    return "http://" + (Path(cluster.session) / "dashboard_address").read_text().strip()
+
+
+def ray_env(cluster, token=None, **extra) -> dict:
+    """The environment of a Ray client talking to `cluster` with its token (as Ray 2.60's
+    token auth: RAY_AUTH_MODE=token, RAY_AUTH_TOKEN)."""
+    env = clean_env(**extra)
+    env.pop("RAY_API_SERVER_ADDRESS", None)
+    env["RAY_AUTH_MODE"] = "token"
+    env["RAY_AUTH_TOKEN"] = token if token is not None else (Path(cluster.session) / "token").read_text().strip()
+    env["PATH"] = str(ray_client_bin()) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def ray_job(cluster, *args, env=None, timeout=300, check=True):
+    """`ray job ARGS --address http://<the cluster's dashboard>` with the real Ray CLI."""
+    cmd = [str(ray_client_bin() / "ray"), "job", args[0], "--address", dashboard_url(cluster), *args[1:]]
+    return run(cmd, env=env or ray_env(cluster), timeout=timeout, check=check)

@@ -164,3 +164,17 @@ def test_gang_job_of_python_drivers(v6e_cluster, tmp_path):
                    if "RANK " in ln)
     assert ranks == ["0", "1", "2", "3"], p.stdout + p.stderr
     assert all(" 4 5" in ln for ln in p.stdout.splitlines() if "RANK " in ln), p.stdout
+
+
+def test_slice_job_through_ray_job_cli(v6e_cluster, tmp_path):
+    # Ray's CLI has no slice flag: Torus reads the slice from metadata (docs/http.md); the
+    # command then runs once on every host of a whole v6e 4x4 slice, as `torus job --slice`.
+    from helpers import ray_job
+    p = ray_job(v6e_cluster, "submit", "--metadata-json",
+                '{"torus.slice": "4x4", "torus.accelerator": "v6e"}', "--", "sh", "-c",
+                'echo "HOST $TPU_WORKER_ID of $TORUS_NUM_PROCESSES on $TPU_NAME"', timeout=600)
+    text = p.stdout + p.stderr
+    hosts = sorted(ln.split("HOST ")[1] for ln in text.splitlines() if "HOST " in ln)
+    assert [h.split()[0] for h in hosts] == ["0", "1", "2", "3"], text
+    assert all(h.split()[2] == "4" for h in hosts) and len({h.split()[-1] for h in hosts}) == 1, text
+    assert "succeeded" in text, text
