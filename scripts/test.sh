@@ -6,7 +6,8 @@
 # actor multi-process tests under TSan (any TSan report fails the stage; docs/threads.md says
 # what is left out and why, scripts/tsan.supp what is ignored), and every multi-process test in
 # the release build; then installs the Python package (`pip install .`, scripts/python_env.sh)
-# into .venv-py and runs the pytest suite (tests/python) against real clusters.
+# into .venv-py and the pinned Ray client into .venv-ray, and runs the pytest suite (tests/python)
+# against real clusters (Ray's own `ray job` CLI and SDK among the clients).
 # Every stage prints its duration when the suite ends (also on failure), and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,4 +76,10 @@ stage "unit and multi-process tests (release)" \
 # Python: `pip install .` into .venv-py (the CMake objects come from ccache: same flags as the
 # release build), then the pytest suite against real clusters.
 stage "python package (pip install . into .venv-py)" scripts/python_env.sh .venv-py
+# The real Ray 2.60 client (its `ray job` CLI and SDK) the HTTP tests drive Torus with, pinned.
+ray_client() {
+  [ -x .venv-ray/bin/python ] || python3 -m venv .venv-ray
+  .venv-ray/bin/pip install -q --disable-pip-version-check -r python/requirements-ray-client.txt
+}
+stage "ray client (pip install -r python/requirements-ray-client.txt into .venv-ray)" ray_client
 stage "python tests (pytest)" .venv-py/bin/python -m pytest tests/python -q -x --timeout=600 -p no:cacheprovider
