@@ -30,6 +30,11 @@ const std::set<std::string> kBoolFlags = {"head", "block", "help", "force", "new
 
 namespace {
 constexpr int kDefaultPort = 7379;
+
+// A port flag where -1 means "none".
+int OptionalPortFlag(const Args& a, const std::string& flag, int def) {
+  return a.Get(flag, std::to_string(def)) == "-1" ? -1 : PortFlag(a, flag, def);
+}
 }  // namespace
 
 void BlockSignals(sigset_t* set) {
@@ -90,7 +95,7 @@ std::vector<std::string> DashboardDaemonArgs(const HeadConfig& cfg) {
 // `torus head`'s own: no HTTP surface unless --dashboard-port says so.
 void SetDashboardFromDaemon(const Args& a, HeadConfig* cfg) {
   cfg->dashboard_host = a.Get("dashboard-host", "127.0.0.1");
-  cfg->dashboard_port = a.Get("dashboard-port", "-1") == "-1" ? -1 : PortFlag(a, "dashboard-port", -1);
+  cfg->dashboard_port = OptionalPortFlag(a, "dashboard-port", -1);
   cfg->dashboard_port_fallback = a.Has("dashboard-port-fallback");
 }
 
@@ -168,7 +173,7 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   cfg.node_group = a.Get("node-group");
   // The agent's HTTP surface: --dashboard-agent-listen-port (Ray's flag; -1 = none).
   cfg.agent_host = a.Get("dashboard-agent-host", cfg.bind_host);
-  cfg.agent_port = a.Get("dashboard-agent-listen-port", "-1") == "-1" ? -1 : PortFlag(a, "dashboard-agent-listen-port", -1);
+  cfg.agent_port = OptionalPortFlag(a, "dashboard-agent-listen-port", -1);
   cfg.agent_port_fallback = a.Has("dashboard-agent-port-fallback");
   cfg.torus_exe = SelfExecutable();
   auto tok = FindToken(cfg.session_dir);
@@ -230,8 +235,8 @@ void RefuseIfClusterRunning() {
 
 std::vector<std::string> NodeArgs(const Args& a) {
   // The agent on Ray's port 52365 (another when taken), or the port given (strict).
-  std::vector<std::string> v = {"--dashboard-agent-listen-port", a.Get("dashboard-agent-listen-port", "52365")};
-  (void)PortFlag(a, "dashboard-agent-listen-port", 52365);  // a bad value dies here
+  std::vector<std::string> v = {"--dashboard-agent-listen-port",
+                                std::to_string(OptionalPortFlag(a, "dashboard-agent-listen-port", 52365))};
   if (!a.Has("dashboard-agent-listen-port")) v.push_back("--dashboard-agent-port-fallback");
   for (const char* k : {"num-cpus", "num-gpus", "memory", "resources", "labels", "bind", "heartbeat-ms",
                         "head-lost-ms"}) {
@@ -451,6 +456,9 @@ int JoinCluster(const Args& a, const std::string& self) {
 
 int Start(const Args& a) {
   std::string self = SelfExecutable();
+  // Bad values die here, before anything is spawned.
+  (void)OptionalPortFlag(a, "dashboard-agent-listen-port", 52365);
+  if (a.Has("dashboard-port")) (void)PortFlag(a, "dashboard-port", 0);
   if (auto r = ParseResources(a); !r.ok()) Die(r.status().message());
   if (auto l = ParseLabels(a.Get("labels")); !l.ok()) Die(l.status().message());
   return a.Has("head") ? StartHead(a, self) : JoinCluster(a, self);

@@ -157,16 +157,18 @@ bool WebSocketOut::SendText(std::string_view text) {
 bool WebSocketOut::open() const { return !failed_ && !stopping_->load(); }
 
 bool WebSocketOut::Idle(std::chrono::milliseconds d) {
+  // The ping is checked at least once, also for d = 0: a peer gone without a close frame is
+  // noticed when a ping cannot be written (the second one after it left, within ~4 s).
   auto until = std::chrono::steady_clock::now() + d;
-  while (open() && std::chrono::steady_clock::now() < until) {
+  do {
     auto step = std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(100),
                                                               until - std::chrono::steady_clock::now());
     if (step > std::chrono::steady_clock::duration::zero()) std::this_thread::sleep_for(step);
-    if (std::chrono::steady_clock::now() - last_send_ > std::chrono::seconds(5)) {
+    if (std::chrono::steady_clock::now() - last_send_ > std::chrono::seconds(2)) {
       if (mg_websocket_write(conn_, MG_WEBSOCKET_OPCODE_PING, "", 0) < 0) failed_ = true;
       last_send_ = std::chrono::steady_clock::now();
     }
-  }
+  } while (open() && std::chrono::steady_clock::now() < until);
   return open();
 }
 

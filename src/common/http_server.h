@@ -67,8 +67,8 @@ class WebSocketOut {
   bool SendText(std::string_view text);
   // False once the peer left or the server is stopping.
   bool open() const;
-  // Sleeps up to `d` (less when the server stops); a ping goes out when nothing was sent for a
-  // few seconds, so that a peer gone quiet is noticed. Returns open().
+  // Sleeps up to `d` (less when the server stops); a ping goes out when nothing was sent for 2 s
+  // (checked also for d = 0), so that a peer gone without a close frame is noticed. Returns open().
   bool Idle(std::chrono::milliseconds d);
 
  private:

@@ -74,6 +74,7 @@ Status Head::Start() {
   } else {
     resumed_.jobs = *jobs;
   }
+  job_manager_->AcceptSubmissions();
   if (auto s = StartHttp(); !s.ok()) {
     Stop();
     return s;

@@ -55,6 +55,12 @@ class JobManager final : public rpc::Jobs::Service {
   // A resumed head: takes over the jobs of the store (kJob records); running ones are tailed on
   // and supervised as before. Returns how many; an error if a record is garbled (nothing taken).
   StatusOr<size_t> Restore() EXCLUDES(mu_);
+  // From now on Submit takes jobs (before: Unavailable), so that a submission cannot race the
+  // Restore of a job with the same id. The head calls it after Restore.
+  void AcceptSubmissions() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    accepting_ = true;
+  }
 
   // The job API both surfaces share (the gRPC service below, the Jobs REST API in jobs_http.h).
   // Callers have checked the token. Errors: InvalidArgument for a bad request, NotFound for an
@@ -174,6 +180,7 @@ class JobManager final : public rpc::Jobs::Service {
   static constexpr size_t kKeepFinishedJobs = 1000;
   void TrimFinishedLocked() REQUIRES(mu_);
   std::atomic<bool> stopping_{false};
+  bool accepting_ GUARDED_BY(mu_) = false;
 
   Mutex log_mu_;  // serialises appends to the job logs; after mu_ when both are held
   struct Progress {

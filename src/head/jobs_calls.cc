@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/ids.h"
+#include "common/labels.h"
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
@@ -90,7 +91,15 @@ StatusOr<rpc::JobRecord> JobManager::Submit(const rpc::JobSubmitRequest& in) {
   if (req.entrypoint_size() == 0 || req.entrypoint(0).empty()) {
     return InvalidArgument("a job needs a command (after --)");
   }
-  if (req.max_retries() < 0) return InvalidArgument("--max-retries must be >= 0");
+  if (req.max_retries() < 0 || req.max_retries() > 1000) return InvalidArgument("--max-retries must be from 0 to 1000");
+  if (req.num_slices() > 1024) return InvalidArgument("num_slices must be at most 1024");
+  if (!req.driver_label_selector().empty()) {
+    auto sel = ParseLabelSelector({req.driver_label_selector().begin(), req.driver_label_selector().end()});
+    if (!sel.ok()) return InvalidArgument("the driver's label selector: " + sel.status().message());
+  }
+  for (const auto& [name, amount] : req.driver_resources().amounts()) {
+    if (!(amount >= 0) || amount > 1e15) return InvalidArgument("the driver's resource '" + name + "' must be >= 0");
+  }
   std::string id = req.submission_id().empty() ? "job_" + RandomHex(5) : req.submission_id();
   if (auto s = CheckSubmissionId(id); !s.ok()) return s;
   Job job;
@@ -121,6 +130,7 @@ StatusOr<rpc::JobRecord> JobManager::Submit(const rpc::JobSubmitRequest& in) {
   job.log_path = log_dir_ + "/job-" + id + ".log";
   MutexLock lock(mu_);
   if (stopping_) return Unavailable("the head is shutting down");
+  if (!accepting_) return Unavailable("the head is resuming its jobs; try again in a moment");
   if (jobs_.count(id)) return AlreadyExists("a job with submission_id '" + id + "' exists already");
   {
     std::ofstream create(job.log_path, std::ios::trunc);
@@ -167,34 +177,30 @@ StatusOr<rpc::JobRecord> JobManager::RequestStop(const std::string& id) {
 }
 
 Status JobManager::Delete(const std::string& id) {
-  std::thread supervisor;
-  std::string log_path;
-  {
-    MutexLock lock(mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return NotFound("no job '" + id + "'");
-    if (!IsTerminal(it->second.rec.state())) {
-      return FailedPrecondition("job '" + id + "' is " + StateName(it->second.rec.state()) +
-                                ": only a finished job can be deleted (stop it first)");
-    }
-    if (cfg_.store) {
-      if (auto s = cfg_.store->Delete(StoreKind::kJob, id); !s.ok()) {
-        return Unavailable("job '" + id + "' could not be deleted from the head's store: " + s.message());
-      }
-    }
-    supervisor = std::move(it->second.supervisor);
-    log_path = it->second.log_path;
-    jobs_.erase(it);
-    cv_.NotifyAll();
+  MutexLock lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job '" + id + "'");
+  if (!IsTerminal(it->second.rec.state())) {
+    return FailedPrecondition("job '" + id + "' is " + StateName(it->second.rec.state()) +
+                              ": only a finished job can be deleted (stop it first)");
   }
-  // A finished job's supervisor has set its final state and is returning: the join is short.
-  if (supervisor.joinable()) supervisor.join();
+  if (cfg_.store) {
+    if (auto s = cfg_.store->Delete(StoreKind::kJob, id); !s.ok()) {
+      return Unavailable("job '" + id + "' could not be deleted from the head's store: " + s.message());
+    }
+  }
+  // All under mu_, so that a job submitted again with this id right after keeps its new log.
+  // The supervisor of a finished job has set its final state and returns without mu_: the join
+  // is short.
+  if (it->second.supervisor.joinable()) it->second.supervisor.join();
   {
-    MutexLock lock(log_mu_);
+    MutexLock log_lock(log_mu_);
     progress_.erase(id);
   }
   std::error_code ec;
-  std::filesystem::remove(log_path, ec);
+  std::filesystem::remove(it->second.log_path, ec);
+  jobs_.erase(it);
+  cv_.NotifyAll();
   TORUS_LOG(INFO) << "job " << id << " deleted";
   return Status::Ok();
 }
@@ -210,12 +216,15 @@ StatusOr<JobManager::LogRead> JobManager::ReadLog(const std::string& id, uint64_
     out.job = it->second.rec;
     path = it->second.log_path;
   }
+  std::error_code ec;
+  uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec || size <= offset) return out;  // nothing new (most wake-ups of a tail)
   std::ifstream f(path, std::ios::binary);
   if (!f) return out;
   f.seekg(static_cast<std::streamoff>(offset));
   if (!f) return out;
-  out.data.resize(max_bytes);
-  f.read(out.data.data(), static_cast<std::streamsize>(max_bytes));
+  out.data.resize(static_cast<size_t>(std::min<uint64_t>(max_bytes, size - offset)));
+  f.read(out.data.data(), static_cast<std::streamsize>(out.data.size()));
   out.data.resize(static_cast<size_t>(std::max<std::streamsize>(f.gcount(), 0)));
   return out;
 }

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <charconv>
 #include <cmath>
 #include <memory>
 
@@ -14,8 +16,9 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr const char* kRayVersion = "2.60.0";  // the Ray release whose Jobs API this speaks
-constexpr size_t kMaxLogBytes = 64u << 20;     // one /logs answer (the end of a longer log)
+constexpr size_t kMaxLogBytes = 64u << 20;     // one /logs answer (the start of a longer log)
 constexpr size_t kTailChunk = 256u << 10;      // one websocket message (aiohttp takes <= 4 MiB)
+constexpr int kMaxTails = 24;                  // of the head's 32 HTTP threads
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -145,16 +148,17 @@ Status SetDriverAmount(rpc::JobSubmitRequest& req, const std::string& name, cons
   return Status::Ok();
 }
 
-StatusOr<int64_t> MetadataInt(const std::map<std::string, std::string>& md, const std::string& key) {
+StatusOr<int64_t> MetadataInt(const std::map<std::string, std::string>& md, const std::string& key, int64_t max) {
   auto it = md.find(key);
   if (it == md.end()) return int64_t{0};
-  try {
-    size_t used = 0;
-    int64_t n = std::stoll(it->second, &used);
-    if (used == it->second.size() && n >= 0) return n;
-  } catch (const std::exception&) {
+  const std::string& v = it->second;
+  int64_t n = -1;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || n < 0 || n > max) {
+    return InvalidArgument("metadata['" + key + "'] must be a whole number from 0 to " + std::to_string(max) +
+                           ", not '" + v + "'");
   }
-  return InvalidArgument("metadata['" + key + "'] must be a whole number >= 0, not '" + it->second + "'");
+  return n;
 }
 
 // The runtime_env Torus takes: env_vars and a working_dir that is a path on the driver's host.
@@ -165,7 +169,13 @@ Status ReadRuntimeEnv(const Json& env, rpc::JobSubmitRequest& req) {
     if (k == "env_vars") {
       auto vars = StringMap(v, "runtime_env['env_vars']");
       if (!vars.ok()) return vars.status();
-      for (auto& [name, value] : *vars) (*req.mutable_env_vars())[name] = value;
+      for (auto& [name, value] : *vars) {
+        if (name.empty() || name.find_first_of(std::string("=\0", 2)) != std::string::npos ||
+            value.find('\0') != std::string::npos) {
+          return InvalidArgument("runtime_env['env_vars']: '" + name + "' is not a valid environment variable");
+        }
+        (*req.mutable_env_vars())[name] = value;
+      }
     } else if (k == "working_dir") {
       if (!v.is_string()) return InvalidArgument("runtime_env['working_dir'] must be a string");
       std::string dir = v.get<std::string>();
@@ -229,9 +239,9 @@ StatusOr<rpc::JobSubmitRequest> ParseSubmit(const std::string& body) {
   auto get = [&](const std::string& k) { return md->count(k) ? md->at(k) : std::string(); };
   req.set_slice_topology(get("torus.slice"));
   req.set_accelerator_version(get("torus.accelerator"));
-  auto num_slices = MetadataInt(*md, "torus.num_slices");
-  auto retries = MetadataInt(*md, "torus.max_retries");
-  auto wait_s = MetadataInt(*md, "torus.slice_wait_timeout_s");
+  auto num_slices = MetadataInt(*md, "torus.num_slices", 1024);
+  auto retries = MetadataInt(*md, "torus.max_retries", 1000);
+  auto wait_s = MetadataInt(*md, "torus.slice_wait_timeout_s", 365LL * 24 * 3600);
   for (const auto* n : {&num_slices, &retries, &wait_s}) {
     if (!n->ok()) return n->status();
   }
@@ -301,7 +311,7 @@ void TailLog(JobManager& jobs, const std::string& id, WebSocketOut& out) {
     if (done) return;  // the server closes with 1000
     if (got->data.empty()) {
       jobs.WaitForChange(std::chrono::milliseconds(250));
-      if (!out.Idle(std::chrono::milliseconds(0))) return;
+      if (!out.Idle(std::chrono::milliseconds(0))) return;  // pings a quiet peer: gone ones end here
     }
   }
 }
@@ -351,11 +361,23 @@ void RegisterJobsHttp(HttpServer& server, JobManager& jobs, JobsHttpInfo info) {
     if (!s.ok()) return Error(s);
     return HttpResponse::Json(Dump({{"deleted", true}}));
   });
+  // A tail holds a server thread while it is open: at most kMaxTails at once, so that other
+  // requests (the health probe among them) always find one.
+  auto tails = std::make_shared<std::atomic<int>>(0);
   server.HandleWebSocket(
       "/api/jobs/{}/logs/tail", A::kToken,
-      [&jobs](const HttpRequest& req, WebSocketOut& out) { TailLog(jobs, req.params[0], out); },
-      [&jobs](const HttpRequest& req) -> std::optional<HttpResponse> {
+      [&jobs, tails](const HttpRequest& req, WebSocketOut& out) {
+        ++*tails;
+        TailLog(jobs, req.params[0], out);
+        --*tails;
+      },
+      [&jobs, tails](const HttpRequest& req) -> std::optional<HttpResponse> {
         if (!jobs.Get(req.params[0]).ok()) return NoJob(req.params[0]);
+        if (*tails >= kMaxTails) {
+          return HttpResponse::Text("too many log tails are open (" + std::to_string(kMaxTails) +
+                                        "); try again when one has closed",
+                                    503);
+        }
         return std::nullopt;
       });
   // Ray's client uploads a local working_dir here first: refused with the reason.

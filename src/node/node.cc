@@ -178,6 +178,7 @@ Status Node::Start() {
   heartbeat_->Start();
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
   lease_audit_->Start();
+  serving_ = true;
   return Status::Ok();
 }
 
@@ -253,8 +254,9 @@ Status Node::StartHttp() {
   http_ = std::make_unique<HttpServer>(o);
   // KubeRay's liveness/readiness probe of every pod (Ray's answer: 200 "success").
   http_->Handle("GET", "/api/local_raylet_healthz", HttpServer::Access::kPublic, [this](const HttpRequest&) {
-    return st_.stopping ? HttpResponse::Text("Local Raylet failed: the node is stopping", 503)
-                        : HttpResponse::Text("success");
+    if (st_.stopping) return HttpResponse::Text("Local Raylet failed: the node is stopping", 503);
+    if (!serving_) return HttpResponse::Text("Local Raylet failed: the node is not registered yet", 503);
+    return HttpResponse::Text("success");
   });
   if (auto s = http_->Start(); !s.ok()) {
     http_.reset();

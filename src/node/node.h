@@ -164,6 +164,7 @@ class Node final : public rpc::Node::Service {
   std::unique_ptr<LaneServer> lane_;  // bundle calls from the head (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;  // the agent's HTTP surface (cfg_.agent_port >= 0)
+  std::atomic<bool> serving_{false};  // Start finished: registered, threads running
   std::unique_ptr<rpc::Head::Stub> head_;
   std::unique_ptr<JobRunner> job_runner_;  // processes of submitted jobs (docs/jobs.md)
 

@@ -238,3 +238,44 @@ def test_driver_placement_from_entrypoint_resources(head):
     p = ray_job(head, "submit", "--entrypoint-num-cpus", "2", "--entrypoint-resources",
                 '{"CPU": 1}', "--", "echo", "placed")
     assert "placed" in out(p), out(p)
+
+
+def _open_tail(cluster, job_id):
+    """A raw websocket handshake on the job's log tail; (socket, status line)."""
+    import base64
+    import os
+    import socket
+    host, port = dashboard_url(cluster)[len("http://"):].split(":")
+    token = (Path(cluster.session) / "token").read_text().strip()
+    s = socket.create_connection((host, int(port)), timeout=10)
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(f"GET /api/jobs/{job_id}/logs/tail HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+              f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+              f"Authorization: Bearer {token}\r\n\r\n".encode())
+    return s, s.recv(4096).decode(errors="replace").split("\r\n")[0]
+
+
+def test_log_tails_are_bounded_and_dropped_ones_are_freed(head):
+    # A job that stays PENDING (nothing to tail for a while): no node has 64 CPUs.
+    ray_job(head, "submit", "--no-wait", "--submission-id", "quiet", "--entrypoint-num-cpus", "64",
+            "--", "true")
+    socks = []
+    try:
+        for _ in range(24):
+            s, status = _open_tail(head, "quiet")
+            socks.append(s)
+            assert status.startswith("HTTP/1.1 101"), status
+        s, status = _open_tail(head, "quiet")   # over the cap: refused, the server answers
+        s.close()
+        assert status.startswith("HTTP/1.1 503"), status
+        assert http(head, "GET", "/api/gcs_healthz", token=None) == (200, "success")
+    finally:
+        for s in socks:       # dropped without a close frame
+            s.close()
+    # The server notices the peers are gone (pings) and takes tails again.
+    def tail_ok():
+        s, status = _open_tail(head, "quiet")
+        s.close()
+        return status.startswith("HTTP/1.1 101")
+    wait_until(tail_ok, 30, interval=0.5, what="the dropped tails to be freed")
+    ray_job(head, "stop", "quiet", timeout=60)
