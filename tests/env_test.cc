@@ -49,7 +49,8 @@ TORUS_TEST_CHILD_SCENARIO(print_from_task) {
   ray::Init();
   std::string marker = std::getenv("TEST_MARKER");
   ray::Task(EnvPrint).Remote(marker, marker + "-err").Get(30000);
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // forwarded output is asynchronous
+  // Forwarded output is asynchronous (a 20 ms batch per pipe; longer on a loaded machine).
+  std::this_thread::sleep_for(std::chrono::seconds(3));
   ray::Shutdown();
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "common/lane.h"
 #include "common/lane_frame.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 
 namespace torus {
 
@@ -337,7 +338,9 @@ void LaneServer::Serve(int fd, std::string early, uint64_t id) {
       st = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "the " + what_ + " lane has no method '" +
                                                              std::string(method.substr(0, 200)) + "'");
     } else {
+      auto t0 = std::chrono::steady_clock::now();
       st = (*handler)(payload, &out);
+      ServedCallMetrics(method)->Record(st.ok(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     if (!SendFrame(fd, kLaneReply, static_cast<uint16_t>(st.error_code()), st.error_message(),
                    st.ok() ? std::string_view(out) : std::string_view())) {

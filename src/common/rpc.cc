@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "common/logging.h"
+#include "common/rpc_metrics.h"
 #include "common/thread_annotations.h"
 #include "proto/torus.pb.h"
 
@@ -192,6 +193,7 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& bind_host, int* por
     builder.SetResourceQuota(quota);
   }
   for (auto* s : services) builder.RegisterService(s);
+  builder.experimental().SetInterceptorCreators(CallMetricsInterceptors());
   auto server = builder.BuildAndStart();
   if ((!server || *port == 0) && why) {
     *why = wanted == 0 ? std::string() : WhyCannotListen(bind_host, wanted);

@@ -26,6 +26,7 @@
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/thread_annotations.h"
+#include "common/wire_states.h"
 #include "common/work_queue.h"
 #include "core/conn.h"
 #include "core/log_forwarder.h"
@@ -363,17 +364,36 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State st
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
   }
+  auto ended = [](rpc::TaskInfo::State s) { return s == rpc::TaskInfo::FINISHED || s == rpc::TaskInfo::FAILED; };
+  bool was_ended = !fresh && ended(info.state);
+  if (!fresh) --tasks_in_state_[info.state];
+  ++tasks_in_state_[state];
   info.state = state;
   info.attempt = spec.attempt();
   if (!worker.empty()) info.worker_id = worker;
   if (!error.empty()) info.error = error;
-  if (state == rpc::TaskInfo::FINISHED || state == rpc::TaskInfo::FAILED) {
+  if (ended(state) && !was_ended) {
+    ++(state == rpc::TaskInfo::FINISHED ? tasks_finished_ : tasks_failed_);
     finished_tasks_.push_back(key);
     while (finished_tasks_.size() > 10000) {
-      task_table_.erase(finished_tasks_.front());
+      if (auto old = task_table_.find(finished_tasks_.front()); old != task_table_.end()) {
+        --tasks_in_state_[old->second.state];
+        task_table_.erase(old);
+      }
       finished_tasks_.pop_front();
     }
   }
+}
+
+grpc::Status CoreWorker::TaskCounts(grpc::ServerContext* ctx, const rpc::Empty*, rpc::TaskCountsReply* out) {
+  if (auto s = CheckToken(ctx, opts_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto st : {rpc::TaskInfo::PENDING_ARGS, rpc::TaskInfo::PENDING, rpc::TaskInfo::RUNNING}) {
+    (*out->mutable_current())[StateName(st)] = tasks_in_state_[st];
+  }
+  (*out->mutable_ended())[StateName(rpc::TaskInfo::FINISHED)] = tasks_finished_;
+  (*out->mutable_ended())[StateName(rpc::TaskInfo::FAILED)] = tasks_failed_;
+  return grpc::Status::OK;
 }
 
 grpc::Status CoreWorker::ListTasks(grpc::ServerContext* ctx, const rpc::Empty*, rpc::TaskList* out) {

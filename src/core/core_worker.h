@@ -31,6 +31,7 @@
 //    SIGTERM, ExitActor's deadline or its node's end.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -185,6 +186,7 @@ class CoreWorker final : public internal::Runtime,
   grpc::Status Exit(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
   grpc::Status PrintLogs(grpc::ServerContext*, const rpc::LogBatch*, rpc::Empty*) override;
   grpc::Status ListTasks(grpc::ServerContext*, const rpc::Empty*, rpc::TaskList*) override;
+  grpc::Status TaskCounts(grpc::ServerContext*, const rpc::Empty*, rpc::TaskCountsReply*) override;
   grpc::Status CheckLease(grpc::ServerContext*, const rpc::CheckLeaseRequest*,
                           rpc::CheckLeaseReply*) override;
   grpc::Status CancelTask(grpc::ServerContext*, const rpc::CancelTaskRequest*,
@@ -416,6 +418,8 @@ class CoreWorker final : public internal::Runtime,
   };
   std::unordered_map<uint64_t, TaskEntry> task_table_;  // by the task id's counter part
   std::deque<uint64_t> finished_tasks_;
+  std::array<int64_t, 5> tasks_in_state_{};  // task_table_'s rows by state (TaskInfo::State)
+  int64_t tasks_finished_ = 0, tasks_failed_ = 0;  // ever, in this process
   int blocked_depth_ = 0;
 
   // worker side

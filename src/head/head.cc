@@ -100,6 +100,11 @@ Status Head::StartHttp() {
     return stopping_ ? HttpResponse::Text("503: Health check failed: the head is stopping", 503)
                      : HttpResponse::Text("success");
   });
+  http_->Handle("GET", "/metrics", HttpServer::Access::kToken, [this](const HttpRequest&) {
+    HttpResponse r = HttpResponse::Text(RenderMetrics(CollectMetrics()));
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return r;
+  });
   RegisterJobsHttp(*http_, *job_manager_,
                    {std::filesystem::path(cfg_.session_dir).filename().string()});
   if (auto s = http_->Start(); !s.ok()) {

@@ -39,6 +39,7 @@
 
 #include "common/http_server.h"
 #include "common/labels.h"
+#include "common/metrics.h"
 #include "common/lane.h"
 #include "common/one_shot_thread.h"
 #include "common/periodic_thread.h"
@@ -169,6 +170,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // part write its changes to it. Part of Start, before serving.
   Status RestoreState() EXCLUDES(mu_);
   Status StartHttp();  // the HTTP surface, when cfg_.dashboard_port >= 0
+  MetricFamilies CollectMetrics() EXCLUDES(mu_);  // the state gauges of /metrics (head_metrics.cc)
   void SaveDriverJobLocked(const rpc::JobRequest& job, bool finished) REQUIRES(mu_);
   // Once the resume grace has passed: what did not come back is handled as gone.
   void EndResumeGraceLocked() REQUIRES(mu_);

@@ -5,6 +5,7 @@
 
 #include "common/ids.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "common/resources.h"
 #include "tpu/gang_env.h"
@@ -13,6 +14,29 @@
 namespace torus {
 
 namespace {
+
+// A group's first grant: how long it waited (from its creation) and how long the head took to
+// choose its nodes (docs/metrics.md).
+void ObserveReservation(const rpc::PlacementGroupRecord& rec) {
+  static auto& waited = prometheus::BuildHistogram()
+                            .Name("torus_placement_group_reservation_seconds")
+                            .Help("From a placement group's creation to its first grant, by kind (group, slice)")
+                            .Register(ProcessMetrics());
+  static auto& decided = prometheus::BuildHistogram()
+                             .Name("torus_placement_decision_seconds")
+                             .Help("Time the head took to choose the nodes of a grant, by kind (group, slice)")
+                             .Register(ProcessMetrics());
+  static auto* waited_group = &waited.Add({{"kind", "group"}}, LatencyBuckets());
+  static auto* waited_slice = &waited.Add({{"kind", "slice"}}, LatencyBuckets());
+  static auto* decided_group = &decided.Add({{"kind", "group"}}, LatencyBuckets());
+  static auto* decided_slice = &decided.Add({{"kind", "slice"}}, LatencyBuckets());
+  int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  bool slice = rec.has_slice();
+  (slice ? waited_slice : waited_group)->Observe(std::max<int64_t>(0, now_ms - rec.created_ms()) / 1000.0);
+  (slice ? decided_slice : decided_group)->Observe(rec.decision_us() / 1e6);
+}
 
 
 bool SameSelector(const rpc::Bundle& a, const rpc::Bundle& b) {
@@ -644,6 +668,7 @@ void PlacementGroupManager::FinishGrant(const Grant& g, const std::string& failu
       rb->set_node_address(addr);
     }
   }
+  if (done.rec.state() == rpc::PlacementGroupRecord::PENDING) ObserveReservation(done.rec);
   done.rec.set_state(rpc::PlacementGroupRecord::CREATED);
   done.rec.clear_pending_reason();
   SaveLocked(done);

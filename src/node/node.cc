@@ -43,17 +43,6 @@ NodeConfig WithDefaults(NodeConfig cfg) {
   return cfg;
 }
 
-// A worker's state as `torus list workers` shows it (rpc::WorkerInfo).
-rpc::WorkerInfo::State WireState(WorkerState s) {
-  switch (s) {
-    case WorkerState::kStarting: return rpc::WorkerInfo::STARTING;
-    case WorkerState::kIdle: return rpc::WorkerInfo::IDLE;
-    case WorkerState::kLeased: return rpc::WorkerInfo::LEASED;
-    case WorkerState::kActor: return rpc::WorkerInfo::ACTOR;
-    case WorkerState::kDriver: return rpc::WorkerInfo::DRIVER;
-  }
-  return rpc::WorkerInfo::STARTING;
-}
 }  // namespace
 
 Node::Node(NodeConfig cfg) : cfg_(WithDefaults(std::move(cfg))), st_(cfg_.node_id, cfg_.resources) {
@@ -257,6 +246,11 @@ Status Node::StartHttp() {
     if (st_.stopping) return HttpResponse::Text("Local Raylet failed: the node is stopping", 503);
     if (!serving_) return HttpResponse::Text("Local Raylet failed: the node is not registered yet", 503);
     return HttpResponse::Text("success");
+  });
+  http_->Handle("GET", "/metrics", HttpServer::Access::kToken, [this](const HttpRequest&) {
+    HttpResponse r = HttpResponse::Text(RenderMetrics(CollectMetrics()));
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return r;
   });
   if (auto s = http_->Start(); !s.ok()) {
     http_.reset();

@@ -38,6 +38,7 @@
 
 #include "common/http_server.h"
 #include "common/lane.h"
+#include "common/metrics.h"
 #include "common/one_shot_thread.h"
 #include "common/resources.h"
 #include "common/shm_owner.h"
@@ -153,6 +154,7 @@ class Node final : public rpc::Node::Service {
   void ReaperLoop() EXCLUDES(st_.mu);
   Status RegisterWithHead() EXCLUDES(st_.mu);
   Status StartHttp();  // the agent's HTTP surface, when cfg_.agent_port >= 0
+  MetricFamilies CollectMetrics();  // the state gauges of /metrics (node_metrics.cc)
 
   // constant after construction / Start()
   NodeConfig cfg_;

@@ -113,6 +113,15 @@ void ObjectStore::FillInfo(rpc::NodeInfoReply* reply) const {
   reply->set_shm_objects(objects_.size());
 }
 
+ObjectStore::Stats ObjectStore::GetStats() const {
+  MutexLock lock(mu_);
+  Stats s;
+  for (const auto& [key, o] : objects_) s.bytes += o.size;
+  s.objects = objects_.size();
+  s.capacity = capacity();
+  return s;
+}
+
 void ObjectStore::Clear() {
   MutexLock lock(mu_);
   objects_.clear();

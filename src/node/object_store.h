@@ -43,6 +43,10 @@ class ObjectStore {
       EXCLUDES(mu_);
   // Info's part: the objects, their bytes and the arena's capacity.
   void FillInfo(rpc::NodeInfoReply* reply) const EXCLUDES(mu_);
+  struct Stats {
+    uint64_t bytes = 0, objects = 0, capacity = 0;
+  };
+  Stats GetStats() const EXCLUDES(mu_);
   // Forgets every object (the node is stopping).
   void Clear() EXCLUDES(mu_);
 

@@ -31,6 +31,18 @@ namespace torus {
 
 enum class WorkerState { kStarting, kIdle, kLeased, kActor, kDriver };
 
+// A worker's state as `torus list workers` and the node's metrics show it (rpc::WorkerInfo).
+inline rpc::WorkerInfo::State WireState(WorkerState s) {
+  switch (s) {
+    case WorkerState::kStarting: return rpc::WorkerInfo::STARTING;
+    case WorkerState::kIdle: return rpc::WorkerInfo::IDLE;
+    case WorkerState::kLeased: return rpc::WorkerInfo::LEASED;
+    case WorkerState::kActor: return rpc::WorkerInfo::ACTOR;
+    case WorkerState::kDriver: return rpc::WorkerInfo::DRIVER;
+  }
+  return rpc::WorkerInfo::STARTING;
+}
+
 struct Worker {
   std::string id;
   pid_t pid = 0;

@@ -178,3 +178,20 @@ def test_slice_job_through_ray_job_cli(v6e_cluster, tmp_path):
     assert [h.split()[0] for h in hosts] == ["0", "1", "2", "3"], text
     assert all(h.split()[2] == "4" for h in hosts) and len({h.split()[-1] for h in hosts}) == 1, text
     assert "succeeded" in text, text
+
+
+def test_slice_metrics(v6e_cluster):
+    # The head's /metrics counts the simulated slice (free while nothing holds it).
+    import urllib.request
+    from pathlib import Path
+    from helpers import dashboard_url
+    token = (Path(v6e_cluster.session) / "token").read_text().strip()
+    req = urllib.request.Request(dashboard_url(v6e_cluster) + "/metrics",
+                                 headers={"Authorization": "Bearer " + token})
+    text = urllib.request.urlopen(req, timeout=30).read().decode()
+    lines = {ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+             if ln and not ln.startswith("#")}
+    assert lines['torus_slices{state="free"}'] == 1, text[:2000]
+    assert lines['torus_slices{state="broken"}'] == 0
+    assert lines['torus_cluster_resource_capacity{resource="TPU"}'] == 16
+    assert lines['torus_nodes{state="alive"}'] == 5

@@ -1,0 +1,63 @@
+// Metrics in Prometheus's text exposition format (docs/metrics.md), on prometheus-cpp's core
+// library (Debian's prometheus-cpp-dev: its metric types, registry and text serializer, so the
+// format, escaping and histogram rules are a well-kept library's).
+//
+// Two kinds:
+//  - events (counters, histograms) live in the process's registry (ProcessMetrics()) and are
+//    updated where they happen, e.g. every served RPC (ServedCallMetrics);
+//  - state (gauges: nodes, actors, slices, store bytes...) is read when scraped, by the object
+//    that owns it, into GaugeFamily values.
+// A /metrics handler renders both with RenderMetrics.
+//
+// THREADS: everything here is thread-safe; ServedCallMetrics returns pointers valid for the
+// life of the process.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace torus {
+
+using MetricFamilies = std::vector<prometheus::MetricFamily>;
+using MetricLabels = std::vector<std::pair<std::string, std::string>>;
+
+// This process's registry of event metrics.
+prometheus::Registry& ProcessMetrics();
+
+// Bucket bounds in seconds for latencies: 100 µs to 60 s, about 2.5x apart.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
+
+// One gauge family built at scrape time.
+class GaugeFamily {
+ public:
+  GaugeFamily(std::string name, std::string help);
+  void Add(double value, const MetricLabels& labels = {});
+  prometheus::MetricFamily Take() { return std::move(f_); }
+
+ private:
+  prometheus::MetricFamily f_;
+};
+
+// The served calls of one method (gRPC or lane): torus_rpc_server_requests_total{method,status}
+// and torus_rpc_server_latency_seconds{method}.
+struct CallMetrics {
+  prometheus::Counter* ok = nullptr;
+  prometheus::Counter* failed = nullptr;
+  prometheus::Histogram* latency = nullptr;
+  void Record(bool succeeded, double seconds) const;
+};
+// `method` as gRPC names it ("/torus.rpc.Head/Heartbeat"); labelled "Head.Heartbeat".
+const CallMetrics* ServedCallMetrics(std::string_view method);
+
+// The text exposition of `families` followed by the process registry's.
+std::string RenderMetrics(MetricFamilies families);
+
+}  // namespace torus

@@ -1,0 +1,191 @@
+// Head::CollectMetrics: the cluster's state as Prometheus gauges (docs/metrics.md), read when
+// /metrics is scraped. The tables are copied under mu_ (no formatting under it); the families
+// are built after.
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/metrics.h"
+#include "common/rpc.h"
+#include "common/wire_states.h"
+#include "head/head.h"
+#include "head/slices.h"
+
+namespace torus {
+
+namespace {
+
+struct NodeSample {
+  std::string id;
+  bool alive = false;
+  ResourceMap total, available;
+  double heartbeat_age_s = 0;
+};
+
+// Counts by state name, every state present (0 when none) so that series do not vanish.
+template <typename Enum, typename Descriptor>
+std::map<std::string, int> ZeroCounts(const Descriptor* d) {
+  std::map<std::string, int> out;
+  for (int i = 0; i < d->value_count(); ++i) out[StateName(static_cast<Enum>(d->value(i)->number()))] = 0;
+  return out;
+}
+
+void AddCounts(MetricFamilies& out, const std::string& name, const std::string& help,
+               const std::map<std::string, int>& counts, const MetricLabels& extra = {}) {
+  GaugeFamily f(name, help);
+  for (const auto& [state, n] : counts) {
+    MetricLabels l = extra;
+    l.emplace_back("state", state);
+    f.Add(n, l);
+  }
+  out.push_back(f.Take());
+}
+
+// Node membership, resources (per node and summed over alive nodes) and heartbeat ages.
+void AddNodeFamilies(MetricFamilies& out, const std::vector<NodeSample>& nodes) {
+  GaugeFamily alive("torus_nodes", "Nodes the head knows, by state (alive, dead)");
+  GaugeFamily total("torus_node_resource_capacity", "A node's total of a resource (CPU, TPU, memory in bytes, custom)");
+  GaugeFamily avail("torus_node_resource_available", "What a node has free of a resource");
+  GaugeFamily age("torus_node_heartbeat_age_seconds", "Time since the head last heard from a node");
+  std::map<std::string, double> cluster_total, cluster_avail;
+  int n_alive = 0;
+  for (const auto& n : nodes) {
+    if (!n.alive) continue;
+    ++n_alive;
+    for (const auto& [r, v] : n.total) {
+      total.Add(v, {{"node_id", n.id}, {"resource", r}});
+      cluster_total[r] += v;
+    }
+    for (const auto& [r, v] : n.available) {
+      avail.Add(v, {{"node_id", n.id}, {"resource", r}});
+      cluster_avail[r] += v;
+    }
+    age.Add(n.heartbeat_age_s, {{"node_id", n.id}});
+  }
+  alive.Add(n_alive, {{"state", "alive"}});
+  alive.Add(static_cast<double>(nodes.size()) - n_alive, {{"state", "dead"}});
+  out.push_back(alive.Take());
+  out.push_back(total.Take());
+  out.push_back(avail.Take());
+  out.push_back(age.Take());
+  GaugeFamily ct("torus_cluster_resource_capacity", "The alive nodes' total of a resource");
+  for (const auto& [r, v] : cluster_total) ct.Add(v, {{"resource", r}});
+  out.push_back(ct.Take());
+  GaugeFamily ca("torus_cluster_resource_available", "What the alive nodes have free of a resource");
+  for (const auto& [r, v] : cluster_avail) ca.Add(v, {{"resource", r}});
+  out.push_back(ca.Take());
+
+}
+
+// Tasks live with their owners (drivers): each is asked, 16 at a time, 500 ms at most; one
+// that does not answer is left out of the sums (and counted).
+void AddTaskCounts(MetricFamilies& out, const std::vector<std::string>& drivers, const std::string& token) {
+  std::map<std::string, int64_t> current = {{"PENDING_ARGS", 0}, {"PENDING", 0}, {"RUNNING", 0}};
+  std::map<std::string, int64_t> ended = {{"FINISHED", 0}, {"FAILED", 0}};
+  int unanswered = 0;
+  std::mutex mu;
+  const size_t n = std::min<size_t>(drivers.size(), 1000);
+  for (size_t begin = 0; begin < n; begin += 16) {
+    std::vector<std::thread> ts;
+    for (size_t i = begin; i < std::min(n, begin + 16); ++i) {
+      ts.emplace_back([&, i] {
+        rpc::TaskCountsReply r;
+        auto ctx = NewContext(token, 500);
+        auto st = rpc::CoreWorker::NewStub(GetChannel(drivers[i]))->TaskCounts(ctx.get(), rpc::Empty(), &r);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!st.ok()) {
+          ++unanswered;
+          return;
+        }
+        for (const auto& [k, v] : r.current()) current[k] += v;
+        for (const auto& [k, v] : r.ended()) ended[k] += v;
+      });
+    }
+    for (auto& t : ts) t.join();
+  }
+  GaugeFamily now("torus_tasks", "Tasks of the live drivers by state (PENDING_ARGS, PENDING, RUNNING)");
+  for (const auto& [k, v] : current) now.Add(static_cast<double>(v), {{"state", k}});
+  out.push_back(now.Take());
+  prometheus::MetricFamily total;
+  total.name = "torus_tasks_ended_total";
+  total.help = "Tasks ended (FINISHED, FAILED), summed over the live drivers (falls when a driver exits)";
+  total.type = prometheus::MetricType::Counter;
+  for (const auto& [k, v] : ended) {
+    prometheus::ClientMetric m;
+    m.label = {{"state", k}};
+    m.counter.value = static_cast<double>(v);
+    total.metric.push_back(std::move(m));
+  }
+  out.push_back(std::move(total));
+  GaugeFamily miss("torus_task_count_unanswered_drivers", "Drivers that did not give their task counts to the last scrape");
+  miss.Add(unanswered);
+  out.push_back(miss.Take());
+}
+
+}  // namespace
+
+MetricFamilies Head::CollectMetrics() {
+  std::vector<NodeSample> nodes;
+  std::vector<std::string> drivers;
+  rpc::ListReply tables;
+  std::map<std::string, int> slices = {{"free", 0}, {"reserved", 0}, {"broken", 0}};
+  {
+    MutexLock lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    nodes.reserve(nodes_.size());
+    for (const auto& [id, n] : nodes_) {
+      NodeSample s;
+      s.id = id;
+      s.alive = n.alive;
+      if (n.alive) {
+        s.total = ToResourceMap(names_, n.total);
+        s.available = ToResourceMap(names_, n.Available());
+        s.heartbeat_age_s = std::chrono::duration<double>(now - n.last_heartbeat).count();
+      }
+      nodes.push_back(std::move(s));
+    }
+    for (const auto& [id, j] : jobs_) {
+      if (!j.driver_address().empty()) drivers.push_back(j.driver_address());
+    }
+    actors_.AssertHeld();  // it shares mu_
+    actors_.AppendTo(&tables);
+    pg_manager_.AssertHeld();  // it shares mu_
+    pg_manager_.AppendTo(&tables);
+    std::map<std::string, int> index_of;
+    for (const auto& s : AllSlices(ViewOfNodes(&index_of, /*with_labels=*/true))) {
+      ++slices[!s.intact ? "broken" : !pg_manager_.HolderOf(s.name).empty() ? "reserved" : "free"];
+    }
+  }
+  MetricFamilies out;
+  AddNodeFamilies(out, nodes);
+
+  auto actor_states = ZeroCounts<rpc::ActorRecord::State>(rpc::ActorRecord::State_descriptor());
+  for (const auto& a : tables.actors()) ++actor_states[StateName(a.state())];
+  AddCounts(out, "torus_actors", "Actors by state", actor_states);
+  auto pg_states = ZeroCounts<rpc::PlacementGroupRecord::State>(rpc::PlacementGroupRecord::State_descriptor());
+  auto slice_pg_states = pg_states;
+  for (const auto& g : tables.placement_groups()) {
+    ++(g.has_slice() ? slice_pg_states : pg_states)[StateName(g.state())];
+  }
+  AddCounts(out, "torus_placement_groups", "Placement groups by state and kind (group, slice reservation)",
+            pg_states, {{"kind", "group"}});
+  out.back().metric.reserve(out.back().metric.size() + slice_pg_states.size());
+  for (const auto& [state, n] : slice_pg_states) {
+    prometheus::ClientMetric m;
+    m.label = {{"kind", "slice"}, {"state", state}};
+    m.gauge.value = n;
+    out.back().metric.push_back(std::move(m));
+  }
+  AddCounts(out, "torus_slices", "TPU slices by state (free, reserved, broken: a host is missing)", slices);
+
+  AddTaskCounts(out, drivers, cfg_.token);
+
+  auto job_states = ZeroCounts<rpc::JobRecord::State>(rpc::JobRecord::State_descriptor());
+  if (job_manager_) {
+    for (const auto& j : job_manager_->List()) ++job_states[StateName(j.state())];
+  }
+  AddCounts(out, "torus_jobs", "Submitted jobs by state", job_states);
+  return out;
+}
+
+}  // namespace torus

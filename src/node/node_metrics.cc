@@ -1,0 +1,48 @@
+// Node::CollectMetrics: this node's state as Prometheus gauges (docs/metrics.md), read when its
+// /metrics is scraped.
+#include <map>
+
+#include "common/metrics.h"
+#include "common/wire_states.h"
+#include "node/node.h"
+
+namespace torus {
+
+MetricFamilies Node::CollectMetrics() {
+  auto store = objects_.GetStats();
+  ResourceMap total, available;
+  std::map<std::string, int> workers;
+  for (int i = 0; i < rpc::WorkerInfo::State_descriptor()->value_count(); ++i) {
+    workers[StateName(static_cast<rpc::WorkerInfo::State>(rpc::WorkerInfo::State_descriptor()->value(i)->number()))] = 0;
+  }
+  {
+    MutexLock lock(st_.mu);
+    total = st_.ledger.total();
+    available = st_.ledger.available();
+    for (const auto& [id, w] : st_.pool.workers()) {
+      if (w->state == WorkerState::kDriver) continue;
+      ++workers[StateName(w->hold.blocked ? rpc::WorkerInfo::BLOCKED : WireState(w->state))];
+    }
+  }
+  const MetricLabels node = {{"node_id", cfg_.node_id}};
+  MetricFamilies out;
+  GaugeFamily bytes("torus_object_store_bytes", "The node's object store: bytes used and its capacity");
+  bytes.Add(static_cast<double>(store.bytes), {{"node_id", cfg_.node_id}, {"state", "used"}});
+  bytes.Add(static_cast<double>(store.capacity), {{"node_id", cfg_.node_id}, {"state", "capacity"}});
+  out.push_back(bytes.Take());
+  GaugeFamily objects("torus_object_store_objects", "Objects in the node's object store");
+  objects.Add(static_cast<double>(store.objects), node);
+  out.push_back(objects.Take());
+  GaugeFamily t("torus_node_resource_capacity", "A node's total of a resource (CPU, TPU, memory in bytes, custom)");
+  for (const auto& [r, v] : total) t.Add(v, {{"node_id", cfg_.node_id}, {"resource", r}});
+  out.push_back(t.Take());
+  GaugeFamily a("torus_node_resource_available", "What a node has free of a resource");
+  for (const auto& [r, v] : available) a.Add(v, {{"node_id", cfg_.node_id}, {"resource", r}});
+  out.push_back(a.Take());
+  GaugeFamily w("torus_workers", "The node's worker processes by state");
+  for (const auto& [state, n] : workers) w.Add(n, {{"node_id", cfg_.node_id}, {"state", state}});
+  out.push_back(w.Take());
+  return out;
+}
+
+}  // namespace torus
