@@ -18,7 +18,6 @@ namespace {
 struct NodeSample {
   std::string id;
   bool alive = false;
-  ResourceMap total, available;
   double heartbeat_age_s = 0;
 };
 
@@ -41,32 +40,22 @@ void AddCounts(MetricFamilies& out, const std::string& name, const std::string& 
   out.push_back(f.Take());
 }
 
-// Node membership, resources (per node and summed over alive nodes) and heartbeat ages.
-void AddNodeFamilies(MetricFamilies& out, const std::vector<NodeSample>& nodes) {
+// Node membership, resources summed over alive nodes, and per node the heartbeat age (only the
+// head knows it). Per-node resources come from each node's own /metrics: at 10,000 nodes they
+// would make the head's answer ten times larger.
+void AddNodeFamilies(MetricFamilies& out, const std::vector<NodeSample>& nodes, const ResourceMap& cluster_total,
+                     const ResourceMap& cluster_avail) {
   GaugeFamily alive("torus_nodes", "Nodes the head knows, by state (alive, dead)");
-  GaugeFamily total("torus_node_resource_capacity", "A node's total of a resource (CPU, TPU, memory in bytes, custom)");
-  GaugeFamily avail("torus_node_resource_available", "What a node has free of a resource");
   GaugeFamily age("torus_node_heartbeat_age_seconds", "Time since the head last heard from a node");
-  std::map<std::string, double> cluster_total, cluster_avail;
   int n_alive = 0;
   for (const auto& n : nodes) {
     if (!n.alive) continue;
     ++n_alive;
-    for (const auto& [r, v] : n.total) {
-      total.Add(v, {{"node_id", n.id}, {"resource", r}});
-      cluster_total[r] += v;
-    }
-    for (const auto& [r, v] : n.available) {
-      avail.Add(v, {{"node_id", n.id}, {"resource", r}});
-      cluster_avail[r] += v;
-    }
     age.Add(n.heartbeat_age_s, {{"node_id", n.id}});
   }
   alive.Add(n_alive, {{"state", "alive"}});
   alive.Add(static_cast<double>(nodes.size()) - n_alive, {{"state", "dead"}});
   out.push_back(alive.Take());
-  out.push_back(total.Take());
-  out.push_back(avail.Take());
   out.push_back(age.Take());
   GaugeFamily ct("torus_cluster_resource_capacity", "The alive nodes' total of a resource");
   for (const auto& [r, v] : cluster_total) ct.Add(v, {{"resource", r}});
@@ -74,7 +63,6 @@ void AddNodeFamilies(MetricFamilies& out, const std::vector<NodeSample>& nodes) 
   GaugeFamily ca("torus_cluster_resource_available", "What the alive nodes have free of a resource");
   for (const auto& [r, v] : cluster_avail) ca.Add(v, {{"resource", r}});
   out.push_back(ca.Take());
-
 }
 
 // Tasks live with their owners (drivers): each is asked, 16 at a time, 500 ms at most; one
@@ -126,6 +114,8 @@ void AddTaskCounts(MetricFamilies& out, const std::vector<std::string>& drivers,
 
 MetricFamilies Head::CollectMetrics() {
   std::vector<NodeSample> nodes;
+  std::map<uint32_t, double> total_by_id, avail_by_id;
+  ResourceMap cluster_total, cluster_avail;
   std::vector<std::string> drivers;
   rpc::ListReply tables;
   std::map<std::string, int> slices = {{"free", 0}, {"reserved", 0}, {"broken", 0}};
@@ -138,12 +128,15 @@ MetricFamilies Head::CollectMetrics() {
       s.id = id;
       s.alive = n.alive;
       if (n.alive) {
-        s.total = ToResourceMap(names_, n.total);
-        s.available = ToResourceMap(names_, n.Available());
+        for (const auto& [name, v] : n.total) total_by_id[name] += v;
+        for (const auto& [name, v] : n.Available()) avail_by_id[name] += v;
         s.heartbeat_age_s = std::chrono::duration<double>(now - n.last_heartbeat).count();
       }
       nodes.push_back(std::move(s));
     }
+    CompactResources t(total_by_id.begin(), total_by_id.end()), a(avail_by_id.begin(), avail_by_id.end());
+    cluster_total = ToResourceMap(names_, t);
+    cluster_avail = ToResourceMap(names_, a);
     for (const auto& [id, j] : jobs_) {
       if (!j.driver_address().empty()) drivers.push_back(j.driver_address());
     }
@@ -157,7 +150,7 @@ MetricFamilies Head::CollectMetrics() {
     }
   }
   MetricFamilies out;
-  AddNodeFamilies(out, nodes);
+  AddNodeFamilies(out, nodes, cluster_total, cluster_avail);
 
   auto actor_states = ZeroCounts<rpc::ActorRecord::State>(rpc::ActorRecord::State_descriptor());
   for (const auto& a : tables.actors()) ++actor_states[StateName(a.state())];

@@ -135,13 +135,22 @@ scrape_configs:
         assert len(ups) == 2, query("up")
         alive = wait_until(lambda: query('torus_nodes{state="alive"}'), 30, 0.5, "torus_nodes")
         assert alive[0]["value"][1] == "1"
-        cpu = query('torus_node_resource_capacity{resource="CPU"}')
-        # From both targets (the head's table and the node itself), the same 4 CPUs.
-        assert sorted(r["value"][1] for r in cpu) == ["4", "4"], cpu
+        cpu = query('torus_node_resource_capacity{resource="CPU"}')   # from the node itself
+        assert [r["value"][1] for r in cpu] == ["4"], cpu
+        total = query('torus_cluster_resource_capacity{resource="custom"}')   # from the head
+        assert [r["value"][1] for r in total] == ["3"], total
         beats = wait_until(lambda: query('increase(torus_rpc_server_requests_total'
                                          '{method="Head.Heartbeat",status="ok"}[10s]) > 0'),
                            30, 0.5, "heartbeats counted")
         assert beats
+        # Every query of the example Grafana dashboard is valid PromQL over these metrics.
+        dash = json.loads((Path(__file__).resolve().parents[2] / "examples" / "grafana" /
+                           "torus-dashboard.json").read_text())
+        exprs = [t["expr"] for panel in dash["panels"] for t in panel["targets"]]
+        assert len(exprs) >= 10
+        for e in exprs:
+            query(e)   # raises on a query Prometheus refuses
+        assert query('sum(torus_slices)') and query('sum(torus_tasks)')
     finally:
         prom.terminate()
         prom.wait(timeout=30)

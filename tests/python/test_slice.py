@@ -195,3 +195,59 @@ def test_slice_metrics(v6e_cluster):
     assert lines['torus_slices{state="broken"}'] == 0
     assert lines['torus_cluster_resource_capacity{resource="TPU"}'] == 16
     assert lines['torus_nodes{state="alive"}'] == 5
+
+
+def test_fifty_http_clients_while_a_slice_job_runs(v6e_cluster):
+    # 50 clients poll the job list and /metrics while a gang job runs on the slice: every answer
+    # is a 200 and the job succeeds (its latency under this load: bench/http_load.py).
+    import json
+    import threading
+    import urllib.request
+    from pathlib import Path
+    from helpers import dashboard_url, wait_until
+    token = (Path(v6e_cluster.session) / "token").read_text().strip()
+    base = dashboard_url(v6e_cluster)
+
+    def call(method, path, body=None):
+        req = urllib.request.Request(base + path, method=method, data=body,
+                                     headers={"Authorization": "Bearer " + token})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+
+    code, body = call("POST", "/api/jobs/", json.dumps({
+        "entrypoint": "sleep 2; echo done-$TPU_WORKER_ID",
+        "metadata": {"torus.slice": "4x4", "torus.accelerator": "v6e"}}).encode())
+    assert code == 200, body
+    sid = json.loads(body)["submission_id"]
+    stop = threading.Event()
+    errors, done = [], [0]
+    lock = threading.Lock()
+
+    def poll(i):
+        path = "/api/jobs/" if i % 2 else "/metrics"
+        while not stop.is_set():
+            try:
+                code, _ = call("GET", path)
+                if code != 200:
+                    raise RuntimeError(f"{path}: {code}")
+                with lock:
+                    done[0] += 1
+            except Exception as e:  # noqa: BLE001 - every failure is reported
+                with lock:
+                    errors.append(repr(e))
+    threads = [threading.Thread(target=poll, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: json.loads(call("GET", f"/api/jobs/{sid}")[1])["status"]
+                   in ("SUCCEEDED", "FAILED", "STOPPED"), 120, 0.2, "the slice job")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[:5]
+    assert done[0] > 50
+    d = json.loads(call("GET", f"/api/jobs/{sid}")[1])
+    assert d["status"] == "SUCCEEDED", d
+    logs = json.loads(call("GET", f"/api/jobs/{sid}/logs")[1])["logs"]
+    assert sorted(ln.split("done-")[1] for ln in logs.splitlines() if "done-" in ln) == ["0", "1", "2", "3"]
