@@ -82,4 +82,5 @@ ray_client() {
   .venv-ray/bin/pip install -q --disable-pip-version-check -r python/requirements-ray-client.txt
 }
 stage "ray client (pip install -r python/requirements-ray-client.txt into .venv-ray)" ray_client
+export TORUS_TEST_ARTIFACTS="${TORUS_TEST_ARTIFACTS:-$PWD/build/test-artifacts}"  # the dashboard's screenshot
 stage "python tests (pytest)" .venv-py/bin/python -m pytest tests/python -q -x --timeout=600 -p no:cacheprovider

@@ -7,6 +7,7 @@
 #include "common/ids.h"
 #include "common/lane.h"
 #include "common/logging.h"
+#include "head/dashboard_http.h"
 #include "head/jobs_http.h"
 #include "head/slice_idle.h"
 #include "head/slices.h"
@@ -105,6 +106,7 @@ Status Head::StartHttp() {
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     return r;
   });
+  RegisterDashboardHttp(*http_, {address_, cfg_.token});
   RegisterJobsHttp(*http_, *job_manager_,
                    {std::filesystem::path(cfg_.session_dir).filename().string()});
   if (auto s = http_->Start(); !s.ok()) {
