@@ -3,6 +3,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/text_serializer.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -92,8 +93,15 @@ const CallMetrics* ServedCallMetrics(std::string_view method) {
   return c.by_method.emplace(std::string(method), std::move(m)).first->second.get();
 }
 
-std::string RenderMetrics(MetricFamilies families) {
-  for (auto& f : ProcessMetrics().Collect()) families.push_back(std::move(f));
+bool ClaimProcessMetrics() {
+  static std::atomic<bool> claimed{false};
+  return !claimed.exchange(true);
+}
+
+std::string RenderMetrics(MetricFamilies families, bool with_process) {
+  if (with_process) {
+    for (auto& f : ProcessMetrics().Collect()) families.push_back(std::move(f));
+  }
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, families);
   return out.str();

@@ -57,7 +57,12 @@ struct CallMetrics {
 // `method` as gRPC names it ("/torus.rpc.Head/Heartbeat"); labelled "Head.Heartbeat".
 const CallMetrics* ServedCallMetrics(std::string_view method);
 
-// The text exposition of `families` followed by the process registry's.
-std::string RenderMetrics(MetricFamilies families);
+// True for the first caller in the process: the /metrics endpoint that shows the process
+// registry (when a head and a node share a process, `--block`, their RPCs are shown once, by
+// the one that claimed first, so that summing over targets counts each call once).
+bool ClaimProcessMetrics();
+
+// The text exposition of `families`, followed by the process registry's when `with_process`.
+std::string RenderMetrics(MetricFamilies families, bool with_process);
 
 }  // namespace torus

@@ -169,7 +169,15 @@ CoreWorker::~CoreWorker() {
 
 void CoreWorker::Shutdown() {
   if (shutting_down_.exchange(true)) return;
-  if (opts_.is_driver && head_) head_->FinishJob(opts_.job_id);
+  if (opts_.is_driver && head_) {
+    int64_t finished = 0, failed = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished = tasks_finished_;
+      failed = tasks_failed_;
+    }
+    head_->FinishJob(opts_.job_id, finished, failed);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     borrow_cv_.notify_all();

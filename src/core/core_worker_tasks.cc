@@ -255,6 +255,7 @@ void CoreWorker::OnObjectReady(const std::string& id) {
         *r.mutable_error() = it->second.error;
         ReleaseTaskPins(*t);
         StoreTaskResult(t->spec, r);
+        SetTaskState(t->spec, rpc::TaskInfo::FAILED, "", "an argument failed: " + r.error().message());
         t.reset();
         break;
       }

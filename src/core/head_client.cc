@@ -92,10 +92,12 @@ void HeadClient::WatchLoop(rpc::JobRequest job) {
   }
 }
 
-void HeadClient::FinishJob(const std::string& job_id) {
+void HeadClient::FinishJob(const std::string& job_id, int64_t tasks_finished, int64_t tasks_failed) {
   if (!watch_thread_.joinable()) return;
   rpc::JobRequest job;
   job.set_job_id(job_id);
+  job.set_tasks_finished(tasks_finished);
+  job.set_tasks_failed(tasks_failed);
   rpc::Empty e;
   {
     // From here on the watch registers nothing again (a re-registration in flight ends first).

@@ -49,7 +49,8 @@ class HeadClient {
   // Drivers: registers the job and holds a WatchJob call open, so the head notices when this
   // process dies. FinishJob marks it finished (best effort) and ends the watch.
   Status RegisterJob(const rpc::JobRequest& job);
-  void FinishJob(const std::string& job_id);
+  // `tasks_finished`/`tasks_failed`: the tasks this driver ended (for the head's metrics).
+  void FinishJob(const std::string& job_id, int64_t tasks_finished = 0, int64_t tasks_failed = 0);
 
   // Actors.
   void CreateActor(const rpc::CreateActorRequest& req);  // throws why the head refused

@@ -1,5 +1,5 @@
-// The dashboard: one HTML page served by the head (no JavaScript build step; the page is in
-// dashboard_page.cc) and the JSON it reads, next to the Jobs REST API on the head's HTTP server.
+// The dashboard: one HTML page served by the head (no JavaScript build step; the page is
+// dashboard_page.html, compiled in as a string by CMake) and the JSON it reads, next to the Jobs REST API on the head's HTTP server.
 //
 //   GET  /                          the page (public: it shows a sign-in form until signed in)
 //   POST /api/authenticate          {"token": "..."} (or a form field token=...): the right token
@@ -36,7 +36,7 @@ struct DashboardSource {
 // Registers the routes above on `server` (before its Start).
 void RegisterDashboardHttp(HttpServer& server, DashboardSource src);
 
-// The page (dashboard_page.cc).
+// The page (dashboard_page.html, generated into dashboard_page.cc by CMake).
 const std::string& DashboardPage();
 
 }  // namespace torus

@@ -101,8 +101,9 @@ Status Head::StartHttp() {
     return stopping_ ? HttpResponse::Text("503: Health check failed: the head is stopping", 503)
                      : HttpResponse::Text("success");
   });
-  http_->Handle("GET", "/metrics", HttpServer::Access::kToken, [this](const HttpRequest&) {
-    HttpResponse r = HttpResponse::Text(RenderMetrics(CollectMetrics()));
+  const bool with_process = ClaimProcessMetrics();
+  http_->Handle("GET", "/metrics", HttpServer::Access::kToken, [this, with_process](const HttpRequest&) {
+    HttpResponse r = HttpResponse::Text(RenderMetrics(CollectMetrics(), with_process));
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     return r;
   });
@@ -346,8 +347,11 @@ grpc::Status Head::RegisterJob(grpc::ServerContext* ctx, const rpc::JobRequest* 
 
 grpc::Status Head::FinishJob(grpc::ServerContext* ctx, const rpc::JobRequest* req, rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  MutexLock lock(mu_);
-  FinishJobLocked(req->job_id());
+  {
+    MutexLock lock(mu_);
+    FinishJobLocked(req->job_id());
+  }
+  NoteDriverEndedTasks(req->job_id(), req->tasks_finished(), req->tasks_failed());
   return grpc::Status::OK;
 }
 

@@ -24,6 +24,7 @@
 // Stop() and joins shutdown_, so no thread of the head outlives it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -92,6 +93,14 @@ struct HeadConfig {
   std::string dashboard_host = "127.0.0.1";
   int dashboard_port = -1;
   bool dashboard_port_fallback = false;
+};
+
+// Ended-task counts per driver as last seen, and those of drivers gone, so that /metrics'
+// ended-task counter stays monotonic when drivers exit or miss a scrape (head_metrics.cc).
+struct EndedTaskCounts {
+  std::map<std::string, std::array<int64_t, 2>> last;  // by driver job id: finished, failed
+  std::array<int64_t, 2> gone{};
+  std::set<std::string> finished;  // job ids whose final counts are in `gone` (FinishJob)
 };
 
 // What a resumed head took over from its durable state.
@@ -170,7 +179,12 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // part write its changes to it. Part of Start, before serving.
   Status RestoreState() EXCLUDES(mu_);
   Status StartHttp();  // the HTTP surface, when cfg_.dashboard_port >= 0
-  MetricFamilies CollectMetrics() EXCLUDES(mu_);  // the state gauges of /metrics (head_metrics.cc)
+  MetricFamilies CollectMetrics() EXCLUDES(mu_, metrics_mu_);  // /metrics' state (head_metrics.cc)
+  // A driver's final ended-task counts (its FinishJob): kept for /metrics' counter.
+  void NoteDriverEndedTasks(const std::string& job_id, int64_t finished, int64_t failed) EXCLUDES(metrics_mu_);
+  // Scrapes serialise on metrics_mu_ (it keeps the ended-task counter monotonic).
+  Mutex metrics_mu_ ACQUIRED_AFTER(mu_);
+  EndedTaskCounts ended_tasks_ GUARDED_BY(metrics_mu_);
   void SaveDriverJobLocked(const rpc::JobRequest& job, bool finished) REQUIRES(mu_);
   // Once the resume grace has passed: what did not come back is handled as gone.
   void EndResumeGraceLocked() REQUIRES(mu_);

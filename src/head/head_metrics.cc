@@ -1,7 +1,9 @@
 // Head::CollectMetrics: the cluster's state as Prometheus gauges (docs/metrics.md), read when
 // /metrics is scraped. The tables are copied under mu_ (no formatting under it); the families
 // are built after.
+#include <array>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 
@@ -65,43 +67,78 @@ void AddNodeFamilies(MetricFamilies& out, const std::vector<NodeSample>& nodes, 
   out.push_back(ca.Take());
 }
 
-// Tasks live with their owners (drivers): each is asked, 16 at a time, 500 ms at most; one
-// that does not answer is left out of the sums (and counted).
-void AddTaskCounts(MetricFamilies& out, const std::vector<std::string>& drivers, const std::string& token) {
+// Tasks live with their owners (drivers): each is asked, 32 at a time, within one 2 s budget
+// (500 ms each at most); one that does not answer is left out of the current counts (and
+// counted), and its ended counts are taken as last seen.
+void AddTaskCounts(MetricFamilies& out, const std::vector<std::pair<std::string, std::string>>& drivers,
+                   const std::string& token,
+                   EndedTaskCounts& ended) {
   std::map<std::string, int64_t> current = {{"PENDING_ARGS", 0}, {"PENDING", 0}, {"RUNNING", 0}};
-  std::map<std::string, int64_t> ended = {{"FINISHED", 0}, {"FAILED", 0}};
   int unanswered = 0;
   std::mutex mu;
-  const size_t n = std::min<size_t>(drivers.size(), 1000);
-  for (size_t begin = 0; begin < n; begin += 16) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  std::map<std::string, std::array<int64_t, 2>> seen;
+  for (size_t begin = 0; begin < drivers.size(); begin += 32) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      unanswered += static_cast<int>(drivers.size() - begin);
+      break;
+    }
     std::vector<std::thread> ts;
-    for (size_t i = begin; i < std::min(n, begin + 16); ++i) {
+    for (size_t i = begin; i < std::min(drivers.size(), begin + 32); ++i) {
       ts.emplace_back([&, i] {
         rpc::TaskCountsReply r;
-        auto ctx = NewContext(token, 500);
-        auto st = rpc::CoreWorker::NewStub(GetChannel(drivers[i]))->TaskCounts(ctx.get(), rpc::Empty(), &r);
+        auto ctx = NewContext(token, std::min<int64_t>(500, left.count()));
+        auto st = rpc::CoreWorker::NewStub(GetChannel(drivers[i].second))->TaskCounts(ctx.get(), rpc::Empty(), &r);
         std::lock_guard<std::mutex> lock(mu);
         if (!st.ok()) {
           ++unanswered;
           return;
         }
         for (const auto& [k, v] : r.current()) current[k] += v;
-        for (const auto& [k, v] : r.ended()) ended[k] += v;
+        auto get = [&](const char* k) { return r.ended().count(k) ? r.ended().at(k) : int64_t{0}; };
+        seen[drivers[i].first] = {get("FINISHED"), get("FAILED")};
       });
     }
     for (auto& t : ts) t.join();
+  }
+  // Drivers gone since the last scrape keep their counts in `gone`; the others' are updated
+  // (not those that finished meanwhile: their final counts are in `gone` already).
+  std::set<std::string> live;
+  for (const auto& d : drivers) live.insert(d.first);
+  for (auto it = ended.finished.begin(); it != ended.finished.end();) {
+    seen.erase(*it);
+    it = live.count(*it) ? std::next(it) : ended.finished.erase(it);
+  }
+  for (auto it = ended.last.begin(); it != ended.last.end();) {
+    if (live.count(it->first)) {
+      ++it;
+      continue;
+    }
+    ended.gone[0] += it->second[0];
+    ended.gone[1] += it->second[1];
+    it = ended.last.erase(it);
+  }
+  for (const auto& [d, c] : seen) {
+    auto& last = ended.last[d];
+    last = {std::max(last[0], c[0]), std::max(last[1], c[1])};
+  }
+  std::array<int64_t, 2> sum = ended.gone;
+  for (const auto& [d, c] : ended.last) {
+    sum[0] += c[0];
+    sum[1] += c[1];
   }
   GaugeFamily now("torus_tasks", "Tasks of the live drivers by state (PENDING_ARGS, PENDING, RUNNING)");
   for (const auto& [k, v] : current) now.Add(static_cast<double>(v), {{"state", k}});
   out.push_back(now.Take());
   prometheus::MetricFamily total;
   total.name = "torus_tasks_ended_total";
-  total.help = "Tasks ended (FINISHED, FAILED), summed over the live drivers (falls when a driver exits)";
+  total.help = "Tasks ended (FINISHED, FAILED) by drivers since the head started";
   total.type = prometheus::MetricType::Counter;
-  for (const auto& [k, v] : ended) {
+  for (int k = 0; k < 2; ++k) {
     prometheus::ClientMetric m;
-    m.label = {{"state", k}};
-    m.counter.value = static_cast<double>(v);
+    m.label = {{"state", k == 0 ? "FINISHED" : "FAILED"}};
+    m.counter.value = static_cast<double>(sum[k]);
     total.metric.push_back(std::move(m));
   }
   out.push_back(std::move(total));
@@ -112,11 +149,24 @@ void AddTaskCounts(MetricFamilies& out, const std::vector<std::string>& drivers,
 
 }  // namespace
 
+void Head::NoteDriverEndedTasks(const std::string& job_id, int64_t finished, int64_t failed) {
+  MutexLock lock(metrics_mu_);
+  auto it = ended_tasks_.last.find(job_id);
+  if (it != ended_tasks_.last.end()) {
+    finished = std::max(finished, it->second[0]);
+    failed = std::max(failed, it->second[1]);
+    ended_tasks_.last.erase(it);
+  }
+  ended_tasks_.gone[0] += finished;
+  ended_tasks_.gone[1] += failed;
+  ended_tasks_.finished.insert(job_id);
+}
+
 MetricFamilies Head::CollectMetrics() {
   std::vector<NodeSample> nodes;
   std::map<uint32_t, double> total_by_id, avail_by_id;
   ResourceMap cluster_total, cluster_avail;
-  std::vector<std::string> drivers;
+  std::vector<std::pair<std::string, std::string>> drivers;  // (job id, driver address)
   rpc::ListReply tables;
   std::map<std::string, int> slices = {{"free", 0}, {"reserved", 0}, {"broken", 0}};
   {
@@ -138,7 +188,7 @@ MetricFamilies Head::CollectMetrics() {
     cluster_total = ToResourceMap(names_, t);
     cluster_avail = ToResourceMap(names_, a);
     for (const auto& [id, j] : jobs_) {
-      if (!j.driver_address().empty()) drivers.push_back(j.driver_address());
+      if (!j.driver_address().empty()) drivers.emplace_back(id, j.driver_address());
     }
     actors_.AssertHeld();  // it shares mu_
     actors_.AppendTo(&tables);
@@ -171,7 +221,10 @@ MetricFamilies Head::CollectMetrics() {
   }
   AddCounts(out, "torus_slices", "TPU slices by state (free, reserved, broken: a host is missing)", slices);
 
-  AddTaskCounts(out, drivers, cfg_.token);
+  {
+    MutexLock lock(metrics_mu_);
+    AddTaskCounts(out, drivers, cfg_.token, ended_tasks_);
+  }
 
   auto job_states = ZeroCounts<rpc::JobRecord::State>(rpc::JobRecord::State_descriptor());
   if (job_manager_) {

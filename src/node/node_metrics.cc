@@ -10,10 +10,12 @@ namespace torus {
 
 MetricFamilies Node::CollectMetrics() {
   auto store = objects_.GetStats();
+  const MetricLabels node = {{"node_id", cfg_.node_id}};
   ResourceMap total, available;
   std::map<std::string, int> workers;
   for (int i = 0; i < rpc::WorkerInfo::State_descriptor()->value_count(); ++i) {
-    workers[StateName(static_cast<rpc::WorkerInfo::State>(rpc::WorkerInfo::State_descriptor()->value(i)->number()))] = 0;
+    auto st = static_cast<rpc::WorkerInfo::State>(rpc::WorkerInfo::State_descriptor()->value(i)->number());
+    if (st != rpc::WorkerInfo::DRIVER) workers[StateName(st)] = 0;
   }
   {
     MutexLock lock(st_.mu);
@@ -24,12 +26,13 @@ MetricFamilies Node::CollectMetrics() {
       ++workers[StateName(w->hold.blocked ? rpc::WorkerInfo::BLOCKED : WireState(w->state))];
     }
   }
-  const MetricLabels node = {{"node_id", cfg_.node_id}};
   MetricFamilies out;
-  GaugeFamily bytes("torus_object_store_bytes", "The node's object store: bytes used and its capacity");
-  bytes.Add(static_cast<double>(store.bytes), {{"node_id", cfg_.node_id}, {"state", "used"}});
-  bytes.Add(static_cast<double>(store.capacity), {{"node_id", cfg_.node_id}, {"state", "capacity"}});
-  out.push_back(bytes.Take());
+  GaugeFamily used("torus_object_store_used_bytes", "Bytes of objects in the node's object store");
+  used.Add(static_cast<double>(store.bytes), node);
+  out.push_back(used.Take());
+  GaugeFamily cap("torus_object_store_capacity_bytes", "The node's object store size");
+  cap.Add(static_cast<double>(store.capacity), node);
+  out.push_back(cap.Take());
   GaugeFamily objects("torus_object_store_objects", "Objects in the node's object store");
   objects.Add(static_cast<double>(store.objects), node);
   out.push_back(objects.Take());

@@ -84,7 +84,7 @@ def test_text_is_valid_and_counts_what_runs(head):
     assert sample(h, 'torus_jobs{state="SUCCEEDED"}') >= 1
     assert sample(h, 'torus_rpc_server_requests_total{method="Head.RegisterNode",status="ok"}') >= 1
     n = scrape(head.agent_url, head.token)
-    assert sample(n, f'torus_object_store_bytes{{node_id="{_node_id(head)}",state="capacity"}}') > 0
+    assert sample(n, f'torus_object_store_capacity_bytes{{node_id="{_node_id(head)}"}}') > 0
     assert sample(n, f'torus_workers{{node_id="{_node_id(head)}",state="actor"}}') >= 1
     # The token rule holds for /metrics too.
     with pytest.raises(urllib.error.HTTPError) as e:
@@ -155,3 +155,35 @@ scrape_configs:
         prom.terminate()
         prom.wait(timeout=30)
         log.close()
+
+
+def test_task_counts_outlive_their_driver(head):
+    need_tools()
+    before = scrape(dashboard_url(head), head.token)
+    fin0 = sample(before, 'torus_tasks_ended_total{state="FINISHED"}')
+    fail0 = sample(before, 'torus_tasks_ended_total{state="FAILED"}')
+    p = run_python("""
+        import os, torus
+        torus.init()
+        @torus.remote
+        def ok(x):
+            return x
+        @torus.remote(max_retries=0)
+        def dies():
+            os._exit(1)
+        @torus.remote
+        def after(x):
+            return x
+        assert torus.get([ok.remote(i) for i in range(5)]) == list(range(5))
+        try:
+            torus.get(after.remote(dies.remote()))
+        except Exception as e:
+            print("FAILED AS EXPECTED", type(e).__name__)
+    """, env=head.driver_env())
+    assert "FAILED AS EXPECTED" in p.stdout, p.stdout + p.stderr
+    # The driver has exited: its final counts were handed to the head (FinishJob).
+    after = scrape(dashboard_url(head), head.token)
+    assert sample(after, 'torus_tasks_ended_total{state="FINISHED"}') >= fin0 + 5
+    # `dies` failed and `after` failed because its argument did (not left PENDING_ARGS).
+    assert sample(after, 'torus_tasks_ended_total{state="FAILED"}') >= fail0 + 2
+    assert sample(after, 'torus_tasks{state="PENDING_ARGS"}') == 0
