@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the HTTP surface costs (docs/metrics.md "Cost"):
 #  1. /metrics render time on a head with N simulated hosts (bench/head_scale.cc's nodes,
-#     heartbeating): median and p90 of --scrapes scrapes, and the size of the text;
+#     heartbeating): median and p90 of --scrapes scrapes, and the size of the text; the same
+#     for the dashboard's nodes page, overview and slices;
 #  2. head and node CPU at idle over --idle-s seconds, first without any scraper, then with a
 #     Prometheus server scraping both every second (a `torus start` cluster of one node).
 # Usage: bench/metrics_scrape.sh [--nodes 10000] [--scrapes 20] [--idle-s 30]
@@ -25,7 +26,7 @@ echo "# machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # 1. render time at $nodes hosts
 build/bench/head_scale --torus build/torus --nodes "$nodes" --heartbeat-ms 1000 --warmup-s 60 \
-  --measure-s 60 --cycles 5 --csv "$work/scale.csv" -- --dashboard-port 0 > "$work/scale.out" 2>&1 &
+  --measure-s 120 --cycles 5 --csv "$work/scale.csv" -- --dashboard-port 0 > "$work/scale.out" 2>&1 &
 for _ in $(seq 600); do
   d=$(cat "$TORUS_TMPDIR"/session_*/dashboard_address 2>/dev/null || true)
   [ -n "$d" ] && break
@@ -42,17 +43,20 @@ done
 python3 - "$d" "$token" "$scrapes" "$nodes" <<'PY'
 import statistics, sys, time, urllib.request
 addr, token, n, nodes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-times, size = [], 0
-for _ in range(n):
-    req = urllib.request.Request(f"http://{addr}/metrics", headers={"Authorization": "Bearer " + token})
-    t0 = time.perf_counter()
-    body = urllib.request.urlopen(req, timeout=60).read()
-    times.append(time.perf_counter() - t0)
-    size = len(body)
-    time.sleep(0.5)
-times.sort()
-print(f"render: {nodes} hosts, {size / 1e6:.1f} MB per scrape, median {statistics.median(times) * 1e3:.0f} ms,"
-      f" p90 {times[int(0.9 * (len(times) - 1))] * 1e3:.0f} ms over {n} scrapes")
+# /metrics, and what one dashboard refresh reads (the nodes page, the overview, the slices)
+for path in ("/metrics", "/api/dashboard/nodes?limit=50&offset=5000", "/api/dashboard/overview",
+             "/api/dashboard/slices"):
+    times, size = [], 0
+    for _ in range(n):
+        req = urllib.request.Request(f"http://{addr}{path}", headers={"Authorization": "Bearer " + token})
+        t0 = time.perf_counter()
+        body = urllib.request.urlopen(req, timeout=60).read()
+        times.append(time.perf_counter() - t0)
+        size = len(body)
+        time.sleep(0.5)
+    times.sort()
+    print(f"{path}: {nodes} hosts, {size / 1e6:.2f} MB, median {statistics.median(times) * 1e3:.0f} ms,"
+          f" p90 {times[int(0.9 * (len(times) - 1))] * 1e3:.0f} ms over {n} requests")
 PY
 kill %1 2>/dev/null || true
 wait 2>/dev/null || true
