@@ -31,13 +31,16 @@ std::vector<std::string> SplitPath(std::string_view path) {
   return out;
 }
 
-// Equal in time independent of where they differ (the token).
+}  // namespace
+
 bool SameSecret(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
+
+namespace {
 
 std::string CookieValue(const std::string& cookies, const std::string& name) {
   size_t i = 0;
@@ -298,23 +301,28 @@ const HttpServer::Route* HttpServer::Match(std::vector<Route>& routes, HttpReque
   return nullptr;
 }
 
-int HttpServer::CheckAccess(const Route& r, const HttpRequest& req, std::string* why) const {
-  if (r.access == Access::kPublic) return 0;
+int HttpServer::TokenStatus(const HttpRequest& req, std::string* why) const {
   std::string given;
   std::string auth = req.Header("authorization");
   if (auth.empty()) auth = req.Header("x-ray-authorization");  // as Ray's servers read it
   if (auth.size() > 7 && strncasecmp(auth.c_str(), "Bearer ", 7) == 0) given = auth.substr(7);
   if (given.empty()) given = CookieValue(req.Header("cookie"), "torus_token");
   if (given.empty()) {
-    *why = "Unauthorized: this cluster requires its token as 'Authorization: Bearer <token>' "
-           "(Ray's clients send it with RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<token>)";
+    if (why) {
+      *why = "Unauthorized: this cluster requires its token as 'Authorization: Bearer <token>' "
+             "(Ray's clients send it with RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<token>)";
+    }
     return 401;
   }
   if (!SameSecret(given, opts_.token)) {
-    *why = "Forbidden: the token given is not this cluster's";
+    if (why) *why = "Forbidden: the token given is not this cluster's";
     return 403;
   }
   return 0;
+}
+
+int HttpServer::CheckAccess(const Route& r, const HttpRequest& req, std::string* why) const {
+  return r.access == Access::kPublic ? 0 : TokenStatus(req, why);
 }
 
 HttpResponse HttpServer::Serve(mg_connection* conn, HttpRequest& req) {

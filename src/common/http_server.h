@@ -80,6 +80,9 @@ class WebSocketOut {
   std::chrono::steady_clock::time_point last_send_ = std::chrono::steady_clock::now();
 };
 
+// Equal in time independent of where they differ (for tokens).
+bool SameSecret(std::string_view a, std::string_view b);
+
 class HttpServer {
  public:
   enum class Access { kPublic, kToken };
@@ -112,6 +115,9 @@ class HttpServer {
   Status Start();
   void Stop();
   int port() const { return port_; }
+  // The token rule of Access::kToken for any request: 0 when it carries the token, else 401 or
+  // 403 (with the reason in *why when given).
+  int TokenStatus(const HttpRequest& req, std::string* why = nullptr) const;
   // "host:port" as clients reach it (a wildcard host is given as 127.0.0.1).
   std::string address() const;
 

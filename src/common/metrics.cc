@@ -107,4 +107,14 @@ std::string RenderMetrics(MetricFamilies families, bool with_process) {
   return out.str();
 }
 
+void ServeMetrics(HttpServer& server, std::function<MetricFamilies()> collect) {
+  const bool with_process = ClaimProcessMetrics();
+  server.Handle("GET", "/metrics", HttpServer::Access::kToken,
+                [collect = std::move(collect), with_process](const HttpRequest&) {
+                  HttpResponse r = HttpResponse::Text(RenderMetrics(collect(), with_process));
+                  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+                  return r;
+                });
+}
+
 }  // namespace torus

@@ -18,11 +18,14 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "common/http_server.h"
 
 namespace torus {
 
@@ -64,5 +67,9 @@ bool ClaimProcessMetrics();
 
 // The text exposition of `families`, followed by the process registry's when `with_process`.
 std::string RenderMetrics(MetricFamilies families, bool with_process);
+
+// GET /metrics on `server` (token required): `collect`'s state families, and the process
+// registry's when this endpoint is the first of the process to claim it (ClaimProcessMetrics).
+void ServeMetrics(HttpServer& server, std::function<MetricFamilies()> collect);
 
 }  // namespace torus

@@ -242,30 +242,6 @@ std::string GivenToken(const HttpRequest& req) {
   return "";
 }
 
-bool SameToken(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-// Whether the request carries the token (header or the sign-in cookie).
-bool SignedIn(const HttpRequest& req, const std::string& token) {
-  std::string auth = req.Header("authorization");
-  if (auth.rfind("Bearer ", 0) == 0 && SameToken(auth.substr(7), token)) return true;
-  std::string cookies = req.Header("cookie");
-  const std::string key = "torus_token=";
-  for (size_t pos = 0; pos < cookies.size();) {
-    size_t end = cookies.find(';', pos);
-    std::string c = cookies.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    c.erase(0, c.find_first_not_of(' '));
-    if (c.rfind(key, 0) == 0 && SameToken(c.substr(key.size()), token)) return true;
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return false;
-}
-
 }  // namespace
 
 void RegisterDashboardHttp(HttpServer& server, DashboardSource src) {
@@ -281,15 +257,15 @@ void RegisterDashboardHttp(HttpServer& server, DashboardSource src) {
   server.Handle("POST", "/api/authenticate", A::kPublic, [src](const HttpRequest& req) {
     std::string given = GivenToken(req);
     if (given.empty()) return HttpResponse::Text("Unauthorized: give the cluster token", 401);
-    if (!SameToken(given, src.token)) return HttpResponse::Text("Forbidden: that is not this cluster's token", 403);
+    if (!SameSecret(given, src.token)) return HttpResponse::Text("Forbidden: that is not this cluster's token", 403);
     HttpResponse r = HttpResponse::Json("{\"authenticated\": true}");
     r.headers.emplace_back("Set-Cookie", "torus_token=" + src.token + "; Path=/; HttpOnly; SameSite=Strict");
     return r;
   });
   // Public: lets the page choose between the sign-in form and the dashboard without a failed
   // request (a 401 would be a console error in the browser).
-  server.Handle("GET", "/api/dashboard/session", A::kPublic, [src](const HttpRequest& req) {
-    return HttpResponse::Json(SignedIn(req, src.token) ? "{\"signed_in\": true}" : "{\"signed_in\": false}");
+  server.Handle("GET", "/api/dashboard/session", A::kPublic, [&server](const HttpRequest& req) {
+    return HttpResponse::Json(server.TokenStatus(req) == 0 ? "{\"signed_in\": true}" : "{\"signed_in\": false}");
   });
   server.Handle("POST", "/api/logout", A::kPublic, [](const HttpRequest&) {
     HttpResponse r = HttpResponse::Json("{}");

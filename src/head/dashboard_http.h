@@ -33,7 +33,7 @@ struct DashboardSource {
   std::string token;
 };
 
-// Registers the routes above on `server` (before its Start).
+// Registers the routes above on `server` (before its Start; `server` outlives its handlers).
 void RegisterDashboardHttp(HttpServer& server, DashboardSource src);
 
 // The page (dashboard_page.html, generated into dashboard_page.cc by CMake).

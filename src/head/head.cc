@@ -101,12 +101,7 @@ Status Head::StartHttp() {
     return stopping_ ? HttpResponse::Text("503: Health check failed: the head is stopping", 503)
                      : HttpResponse::Text("success");
   });
-  const bool with_process = ClaimProcessMetrics();
-  http_->Handle("GET", "/metrics", HttpServer::Access::kToken, [this, with_process](const HttpRequest&) {
-    HttpResponse r = HttpResponse::Text(RenderMetrics(CollectMetrics(), with_process));
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    return r;
-  });
+  ServeMetrics(*http_, [this] { return CollectMetrics(); });
   RegisterDashboardHttp(*http_, {address_, cfg_.token});
   RegisterJobsHttp(*http_, *job_manager_,
                    {std::filesystem::path(cfg_.session_dir).filename().string()});

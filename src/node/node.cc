@@ -247,12 +247,7 @@ Status Node::StartHttp() {
     if (!serving_) return HttpResponse::Text("Local Raylet failed: the node is not registered yet", 503);
     return HttpResponse::Text("success");
   });
-  const bool with_process = ClaimProcessMetrics();
-  http_->Handle("GET", "/metrics", HttpServer::Access::kToken, [this, with_process](const HttpRequest&) {
-    HttpResponse r = HttpResponse::Text(RenderMetrics(CollectMetrics(), with_process));
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    return r;
-  });
+  ServeMetrics(*http_, [this] { return CollectMetrics(); });
   if (auto s = http_->Start(); !s.ok()) {
     http_.reset();
     return s;
