@@ -142,8 +142,21 @@ def get_gpu_ids() -> List[int]:
             if g.isdigit()]
 
 
-def timeline(filename=None):
-    raise NotImplementedError("ray.timeline is not implemented by Torus")
+def timeline(filename: Optional[str] = None):
+    """The cluster's recent tasks and actor calls as Chrome trace events (as ``ray.timeline``):
+    the list of events, or None after writing them to ``filename`` as JSON (open it in
+    https://ui.perfetto.dev or chrome://tracing)."""
+    import json
+    _worker.ensure_initialized()
+    try:
+        events = json.loads(_worker.core().timeline_json())
+    except Exception as e:
+        raise _worker.map_core_error(e) from None
+    if filename is None:
+        return events
+    with open(filename, "w") as f:
+        json.dump(events, f)
+    return None
 
 
 def java_function(*a, **k):

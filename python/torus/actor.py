@@ -206,6 +206,10 @@ class ActorHandle:
             raise AttributeError(name)
         return ActorMethod(self, name, self._method_defaults.get(name))
 
+    def _task_name(self, method_name):
+        # The call's name in listings and the timeline: "Class.method", as Ray shows it.
+        return f"{self._class_name}.{method_name}" if self._class_name else method_name
+
     def _call(self, method_name, args, kwargs, opts):
         worker.ensure_initialized()
         if not opts:
@@ -215,7 +219,7 @@ class ActorHandle:
             if mo is None:
                 mo = self._plain_calls[method_name] = worker.core().TaskOptions(
                     _opts.method_options({"max_task_retries": self._max_task_retries},
-                                         method_name))
+                                         self._task_name(method_name)))
             encoded, keep = worker.encode_args(args, kwargs) if (args or kwargs) else ([], None)
             try:
                 oid = worker.core().submit_actor_task(self._actor_id, method_name, encoded, mo)
@@ -231,7 +235,7 @@ class ActorHandle:
         mo.setdefault("max_task_retries", self._max_task_retries)  # the actor's, per call
         try:
             oid = worker.core().submit_actor_task(self._actor_id, method_name, encoded,
-                                                  _opts.method_options(mo, method_name))
+                                                  _opts.method_options(mo, self._task_name(method_name)))
         except Exception as e:
             raise worker.map_core_error(e) from None
         del keep

@@ -3,6 +3,7 @@
 //   torus start ... / torus stop          (cli/start.h)
 //   torus status [--address A]
 //   torus list nodes|actors|tasks|objects|workers [--format table|json] [--address A]
+//   torus timeline ... / torus logs ...   (cli/timeline.h, cli/logs.h)
 //   torus head ... / torus node ... / torus worker      (daemons; started by `start`)
 //
 // THREADS: main blocks SIGINT/SIGTERM before any thread starts for the daemons (cli/start.h).
@@ -23,11 +24,14 @@
 #include <thread>
 #include <vector>
 
+#include "cli/cluster_connect.h"
 #include "cli/daemon_threads.h"
 #include "cli/flags.h"
+#include "cli/logs.h"
 #include "cli/resume.h"
 #include "cli/start.h"
 #include "cli/table.h"
+#include "cli/timeline.h"
 #include "cli/up.h"
 #include "common/labels.h"
 #include "common/logging.h"
@@ -39,6 +43,7 @@
 #include "common/shm_owner.h"
 #include "common/wire_states.h"
 #include "cli/job.h"
+#include "core/timeline.h"
 #include "core/worker_main.h"
 #include "head/head.h"
 #include "head/head_store.h"
@@ -50,36 +55,6 @@ namespace {
 
 
 // ------------------------------------------------------------------------------- status / list
-
-struct Cluster {
-  std::string address;
-  std::string token;
-  rpc::ListReply list;
-};
-
-Cluster Connect(const Args& a) {
-  Cluster c;
-  bool from_session = false;
-  c.address = ResolveAddress(a, &from_session);
-  if (c.address.empty()) Die("no cluster: pass --address, set TORUS_ADDRESS, or run torus start --head");
-  const std::string session = from_session ? LatestSession() : "";
-  if (from_session && std::filesystem::exists(session + "/launcher/down")) {
-    Die("no Torus cluster is running: the latest one (" + session +
-        ") was stopped by torus down; start one with torus start --head or torus up");
-  }
-  auto tok = FindToken();
-  if (!tok.ok()) Die(tok.status().message());
-  c.token = *tok;
-  auto stub = rpc::Head::NewStub(GetChannel(c.address));
-  auto ctx = NewContext(c.token, 5000);
-  auto st = stub->List(ctx.get(), rpc::Empty(), &c.list);
-  if (!st.ok() && from_session && st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    Die("no Torus cluster is running: the head of the latest session (" + session + ", " + c.address +
-        ") does not answer; start one with torus start --head, or pass --address");
-  }
-  if (!st.ok()) Die("cannot reach the head at " + c.address + ": " + st.error_message());
-  return c;
-}
 
 nlohmann::ordered_json ResJson(const rpc::ResourceSet& r) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
@@ -257,15 +232,11 @@ nlohmann::ordered_json ListSlices(const Cluster& c) {
   return out;
 }
 
-// The tasks of every job's driver that answers.
+// The tasks of every submitter that answers: drivers and workers (core/timeline.h).
 nlohmann::ordered_json ListTasks(const Cluster& c) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const auto& job : c.list.jobs()) {
-    auto stub = rpc::CoreWorker::NewStub(GetChannel(job.driver_address()));
-    rpc::TaskList tasks;
-    auto ctx = NewContext(c.token, 5000);
-    if (!stub->ListTasks(ctx.get(), rpc::Empty(), &tasks).ok()) continue;
-    for (const auto& t : tasks.tasks()) {
+  {
+    for (const auto& t : core::GatherTasks(c.list, c.token)) {
       nlohmann::ordered_json j;
       j["task_id"] = t.task_id();
       j["name"] = t.name();
@@ -276,6 +247,9 @@ nlohmann::ordered_json ListTasks(const Cluster& c) {
       j["attempt"] = t.attempt();
       j["error"] = t.error();
       j["submitted_ms"] = t.submitted_ms();
+      j["node_id"] = t.node_id();
+      j["start_us"] = t.start_us();
+      j["end_us"] = t.end_us();
       out.push_back(j);
     }
   }
@@ -361,7 +335,9 @@ void Usage() {
                "  stop\n"
                "  status [--address A]\n"
                "  list nodes|actors|tasks|objects|workers|placement-groups|slices [--format table|json] [--address A]\n"
-               "  job submit|status|logs|stop|list ...   (torus job --help; docs/jobs.md)\n";
+               "  job submit|status|logs|stop|list ...   (torus job --help; docs/jobs.md)\n"
+               "  timeline [--output FILE]   recent tasks as Chrome trace JSON (docs/observability.md)\n"
+               "  logs [NODE] [FILE] [--follow] [--tail N] [--worker ID | --actor ID [--err]]   node and worker logs\n";
 }
 
 // The flags each user-facing command takes; anything else is refused (cli/flags.h).
@@ -372,6 +348,8 @@ const std::map<std::string, std::vector<std::string>>& KnownFlags() {
         {"stop", {"force", "help"}},
         {"status", {"address", "help"}},
         {"list", {"address", "format", "help"}},
+        {"timeline", {"address", "output", "help"}},
+        {"logs", {"address", "follow", "tail", "actor", "worker", "err", "help"}},
     };
     return m;
   }();
@@ -414,6 +392,8 @@ int main(int argc, char** argv) {
     if (cmd == "stop") return Stop(a);
     if (cmd == "status") return Status_(a);
     if (cmd == "list") return List(a);
+    if (cmd == "timeline") return Timeline(a);
+    if (cmd == "logs") return Logs(a);
     if (cmd == "up" || cmd == "down" || cmd == "supervise") return RunLauncherCommand(cmd, argc, argv);
     if (cmd == "job") return RunJobCommand(argc, argv);
     if (cmd == "--help" || cmd == "help" || cmd == "-h") {

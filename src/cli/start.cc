@@ -25,7 +25,8 @@
 namespace torus {
 
 const std::set<std::string> kBoolFlags = {"head", "block", "help", "force", "new-session",
-                                          "dashboard-port-fallback", "dashboard-agent-port-fallback"};
+                                          "dashboard-port-fallback", "dashboard-agent-port-fallback",
+                                          "serve-session-logs", "follow", "err"};
 
 
 namespace {
@@ -175,6 +176,7 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   cfg.agent_host = a.Get("dashboard-agent-host", cfg.bind_host);
   cfg.agent_port = OptionalPortFlag(a, "dashboard-agent-listen-port", -1);
   cfg.agent_port_fallback = a.Has("dashboard-agent-port-fallback");
+  cfg.serve_session_logs = a.Has("serve-session-logs");
   cfg.torus_exe = SelfExecutable();
   auto tok = FindToken(cfg.session_dir);
   if (!tok.ok()) return tok.status();
@@ -291,6 +293,7 @@ int RunHeadInForeground(const Args& a, const std::string& session, int port) {
   }
   auto nc = NodeConfigFromArgs(na);
   if (!nc.ok()) Die(nc.status().message());
+  nc->serve_session_logs = true;
   Node node(*nc);
   if (auto s = node.Start(); !s.ok()) Die(s.ToString());
   if (auto s = MakeLatestSession(session); !s.ok()) Die(s.message());
@@ -364,7 +367,8 @@ int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& 
     Die(msg + "; stopped what was started; see " + session + "/logs");
   };
   if (address.empty()) fail("the head did not come up within 5 s");
-  std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session};
+  std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session,
+                                    "--serve-session-logs"};
   for (auto& s : NodeArgs(a)) nargs.push_back(s);
   if (!node_live) SpawnDaemon(session, "node-head", nargs);
   auto token = FindToken(session);

@@ -142,6 +142,7 @@ struct Supervisor {
     std::vector<std::string> node = {self, "node", "--address", head_address, "--session-dir", session,
                                      "--bind", s["ip"].get<std::string>(), "--resources", s["resources"].dump(),
                                      "--dashboard-agent-listen-port", "52365", "--dashboard-agent-port-fallback"};
+    if (s.value("is_head", false)) node.push_back("--serve-session-logs");
     argv.insert(argv.end(), node.begin(), node.end());
     // The group travels as --node-group: the node sets that reserved label itself.
     json labels = s["labels"];

@@ -97,7 +97,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   const std::string& address() const { return address_; }
 
   // Guarded by CoreWorker::mu_.
-  std::string key, lease_id, worker_id, node_address, actor_id;
+  std::string key, lease_id, worker_id, node_address, node_id, actor_id;
   std::unordered_map<uint64_t, std::shared_ptr<TaskRecord>> in_flight;  // by TaskCounterOf(task id)
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
   bool broken = false;

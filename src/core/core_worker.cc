@@ -359,18 +359,19 @@ std::unique_ptr<rpc::Node::Stub> CoreWorker::NodeStub(const std::string& address
 // ------------------------------------------------------------------------------- execution
 
 
-void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state,
-                              const std::string& worker, const std::string& error) {
+void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state, const Conn* conn,
+                              const std::string& error, const rpc::TaskResult* result) {
   uint64_t key = TaskCounterOf(spec.task_id());
   auto [it, fresh] = task_table_.try_emplace(key);
   TaskEntry& info = it->second;
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
   if (fresh) {
     info.name = spec.name().empty() ? spec.function() : spec.name();
     info.actor_id = spec.actor_id();
     info.job_id = spec.job_id();
-    info.submitted_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+    info.submitted_ms = now_us / 1000;
   }
   auto ended = [](rpc::TaskInfo::State s) { return s == rpc::TaskInfo::FINISHED || s == rpc::TaskInfo::FAILED; };
   bool was_ended = !fresh && ended(info.state);
@@ -378,8 +379,22 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State st
   ++tasks_in_state_[state];
   info.state = state;
   info.attempt = spec.attempt();
-  if (!worker.empty()) info.worker_id = worker;
+  if (conn) {
+    info.worker_id = conn->worker_id;
+    info.node_id = conn->node_id;
+  }
   if (!error.empty()) info.error = error;
+  if (state == rpc::TaskInfo::RUNNING) {
+    info.start_us = now_us;
+    info.end_us = 0;
+  } else if (ended(state) && !was_ended) {
+    if (result && result->start_us() > 0) {
+      info.start_us = result->start_us();
+      info.end_us = result->start_us() + static_cast<int64_t>(result->exec_us());
+    } else if (info.start_us > 0) {
+      info.end_us = now_us;  // it ran (or was sent) but no executor times came back
+    }
+  }
   if (ended(state) && !was_ended) {
     ++(state == rpc::TaskInfo::FINISHED ? tasks_finished_ : tasks_failed_);
     finished_tasks_.push_back(key);
@@ -418,6 +433,9 @@ grpc::Status CoreWorker::ListTasks(grpc::ServerContext* ctx, const rpc::Empty*, 
     info->set_error(e.error);
     info->set_actor_id(e.actor_id);
     info->set_job_id(e.job_id);
+    info->set_node_id(e.node_id);
+    info->set_start_us(e.start_us);
+    info->set_end_us(e.end_us);
     info->set_submitted_ms(e.submitted_ms);
   }
   return grpc::Status::OK;

@@ -160,6 +160,7 @@ class CoreWorker final : public internal::Runtime,
   }
   const std::string& head_address() const { return opts_.head_address; }
   const std::string& node_address() const { return opts_.node_address; }
+  const std::string& token() const { return opts_.token; }
   const std::string& session_dir() const { return session_dir_; }
   bool is_driver() const { return opts_.is_driver; }
   bool shutting_down() const { return shutting_down_; }
@@ -408,13 +409,16 @@ class CoreWorker final : public internal::Runtime,
   uint64_t next_object_ = 0;
   std::unordered_map<std::string, double> exec_avg_us_;  // EWMA of user-code time per function
   // What this process submitted, for `torus list tasks`; finished entries are kept up to a bound.
-  void SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state,
-                    const std::string& worker = "", const std::string& error = "");
+  // `conn`: the worker it was sent to (RUNNING) or came back from; `result`: the executor's
+  // report, whose times replace the submitter's dispatch and end times (`torus timeline`).
+  void SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state, const Conn* conn = nullptr,
+                    const std::string& error = "", const rpc::TaskResult* result = nullptr);
   struct TaskEntry {  // one row of `torus list tasks` (rpc::TaskInfo), without per-field heap strings
-    std::string name, actor_id, job_id, worker_id, error;
+    std::string name, actor_id, job_id, worker_id, node_id, error;
     rpc::TaskInfo::State state = rpc::TaskInfo::PENDING_ARGS;
     int attempt = 0;
     int64_t submitted_ms = 0;
+    int64_t start_us = 0, end_us = 0;
   };
   std::unordered_map<uint64_t, TaskEntry> task_table_;  // by the task id's counter part
   std::deque<uint64_t> finished_tasks_;

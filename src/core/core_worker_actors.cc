@@ -123,6 +123,7 @@ std::string CoreWorker::SubmitActorTask(const std::string& actor_id, const std::
   t->max_retries = RetryLimit(options.max_retries);
   rpc::TaskSpec& spec = t->spec;
   spec.set_function(method_name);
+  if (!options.name.empty() && options.name != method_name) spec.set_name(options.name);  // "Class.method"
   if (options.language == internal::Language::kPython) spec.set_language(rpc::PYTHON);
   spec.set_actor_id(actor_id);
   spec.set_owner_address(address_);
@@ -218,7 +219,7 @@ void CoreWorker::PumpActor(ActorQueue& a, Outbox* out) {
     t->conn = a.conn;
     last = TaskCounterOf(t->spec.task_id());
     a.conn->in_flight[last] = t;
-    SetTaskState(t->spec, rpc::TaskInfo::RUNNING, a.conn->worker_id);
+    SetTaskState(t->spec, rpc::TaskInfo::RUNNING, a.conn);
     a.conn->Enqueue(std::move(t));
     sent = true;
   }
@@ -260,6 +261,7 @@ void CoreWorker::ResolveActor(const std::string& actor_id, const std::string& lo
                                   opts_.token);
     conn->actor_id = actor_id;
     conn->worker_id = reply->actor().worker_id();
+    conn->node_id = reply->actor().node_id();
   }
   Outbox out;  // the waiting calls go out from this thread, after the lock is released
   std::lock_guard<std::mutex> lock(mu_);

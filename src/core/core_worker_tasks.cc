@@ -255,7 +255,7 @@ void CoreWorker::OnObjectReady(const std::string& id) {
         *r.mutable_error() = it->second.error;
         ReleaseTaskPins(*t);
         StoreTaskResult(t->spec, r);
-        SetTaskState(t->spec, rpc::TaskInfo::FAILED, "", "an argument failed: " + r.error().message());
+        SetTaskState(t->spec, rpc::TaskInfo::FAILED, nullptr, "an argument failed: " + r.error().message());
         t.reset();
         break;
       }
@@ -317,7 +317,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q, Outbox* outbox) {
     t->conn = best;
     t->sent_at = Clock::now();
     best->in_flight[TaskCounterOf(t->spec.task_id())] = t;
-    SetTaskState(t->spec, rpc::TaskInfo::RUNNING, best->worker_id);
+    SetTaskState(t->spec, rpc::TaskInfo::RUNNING, best);
     auto* v = opened(best);
     if (!v) {
       out.emplace_back(best, std::vector<std::shared_ptr<TaskRecord>>());
@@ -376,6 +376,7 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
     conn->lease_id = reply.lease_id();
     conn->worker_id = reply.worker_id();
     conn->node_address = node_address;
+    conn->node_id = reply.node_id();
   }
   Outbox out;  // the first tasks go out from this thread, after the lock is released
   std::lock_guard<std::mutex> lock(mu_);
@@ -483,8 +484,11 @@ bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
       continue;
     }
     ReleaseTaskPins(*t);
-    SetTaskState(t->spec, r.is_error() ? rpc::TaskInfo::FAILED : rpc::TaskInfo::FINISHED,
-                 conn->worker_id, r.is_error() ? r.error().message() : "");
+    // A Python task that raised stores the exception as its value: failed too (as in Ray's
+    // state API), though its caller gets the exception from ray.get.
+    const bool raised = !r.is_error() && IsExceptionValue(r.value());
+    SetTaskState(t->spec, r.is_error() || raised ? rpc::TaskInfo::FAILED : rpc::TaskInfo::FINISHED, conn,
+                 r.is_error() ? r.error().message() : raised ? "the task raised an exception" : "", &r);
     StoreTaskResult(t->spec, r);
   }
   if (conn->in_flight.empty()) conn->idle_since = Clock::now();
@@ -501,7 +505,7 @@ void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
 }
 
 void CoreWorker::FailTask(TaskRecord& t, StatusCode code, const std::string& msg) {
-  SetTaskState(t.spec, rpc::TaskInfo::FAILED, "", msg);
+  SetTaskState(t.spec, rpc::TaskInfo::FAILED, nullptr, msg);
   ReleaseTaskPins(t);
   const int n = std::max(t.spec.num_returns(), 1);
   for (int i = 0; i < n; ++i) FailObject(ReturnIdOf(t.spec.return_id(), i), code, msg);

@@ -273,6 +273,9 @@ const std::string& CurrentTaskId() {
 
 void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   auto start = Clock::now();
+  result->set_start_us(std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
   CurrentTaskScope current(&spec.task_id());
   if (!spec.driver_address().empty()) host_->EnterTask(spec);
   result->set_task_id(spec.task_id());
@@ -293,9 +296,10 @@ void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   // pinned while the task runs (unpacking them then costs no call).
   ArgBorrows arg_borrows{host_, host_->PinArgBorrows(spec)};
   TaskOutput out;
-  if (!Invoke(spec, result, &out)) return;
+  const bool invoked = Invoke(spec, result, &out);
   result->set_exec_us(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
+  if (!invoked) return;
   const bool stored =
       out.write_value
           ? StoreWritten(spec, 0, out.value_size, out.write_value, result->mutable_value(), result)

@@ -152,6 +152,7 @@ grpc::Status JobRunner::StartProcess(grpc::ServerContext* ctx, const rpc::JobPro
     return grpc::Status::OK;
   }
   p.pid = *pid;
+  if (cfg_.log_files) cfg_.log_files->Claim(p.output_path, "job", "", req->job_id());
   procs_[id] = p;
   waiter_.Wake();
   cv_.notify_all();

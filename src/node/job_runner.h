@@ -23,6 +23,7 @@
 
 #include "common/process.h"
 #include "common/status.h"
+#include "node/log_files.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -32,6 +33,7 @@ struct JobRunnerConfig {
   std::string token;
   std::string bind_host = "127.0.0.1";
   int num_tpu_chips = 0;         // chips of this host (for whole-host chip visibility)
+  LogFiles* log_files = nullptr; // claims each job process's output (not owned; outlives this)
 };
 
 class JobRunner final : public rpc::JobRunner::Service {

@@ -45,7 +45,10 @@ NodeConfig WithDefaults(NodeConfig cfg) {
 
 }  // namespace
 
-Node::Node(NodeConfig cfg) : cfg_(WithDefaults(std::move(cfg))), st_(cfg_.node_id, cfg_.resources) {
+Node::Node(NodeConfig cfg)
+    : cfg_(WithDefaults(std::move(cfg))),
+      log_files_(cfg_.serve_session_logs && !cfg_.session_dir.empty() ? cfg_.session_dir + "/logs" : ""),
+      st_(cfg_.node_id, cfg_.resources) {
   shm_prefix_ = "torus." + cfg_.node_id.substr(0, 12) + ".";
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -149,8 +152,9 @@ Status Node::Start() {
   }
   UnlinkSegmentsWithPrefix(shm_prefix_);
   if (auto s = objects_.Open(shm_prefix_ + "arena", cfg_.object_store_bytes); !s.ok()) return s;
+  log_files_.ClaimOwnOutput();
   job_runner_ = std::make_unique<JobRunner>(JobRunnerConfig{
-      cfg_.node_id, cfg_.token, cfg_.bind_host, static_cast<int>(tpu_chip_ids_.size())});
+      cfg_.node_id, cfg_.token, cfg_.bind_host, static_cast<int>(tpu_chip_ids_.size()), &log_files_});
   if (auto s = StartHttp(); !s.ok()) {
     UnlinkSegmentsWithPrefix(shm_prefix_);
     return s;
@@ -160,7 +164,7 @@ Status Node::Start() {
   {
     MutexLock lock(st_.mu);
     st_.pool.Configure({cfg_.node_id, address_, cfg_.bind_host, cfg_.token, cfg_.session_dir, cfg_.head_address,
-                        cfg_.torus_exe, cfg_.logs_dir, static_cast<int>(tpu_chip_ids_.size())});
+                        cfg_.torus_exe, cfg_.logs_dir, static_cast<int>(tpu_chip_ids_.size()), &log_files_});
     TORUS_LOG(INFO) << "node " << cfg_.node_id << " listening on " << address_ << " resources "
                     << ResourcesToString(st_.ledger.total());
   }
@@ -541,6 +545,17 @@ grpc::Status Node::FetchObject(grpc::ServerContext* ctx, const rpc::FetchObjectR
                                grpc::ServerWriter<rpc::ObjectChunk>* writer) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   return objects_.Fetch(*req, writer);
+}
+
+grpc::Status Node::ListLogs(grpc::ServerContext* ctx, const rpc::Empty*, rpc::LogFileList* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  *reply = log_files_.List();
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::ReadLog(grpc::ServerContext* ctx, const rpc::ReadLogRequest* req, rpc::ReadLogReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  return ToGrpc(log_files_.Read(*req, reply));
 }
 
 grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeInfoReply* reply) {

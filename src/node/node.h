@@ -50,6 +50,7 @@
 #include "node/job_runner.h"
 #include "node/lease_audit.h"
 #include "node/leases.h"
+#include "node/log_files.h"
 #include "node/node_state.h"
 #include "node/object_store.h"
 #include "proto/torus.grpc.pb.h"
@@ -81,6 +82,9 @@ struct NodeConfig {
   std::string agent_host = "127.0.0.1";
   int agent_port = -1;
   bool agent_port_fallback = false;
+  // List the session files of the logs directory no node owns (the head's, the launcher's) in
+  // `torus logs`: set on the node started with the head.
+  bool serve_session_logs = false;
 };
 
 class Node final : public rpc::Node::Service {
@@ -125,6 +129,8 @@ class Node final : public rpc::Node::Service {
                            rpc::Empty*) override;
   grpc::Status FetchObject(grpc::ServerContext*, const rpc::FetchObjectRequest*,
                            grpc::ServerWriter<rpc::ObjectChunk>*) override;
+  grpc::Status ListLogs(grpc::ServerContext*, const rpc::Empty*, rpc::LogFileList*) override;
+  grpc::Status ReadLog(grpc::ServerContext*, const rpc::ReadLogRequest*, rpc::ReadLogReply*) override;
   grpc::Status Info(grpc::ServerContext*, const rpc::Empty*, rpc::NodeInfoReply*) override;
   grpc::Status Shutdown(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
   grpc::Status PrepareBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
@@ -168,6 +174,7 @@ class Node final : public rpc::Node::Service {
   std::unique_ptr<HttpServer> http_;  // the agent's HTTP surface (cfg_.agent_port >= 0)
   std::atomic<bool> serving_{false};  // Start finished: registered, threads running
   std::unique_ptr<rpc::Head::Stub> head_;
+  LogFiles log_files_;  // before job_runner_ and the pool's users: they claim into it
   std::unique_ptr<JobRunner> job_runner_;  // processes of submitted jobs (docs/jobs.md)
 
   // The parts (each header states its contract and threads).

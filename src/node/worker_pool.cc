@@ -91,6 +91,10 @@ StatusOr<Worker*> WorkerPool::Start(const std::string& key, const WorkerSpawn& s
   opts.stderr_path = log + ".err";
   auto pid = Spawn(opts);
   if (!pid.ok()) return pid.status();
+  if (cfg_.log_files) {
+    cfg_.log_files->Claim(opts.stdout_path, "worker", w->id);
+    cfg_.log_files->Claim(opts.stderr_path, "worker", w->id);
+  }
   w->pid = *pid;
   by_pid_[w->pid] = w->id;
   reaper_->Wake();

@@ -25,6 +25,7 @@
 #include "common/process.h"
 #include "common/status.h"
 #include "node/ledger.h"
+#include "node/log_files.h"
 #include "proto/torus.pb.h"
 
 namespace torus {
@@ -85,6 +86,7 @@ struct WorkerPoolConfig {
   std::string torus_exe;
   std::string logs_dir;  // "" = <session_dir>/logs
   int num_chips = 0;     // this host's chips (chip visibility)
+  LogFiles* log_files = nullptr;  // claims each worker's .out/.err (not owned; outlives the pool)
 };
 
 class WorkerPool {

@@ -5,9 +5,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <optional>
 
 #include "common/resources.h"
+#include "core/timeline.h"
 #include "python/binding_util.h"
 #include "tpu/topology.h"
 #include "torus/api/exceptions.h"
@@ -205,6 +207,15 @@ void BindCluster(nb::module_& m) {
   m.def("slice_shape", &SliceShape, nb::arg("version"), nb::arg("topology"),
         nb::arg("chips_per_vm") = nb::none());
   m.def("nodes", &Nodes);
+  m.def("timeline_json", [] {
+    core::CoreWorker& w = Require();
+    nb::gil_scoped_release unlocked;
+    const rpc::ListReply cluster = w.head().ListCluster();
+    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    return core::TimelineEvents(core::GatherTasks(cluster, w.token()), cluster, now_us).dump();
+  });
 }
 
 void BindKv(nb::module_& m) {

@@ -251,3 +251,173 @@ def test_fifty_http_clients_while_a_slice_job_runs(v6e_cluster):
     assert d["status"] == "SUCCEEDED", d
     logs = json.loads(call("GET", f"/api/jobs/{sid}/logs")[1])["logs"]
     assert sorted(ln.split("done-")[1] for ln in logs.splitlines() if "done-" in ln) == ["0", "1", "2", "3"]
+
+
+TIMELINE_PROGRAM = """
+import json, os, sys, time
+import ray
+from ray.util.tpu import slice_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+spg = slice_placement_group(topology="4x4", accelerator_version="v6e")
+ray.get(spg.placement_group.ready(), timeout=600)
+
+@ray.remote
+def leaf(i):
+    time.sleep(0.05)
+    return i
+
+@ray.remote(resources={"TPU": 4})
+def step(rank):
+    print(f"step-marker-{rank}", flush=True)
+    print(f"step-err-{rank}", file=sys.stderr, flush=True)
+    time.sleep(0.2)
+    assert ray.get(leaf.remote(rank)) == rank          # nested: submitted by this worker
+    return {"rank": rank, "worker": ray.get_runtime_context().get_worker_id(),
+            "node": ray.get_runtime_context().get_node_id()}
+
+@ray.remote
+def broken():
+    raise ValueError("broken on purpose")
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def incr(self):
+        self.n += 1
+        return self.n
+
+out = ray.get([step.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+    placement_group=spg.placement_group, placement_group_bundle_index=i)).remote(i)
+    for i in range(4)], timeout=600)
+c = Counter.remote()
+assert ray.get([c.incr.remote() for _ in range(3)]) == [1, 2, 3]
+try:
+    ray.get(broken.remote())
+except Exception:
+    pass
+events = ray.timeline()
+ray.timeline(os.path.join(os.getcwd(), "trace.json"))
+print("RESULT", json.dumps({"steps": out, "events": events}))
+spg.shutdown()
+"""
+
+
+def test_timeline_of_a_slice_program(v6e_cluster, tmp_path):
+    # ray.timeline() and `torus timeline` after a program ran one step per slice host (each
+    # submitting a nested task), actor calls and a failing task: one complete event per task,
+    # on the row of its worker inside the row group of its node, with the executor's times.
+    from helpers import run, torus_bin
+    p = run_python(TIMELINE_PROGRAM, env=v6e_cluster.driver_env(), shim=True, timeout=900,
+                   cwd=str(tmp_path))
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, p.stdout + p.stderr
+    res = json.loads(line[0][len("RESULT "):])
+    events, steps = res["events"], res["steps"]
+    assert json.loads((tmp_path / "trace.json").read_text()) != []
+    procs = {e["pid"]: e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    ran = [e for e in events if e["ph"] == "X"]
+    by_name = {}
+    for e in ran:
+        by_name.setdefault(e["name"], []).append(e)
+        assert e["pid"] in procs and (e["pid"], e["tid"]) in threads, e
+        assert e["ts"] > 1.6e15 and e["dur"] >= 0, e   # µs since the epoch
+        assert procs[e["pid"]].startswith("Node " + e["args"]["node_id"][:12]), (procs, e)
+        assert threads[(e["pid"], e["tid"])] == "Worker " + e["args"]["worker_id"][:12]
+    step_events = [e for name, evs in by_name.items() if name.endswith("step") for e in evs]
+    assert len(step_events) == 4
+    # Each step on its own host: four node rows, each holding the worker that returned it.
+    assert len({e["pid"] for e in step_events}) == 4
+    assert {e["args"]["node_id"] for e in step_events} == {s["node"] for s in steps}
+    assert {e["args"]["worker_id"] for e in step_events} == {s["worker"] for s in steps}
+    assert all(e["dur"] >= 200_000 and e["args"]["state"] == "FINISHED" for e in step_events)
+    leaves = [e for name, evs in by_name.items() if name.endswith("leaf") for e in evs]
+    assert len(leaves) == 4                     # submitted inside tasks, gathered from workers
+    incr = by_name.get("Counter.incr", [])
+    assert len(incr) == 3 and all(e["cat"] == "actor_task" for e in incr)
+    assert len({(e["pid"], e["tid"]) for e in incr}) == 1   # one actor, one worker row
+    failed = [e for name, evs in by_name.items() if name.endswith("broken") for e in evs]
+    assert len(failed) == 1 and failed[0]["args"]["state"] == "FAILED"
+    assert failed[0]["cname"] == "terrible"
+    # The CLI: finished drivers are gone, but the workers that ran the nested tasks still
+    # answer; the file is valid trace JSON.
+    out = tmp_path / "cli-trace.json"
+    r = run([torus_bin(), "timeline", "--output", str(out)], env=v6e_cluster.driver_env())
+    assert "task event(s)" in r.stdout
+    cli_events = json.loads(out.read_text())
+    assert isinstance(cli_events, list)
+    assert all({"ph", "pid"} <= set(e) for e in cli_events)
+
+
+def test_logs_of_every_host_from_anywhere(v6e_cluster, tmp_path):
+    # `torus logs` lists each live node's files, reads a worker's stdout and stderr on whichever
+    # host ran it, follows a growing file, and refuses names outside its catalog.
+    import subprocess
+    import time
+    from helpers import torus_bin
+    prog = """
+import json, sys, time
+import ray
+ray.init(namespace="logs-test")
+@ray.remote(resources={"TPU": 4})
+class Printer:
+    def where(self):
+        ctx = ray.get_runtime_context()
+        return {"worker": ctx.get_worker_id(), "node": ctx.get_node_id(), "actor": ctx.get_actor_id()}
+    def say(self, n):
+        for i in range(n):
+            print(f"printer-line-{i}", flush=True)
+            time.sleep(0.1)
+        print("printer-to-stderr", file=sys.stderr, flush=True)
+        return n
+p = Printer.options(name="printer", lifetime="detached").remote()
+print("WHERE", json.dumps(ray.get(p.where.remote())), flush=True)
+ray.get(p.say.remote(3))
+p.say.remote(40)
+time.sleep(1)
+"""
+    env = v6e_cluster.driver_env()
+    r = run_python(prog, env=env, shim=True, timeout=300)
+    where = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("WHERE ")][0][6:])
+    tb = torus_bin()
+
+    def logs(*args, check=True):
+        p = subprocess.run([tb, "logs", *args], env=env, capture_output=True, text=True, timeout=120)
+        if check:
+            assert p.returncode == 0, (args, p.stdout, p.stderr)
+        return p
+
+    listing = logs().stdout
+    assert listing.count("Node ") == 5, listing           # head and the 4 slice hosts
+    names = [ln.split()[0] for ln in listing.splitlines() if ln.startswith("  ")]
+    assert names.count("head.err") == 1                   # the session's files: head's node only
+    assert "worker-" + where["worker"][:12] + ".out" in listing
+    out = logs("--actor", where["actor"][:10]).stdout
+    assert "printer-line-0" in out and "printer-line-2" in out
+    assert "printer-to-stderr" in logs("--worker", where["worker"][:10], "--err").stdout
+    # NODE FILE: the node by id prefix, the file by name; --tail counts lines.
+    name = "worker-" + where["worker"][:12] + ".out"
+    tail = logs(where["node"][:8], name, "--tail", "1").stdout
+    assert tail.count("\n") == 1
+    # --follow shows lines written after it started.
+    f = subprocess.Popen([tb, "logs", where["node"][:8], name, "--follow", "--tail", "0"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    f.terminate()
+    followed, _ = f.communicate(timeout=30)
+    assert "printer-line-" in followed
+    # Names outside the catalog, unknown nodes and bad flags: refused with a clear message.
+    for args, msg in [(("../token",), "no log file matches"),
+                      ((where["node"][:8], "../../token"), "no log file matches"),
+                      (("no-such-node", "head.err"), "no live node is named"),
+                      (("--tail", "x"), "--tail must be")]:
+        p = logs(*args, check=False)
+        assert p.returncode != 0 and msg in p.stderr, (args, p.stderr)
+    # The session's token file is not a log: never readable through `torus logs`.
+    assert logs("token", check=False).returncode != 0
+    run_python("import ray\nray.init(namespace='logs-test')\nray.kill(ray.get_actor('printer'))\n",
+               env=env, shim=True)

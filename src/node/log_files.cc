@@ -1,0 +1,158 @@
+#include "node/log_files.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+namespace torus {
+
+namespace {
+constexpr int64_t kDefaultReadBytes = 1 << 20;
+constexpr int64_t kMaxReadBytes = 4 << 20;
+
+std::string BaseName(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+
+bool StartsWith(const std::string& s, std::string_view p) { return s.compare(0, p.size(), p) == 0; }
+}  // namespace
+
+void LogFiles::Claim(const std::string& path, const std::string& kind, const std::string& worker_id,
+                     const std::string& job_id) {
+  const std::string name = BaseName(path);
+  if (name.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, fresh] = by_name_.insert_or_assign(name, Entry{path, kind, worker_id, job_id});
+  if (!fresh) return;
+  order_.push_back(name);
+  while (order_.size() > kMaxClaims) {
+    by_name_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+void LogFiles::ClaimOwnOutput() {
+  for (int fd : {1, 2}) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+    if (ec || !std::filesystem::is_regular_file(target, ec)) continue;
+    Claim(target.string(), "node");
+  }
+}
+
+bool LogFiles::SessionFileName(const std::string& name) {
+  return !StartsWith(name, "node-") && !StartsWith(name, "worker-") && !StartsWith(name, "job-") &&
+         name[0] != '.';
+}
+
+rpc::LogFileList LogFiles::List() const {
+  std::map<std::string, Entry> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all = by_name_;
+  }
+  if (!session_logs_dir_.empty()) {
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(session_logs_dir_, ec)) {
+      const std::string name = f.path().filename().string();
+      if (!f.is_regular_file(ec) || !SessionFileName(name) || all.count(name)) continue;
+      all[name] = Entry{f.path().string(), "session", "", ""};
+    }
+  }
+  rpc::LogFileList out;
+  for (const auto& [name, e] : all) {
+    struct stat st {};
+    if (::stat(e.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    rpc::LogFile* f = out.add_files();
+    f->set_name(name);
+    f->set_size(st.st_size);
+    f->set_mtime_ms(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000);
+    f->set_kind(e.kind);
+    f->set_worker_id(e.worker_id);
+    f->set_job_id(e.job_id);
+  }
+  return out;
+}
+
+std::string LogFiles::PathOf(const std::string& name, Entry* entry) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = by_name_.find(name); it != by_name_.end()) {
+      *entry = it->second;
+      return it->second.path;
+    }
+  }
+  if (session_logs_dir_.empty() || name.empty() || !SessionFileName(name) ||
+      name.find('/') != std::string::npos || name == "..") {
+    return "";
+  }
+  return session_logs_dir_ + "/" + name;
+}
+
+Status LogFiles::Read(const rpc::ReadLogRequest& req, rpc::ReadLogReply* out) const {
+  Entry e;
+  const std::string path = PathOf(req.name(), &e);
+  if (path.empty()) return NotFound("no log file named '" + req.name() + "' on this node");
+  std::ifstream in(path, std::ios::binary);
+  struct stat st {};
+  if (!in || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return NotFound("log file '" + req.name() + "' is gone from this node's disk");
+  }
+  const int64_t size = st.st_size;
+  int64_t offset = req.offset();
+  if (offset < 0) {
+    auto tail = TailOffset(path, std::max(0, req.tail_lines()));
+    if (!tail.ok()) return tail.status();
+    offset = *tail;
+  }
+  offset = std::min(offset, size);
+  int64_t want = req.max_bytes() > 0 ? std::min<int64_t>(req.max_bytes(), kMaxReadBytes) : kDefaultReadBytes;
+  want = std::min(want, size - offset);
+  std::string data(static_cast<size_t>(want), '\0');
+  in.seekg(offset);
+  in.read(data.data(), want);
+  data.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  out->set_data(std::move(data));
+  out->set_offset(offset);
+  out->set_size(size);
+  return Status::Ok();
+}
+
+StatusOr<int64_t> TailOffset(const std::string& path, int lines) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open " + path + ": " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const int64_t size = in.tellg();
+  if (lines <= 0 || size == 0) return size;
+  // Walk back in blocks counting newlines; a final newline ends the last line, it does not start
+  // an empty one.
+  constexpr int64_t kBlock = 64 * 1024;
+  std::vector<char> buf(kBlock);
+  int64_t pos = size;
+  int seen = 0;
+  bool first_char = true;
+  while (pos > 0) {
+    const int64_t n = std::min(kBlock, pos);
+    pos -= n;
+    in.seekg(pos);
+    in.read(buf.data(), n);
+    for (int64_t i = n - 1; i >= 0; --i) {
+      if (buf[i] != '\n') {
+        first_char = false;
+        continue;
+      }
+      if (first_char) {
+        first_char = false;
+        continue;
+      }
+      if (++seen == lines) return pos + i + 1;
+    }
+  }
+  return int64_t{0};
+}
+
+}  // namespace torus
