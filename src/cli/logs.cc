@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <iomanip>
 #include <iostream>
 #include <thread>
 #include <vector>
 
 #include "cli/cluster_connect.h"
+#include "common/for_each_parallel.h"
 #include "common/rpc.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -25,21 +25,27 @@ struct NodeLogs {
 
 // Every live node's files, asked in parallel.
 std::vector<NodeLogs> ListAll(const Cluster& c) {
-  std::vector<std::future<NodeLogs>> calls;
+  std::vector<const rpc::NodeRecord*> alive;
   for (const auto& n : c.list.nodes()) {
-    if (!n.alive()) continue;
-    calls.push_back(std::async(std::launch::async, [&c, &n] {
-      NodeLogs out;
-      out.node = &n;
-      auto ctx = NewContext(c.token, 5000);
-      auto st = rpc::Node::NewStub(GetChannel(n.address()))->ListLogs(ctx.get(), rpc::Empty(), &out.files);
-      if (!st.ok()) out.error = st.error_message();
-      return out;
-    }));
+    if (n.alive()) alive.push_back(&n);
   }
-  std::vector<NodeLogs> out;
-  for (auto& f : calls) out.push_back(f.get());
-  return out;
+  return ForEachParallel<NodeLogs>(alive, [&c](const rpc::NodeRecord* n) {
+    NodeLogs out;
+    out.node = n;
+    auto ctx = NewContext(c.token, 5000);
+    auto st = rpc::Node::NewStub(GetOneOffChannel(n->address()))->ListLogs(ctx.get(), rpc::Empty(), &out.files);
+    if (!st.ok()) out.error = st.error_message();
+    return out;
+  });
+}
+
+// " (not asked: nodes A, B did not answer)" for the nodes whose listing failed, or "".
+std::string Unanswered(const std::vector<NodeLogs>& all) {
+  std::string ids;
+  for (const auto& l : all) {
+    if (!l.error.empty()) ids += (ids.empty() ? "" : ", ") + l.node->node_id().substr(0, 12);
+  }
+  return ids.empty() ? "" : " (nodes " + ids + " did not answer)";
 }
 
 std::string HostOfAddress(const std::string& addr) { return addr.substr(0, addr.rfind(':')); }
@@ -94,22 +100,33 @@ int TailFlag(const Args& a) {
 }
 
 // Prints `file` of `node` from its last `tail` lines (-1: all), then, with `follow`, what is
-// appended until the process is interrupted.
+// appended until the process is interrupted. Following rides out a node that does not answer for
+// up to 30 s (a busy or restarting node); a plain read fails at once.
 int Print(const Cluster& c, const rpc::NodeRecord& node, const std::string& file, int tail, bool follow) {
-  auto stub = rpc::Node::NewStub(GetChannel(node.address()));
+  auto stub = rpc::Node::NewStub(GetOneOffChannel(node.address()));
   rpc::ReadLogRequest req;
   req.set_name(file);
   req.set_offset(tail < 0 ? 0 : -1);
   req.set_tail_lines(std::max(tail, 0));
   req.set_max_bytes(1 << 20);
   int64_t offset = -1;
+  auto failing_since = std::chrono::steady_clock::time_point{};
   for (;;) {
     rpc::ReadLogReply r;
     auto ctx = NewContext(c.token, 10000);
     auto st = stub->ReadLog(ctx.get(), req, &r);
     if (!st.ok()) {
-      Die("reading " + file + " on node " + Describe(node) + ": " + st.error_message());
+      const auto now = std::chrono::steady_clock::now();
+      if (failing_since == std::chrono::steady_clock::time_point{}) failing_since = now;
+      const bool transient = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (!follow || !transient || now - failing_since > std::chrono::seconds(30)) {
+        Die("reading " + file + " on node " + Describe(node) + ": " + st.error_message());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
     }
+    failing_since = {};
     if (offset >= 0 && r.size() < offset) {
       std::cerr << "torus: " << file << " shrank (truncated or replaced); reading it from its start" << std::endl;
       req.set_offset(0);
@@ -119,7 +136,7 @@ int Print(const Cluster& c, const rpc::NodeRecord& node, const std::string& file
     std::cout.write(r.data().data(), static_cast<std::streamsize>(r.data().size()));
     offset = r.offset() + static_cast<int64_t>(r.data().size());
     req.set_offset(offset);
-    if (offset < r.size()) continue;  // more already there
+    if (!r.data().empty() && offset < r.size()) continue;  // more already there
     std::cout.flush();
     if (!follow) return 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -139,7 +156,9 @@ int PrintWorker(const Cluster& c, const std::vector<NodeLogs>& all, const std::s
       }
     }
   }
-  if (hits.empty()) Die("no live node has the log of worker " + worker + " (torus list workers shows workers)");
+  if (hits.empty()) {
+    Die("no live node has the log of worker " + worker + " (torus list workers shows workers)" + Unanswered(all));
+  }
   if (hits.size() > 1) Die("worker id " + worker + " is ambiguous: give more of it");
   return Print(c, *hits[0].first->node, hits[0].second, tail, follow);
 }
@@ -157,13 +176,19 @@ int Logs(const Args& a) {
     std::string worker = a.Get("worker");
     if (a.Has("actor")) {
       const std::string id = a.Get("actor");
+      int matches = 0;
       for (const auto& act : c.list.actors()) {
-        if (!id.empty() && act.actor_id().rfind(id, 0) == 0) worker = act.worker_id();
+        if (!id.empty() && act.actor_id().rfind(id, 0) == 0) {
+          worker = act.worker_id();
+          ++matches;
+        }
       }
+      if (matches > 1) Die("actor id " + id + " is ambiguous: give more of it");
       if (worker.empty()) Die("no actor " + id + " with a worker (torus list actors shows actors)");
     }
     return PrintWorker(c, all, worker, a.Has("err"), tail, follow);
   }
+  if (a.Has("err")) Die("--err goes with --worker or --actor (a FILE names .out or .err itself)");
   std::vector<const NodeLogs*> chosen;
   std::string pattern;
   if (!a.positional.empty()) {
@@ -179,6 +204,7 @@ int Logs(const Args& a) {
     }
   }
   if (pattern.empty()) {
+    if (follow || a.Has("tail")) Die("--follow and --tail need a FILE, --worker or --actor");
     if (chosen.empty()) {
       for (const auto& l : all) chosen.push_back(&l);
     }
@@ -195,7 +221,10 @@ int Logs(const Args& a) {
       if (fnmatch(pattern.c_str(), f.name().c_str(), 0) == 0) hits.emplace_back(l, f.name());
     }
   }
-  if (hits.empty()) Die("no log file matches '" + pattern + "' (torus logs lists them)");
+  if (hits.empty()) {
+    Die((a.positional.size() == 1 ? "no live node or log file is named '" : "no log file matches '") + pattern +
+        "' (torus logs lists them)" + Unanswered(all));
+  }
   if (hits.size() > 1) {
     std::cerr << "torus: '" << pattern << "' matches " << hits.size() << " files; name one (and its node):\n";
     for (const auto& [l, name] : hits) std::cerr << "  torus logs " << l->node->node_id().substr(0, 12) << " " << name << "\n";

@@ -97,6 +97,22 @@ grpc::Service* InProcessServiceAt(const std::string& address) {
 DirectCallScope::DirectCallScope() : prev_(t_direct_call) { t_direct_call = true; }
 DirectCallScope::~DirectCallScope() { t_direct_call = prev_; }
 
+namespace {
+std::shared_ptr<grpc::Channel> NewTcpChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  // gRPC also takes this as the minimum time a connection attempt (TCP + HTTP/2 handshake) may
+  // take: at 100 ms, attempts failed with "timed out before receiving SETTINGS frame" whenever the
+  // machine was loaded. Retries still start 100 ms after a failure (initial backoff).
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+}  // namespace
+
 std::shared_ptr<grpc::Channel> GetChannel(const std::string& address) {
   if (address.empty()) {
     // Never meant: a caller lost an address on its way. Say who, once per process (gRPC only
@@ -129,20 +145,20 @@ std::shared_ptr<grpc::Channel> GetChannel(const std::string& address) {
   // reading one under gRPC's own locks, which TSan cannot see (gRPC is not instrumented), so it
   // reported the serialiser's writes and the parser's reads of that buffer as races.
 #endif
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // gRPC also takes this as the minimum time a connection attempt (TCP + HTTP/2 handshake) may
-  // take: at 100 ms, attempts failed with "timed out before receiving SETTINGS frame" whenever the
-  // machine was loaded. Retries still start 100 ms after a failure (initial backoff).
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-  auto ch = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto ch = NewTcpChannel(address);
   (*channels)[address] = ch;
   return ch;
 }
+
+std::shared_ptr<grpc::Channel> GetOneOffChannel(const std::string& address) {
+  {
+    MutexLock lock(g_channels_mu);
+    if (auto it = g_channels->find(address); it != g_channels->end()) return it->second;
+  }
+  if (InProcessServiceAt(address) != nullptr) return GetChannel(address);
+  return NewTcpChannel(address);
+}
+
 
 Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();

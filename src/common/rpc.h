@@ -39,6 +39,10 @@ bool TokenEquals(std::string_view given, std::string_view expected);
 // `torus start --head --block`), the channel is the server's in-process channel: the same
 // calls, token and messages, without the loopback TCP and HTTP/2 framing.
 std::shared_ptr<grpc::Channel> GetChannel(const std::string& address);
+// For a one-off call to an address this process may never call again (`torus timeline` asking
+// every worker): the cached or in-process channel when there is one, else a new channel that is
+// not cached (closed when the caller drops it). Thread-safe.
+std::shared_ptr<grpc::Channel> GetOneOffChannel(const std::string& address);
 
 // Servers of this process, by the address clients use. StartServer's callers register after
 // the server is up and unregister before shutting it down (the service must outlive that).

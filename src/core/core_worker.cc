@@ -364,14 +364,16 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State st
   uint64_t key = TaskCounterOf(spec.task_id());
   auto [it, fresh] = task_table_.try_emplace(key);
   TaskEntry& info = it->second;
-  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  auto now_us = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
   if (fresh) {
     info.name = spec.name().empty() ? spec.function() : spec.name();
     info.actor_id = spec.actor_id();
     info.job_id = spec.job_id();
-    info.submitted_ms = now_us / 1000;
+    info.submitted_ms = now_us() / 1000;
   }
   auto ended = [](rpc::TaskInfo::State s) { return s == rpc::TaskInfo::FINISHED || s == rpc::TaskInfo::FAILED; };
   bool was_ended = !fresh && ended(info.state);
@@ -379,20 +381,24 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State st
   ++tasks_in_state_[state];
   info.state = state;
   info.attempt = spec.attempt();
-  if (conn) {
-    info.worker_id = conn->worker_id;
-    info.node_id = conn->node_id;
-  }
   if (!error.empty()) info.error = error;
+  // Times: RUNNING starts a span on the worker it was sent to; waiting again (a retry, a lease
+  // taken back) clears it; the end takes the executor's own times when it sent them.
   if (state == rpc::TaskInfo::RUNNING) {
-    info.start_us = now_us;
+    if (conn) {
+      info.worker_id = conn->worker_id;
+      info.node_id = conn->node_id;
+    }
+    info.start_us = now_us();
     info.end_us = 0;
+  } else if (state == rpc::TaskInfo::PENDING || state == rpc::TaskInfo::PENDING_ARGS) {
+    info.start_us = info.end_us = 0;
   } else if (ended(state) && !was_ended) {
     if (result && result->start_us() > 0) {
       info.start_us = result->start_us();
       info.end_us = result->start_us() + static_cast<int64_t>(result->exec_us());
     } else if (info.start_us > 0) {
-      info.end_us = now_us;  // it ran (or was sent) but no executor times came back
+      info.end_us = now_us();  // it was sent but no executor times came back
     }
   }
   if (ended(state) && !was_ended) {

@@ -350,7 +350,9 @@ class CoreWorker final : public internal::Runtime,
   // Asks the head where the actor lives until it is ALIVE in a worker other than `lost_worker`
   // or DEAD; then connects (or fails the waiting calls). No lock held on entry.
   void ResolveActor(const std::string& actor_id, const std::string& lost_worker);
-  void FailTask(TaskRecord& t, StatusCode code, const std::string& msg);
+  // `result`: the executor's reply when one came back (its times go to the task's listing).
+  void FailTask(TaskRecord& t, StatusCode code, const std::string& msg,
+                const rpc::TaskResult* result = nullptr);
   // Another attempt of `t` (its pins go with it), marked PENDING. Requires mu_.
   std::shared_ptr<TaskRecord> NextAttempt(const TaskRecord& t);
   // Queues NextAttempt(t). Requires mu_.

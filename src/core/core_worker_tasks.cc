@@ -475,7 +475,7 @@ bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
       if (!fresh) avg->second = 0.8 * avg->second + 0.2 * x;
     }
     if (t->cancelled) {
-      FailTask(*t, StatusCode::kCancelled, CancelMessage(*t));
+      FailTask(*t, StatusCode::kCancelled, CancelMessage(*t), &r);
       continue;
     }
     if (t->retry_exceptions && !r.is_error() && t->spec.attempt() < t->max_retries &&
@@ -504,8 +504,9 @@ void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
   t.pinned.clear();
 }
 
-void CoreWorker::FailTask(TaskRecord& t, StatusCode code, const std::string& msg) {
-  SetTaskState(t.spec, rpc::TaskInfo::FAILED, nullptr, msg);
+void CoreWorker::FailTask(TaskRecord& t, StatusCode code, const std::string& msg,
+                          const rpc::TaskResult* result) {
+  SetTaskState(t.spec, rpc::TaskInfo::FAILED, nullptr, msg, result);
   ReleaseTaskPins(t);
   const int n = std::max(t.spec.num_returns(), 1);
   for (int i = 0; i < n; ++i) FailObject(ReturnIdOf(t.spec.return_id(), i), code, msg);

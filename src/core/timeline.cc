@@ -1,35 +1,17 @@
 #include "core/timeline.h"
 
 #include <algorithm>
-#include <future>
 #include <map>
 #include <set>
 #include <unordered_set>
 
+#include "common/for_each_parallel.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus::core {
 
-namespace {
-constexpr size_t kParallelCalls = 16;
-
-// Runs `call` on each of `items`, at most kParallelCalls at a time.
-template <class T, class R, class F>
-std::vector<R> ForEachParallel(const std::vector<T>& items, F call) {
-  std::vector<R> out;
-  out.reserve(items.size());
-  for (size_t i = 0; i < items.size(); i += kParallelCalls) {
-    std::vector<std::future<R>> batch;
-    for (size_t j = i; j < std::min(items.size(), i + kParallelCalls); ++j) {
-      batch.push_back(std::async(std::launch::async, call, items[j]));
-    }
-    for (auto& f : batch) out.push_back(f.get());
-  }
-  return out;
-}
-}  // namespace
 
 std::vector<rpc::TaskInfo> GatherTasks(const rpc::ListReply& cluster, const std::string& token,
                                        int deadline_ms) {
@@ -38,10 +20,10 @@ std::vector<rpc::TaskInfo> GatherTasks(const rpc::ListReply& cluster, const std:
   for (const auto& n : cluster.nodes()) {
     if (n.alive()) nodes.push_back(n.address());
   }
-  auto infos = ForEachParallel<std::string, rpc::NodeInfoReply>(nodes, [&](const std::string& addr) {
+  auto infos = ForEachParallel<rpc::NodeInfoReply>(nodes, [&](const std::string& addr) {
     rpc::NodeInfoReply info;
     auto ctx = NewContext(token, deadline_ms);
-    (void)rpc::Node::NewStub(GetChannel(addr))->Info(ctx.get(), rpc::Empty(), &info);
+    (void)rpc::Node::NewStub(GetOneOffChannel(addr))->Info(ctx.get(), rpc::Empty(), &info);
     return info;
   });
   std::set<std::string> submitters;
@@ -54,10 +36,10 @@ std::vector<rpc::TaskInfo> GatherTasks(const rpc::ListReply& cluster, const std:
     }
   }
   std::vector<std::string> addrs(submitters.begin(), submitters.end());
-  auto lists = ForEachParallel<std::string, rpc::TaskList>(addrs, [&](const std::string& addr) {
+  auto lists = ForEachParallel<rpc::TaskList>(addrs, [&](const std::string& addr) {
     rpc::TaskList list;
     auto ctx = NewContext(token, deadline_ms);
-    (void)rpc::CoreWorker::NewStub(GetChannel(addr))->ListTasks(ctx.get(), rpc::Empty(), &list);
+    (void)rpc::CoreWorker::NewStub(GetOneOffChannel(addr))->ListTasks(ctx.get(), rpc::Empty(), &list);
     return list;
   });
   std::vector<rpc::TaskInfo> out;

@@ -1,5 +1,6 @@
 #include "node/log_files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 namespace torus {
@@ -27,7 +27,8 @@ void LogFiles::Claim(const std::string& path, const std::string& kind, const std
   if (name.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, fresh] = by_name_.insert_or_assign(name, Entry{path, kind, worker_id, job_id});
-  if (!fresh) return;
+  // The node's own files stay for its life; the others are bounded, oldest first.
+  if (!fresh || kind == "node") return;
   order_.push_back(name);
   while (order_.size() > kMaxClaims) {
     by_name_.erase(order_.front());
@@ -59,14 +60,14 @@ rpc::LogFileList LogFiles::List() const {
     std::error_code ec;
     for (const auto& f : std::filesystem::directory_iterator(session_logs_dir_, ec)) {
       const std::string name = f.path().filename().string();
-      if (!f.is_regular_file(ec) || !SessionFileName(name) || all.count(name)) continue;
+      if (!f.is_regular_file(ec) || f.is_symlink(ec) || !SessionFileName(name) || all.count(name)) continue;
       all[name] = Entry{f.path().string(), "session", "", ""};
     }
   }
   rpc::LogFileList out;
   for (const auto& [name, e] : all) {
     struct stat st {};
-    if (::stat(e.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::lstat(e.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // no links, pipes
     rpc::LogFile* f = out.add_files();
     f->set_name(name);
     f->set_size(st.st_size);
@@ -97,49 +98,55 @@ Status LogFiles::Read(const rpc::ReadLogRequest& req, rpc::ReadLogReply* out) co
   Entry e;
   const std::string path = PathOf(req.name(), &e);
   if (path.empty()) return NotFound("no log file named '" + req.name() + "' on this node");
-  std::ifstream in(path, std::ios::binary);
+  // A regular file only, not through a link (a link or pipe put in the logs directory by a job
+  // is neither listed nor read), and never blocking on open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return NotFound("log file '" + req.name() + "' cannot be opened on this node: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  if (!in || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return NotFound("log file '" + req.name() + "' is gone from this node's disk");
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return NotFound("log file '" + req.name() + "' is not a regular file on this node");
   }
   const int64_t size = st.st_size;
   int64_t offset = req.offset();
-  if (offset < 0) {
-    auto tail = TailOffset(path, std::max(0, req.tail_lines()));
-    if (!tail.ok()) return tail.status();
-    offset = *tail;
-  }
+  if (offset < 0) offset = TailOffset(fd, size, std::max(0, req.tail_lines()));
   offset = std::min(offset, size);
   int64_t want = req.max_bytes() > 0 ? std::min<int64_t>(req.max_bytes(), kMaxReadBytes) : kDefaultReadBytes;
   want = std::min(want, size - offset);
   std::string data(static_cast<size_t>(want), '\0');
-  in.seekg(offset);
-  in.read(data.data(), want);
-  data.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  int64_t got = 0;
+  while (got < want) {
+    const ssize_t n = ::pread(fd, data.data() + got, static_cast<size_t>(want - got), offset + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Internal("reading log file '" + req.name() + "': " + std::strerror(errno));
+    if (n == 0) break;
+    got += n;
+  }
+  data.resize(static_cast<size_t>(got));
   out->set_data(std::move(data));
   out->set_offset(offset);
   out->set_size(size);
   return Status::Ok();
 }
 
-StatusOr<int64_t> TailOffset(const std::string& path, int lines) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open " + path + ": " + std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  const int64_t size = in.tellg();
+int64_t TailOffset(int fd, int64_t size, int lines) {
   if (lines <= 0 || size == 0) return size;
   // Walk back in blocks counting newlines; a final newline ends the last line, it does not start
-  // an empty one.
+  // an empty one. At most kMaxTailScan bytes back: a file of few, huge lines (progress bars)
+  // starts there.
   constexpr int64_t kBlock = 64 * 1024;
   std::vector<char> buf(kBlock);
+  const int64_t floor = std::max<int64_t>(0, size - kMaxTailScan);
   int64_t pos = size;
   int seen = 0;
   bool first_char = true;
-  while (pos > 0) {
-    const int64_t n = std::min(kBlock, pos);
+  while (pos > floor) {
+    const int64_t n = std::min(kBlock, pos - floor);
     pos -= n;
-    in.seekg(pos);
-    in.read(buf.data(), n);
+    if (::pread(fd, buf.data(), static_cast<size_t>(n), pos) != n) return pos;
     for (int64_t i = n - 1; i >= 0; --i) {
       if (buf[i] != '\n') {
         first_char = false;
@@ -152,7 +159,7 @@ StatusOr<int64_t> TailOffset(const std::string& path, int lines) {
       if (++seen == lines) return pos + i + 1;
     }
   }
-  return int64_t{0};
+  return floor;
 }
 
 }  // namespace torus

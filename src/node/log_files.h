@@ -6,8 +6,9 @@
 //   `session_dir` set, the session files of the logs directory that belong to no node, worker or
 //   job (head.out, supervisor.err, ...) are listed too: the node started with the head serves them.
 // - Files are read by name only: a name never becomes a path, so no request reaches a file outside
-//   the catalog. Claims are bounded (the most recent kMaxClaims stay); the files on disk are never
-//   touched.
+//   the catalog; only regular files are listed or read, never through a symbolic link. Claims of
+//   workers' and jobs' files are bounded (the most recent kMaxClaims stay; the node's own files
+//   always do); the files on disk are never touched.
 // - Read returns at most 4 MiB per call; a negative offset starts at the last `tail_lines` lines.
 //
 // THREADS: every method may be called from any thread (one mutex; file reads happen outside it).
@@ -61,8 +62,10 @@ class LogFiles {
   std::deque<std::string> order_ GUARDED_BY(mu_);  // claim order, for the bound
 };
 
-// The byte offset where the last `lines` lines of `path` start (its size for 0 lines). Lines end
-// with '\n'; a last line without one counts.
-StatusOr<int64_t> TailOffset(const std::string& path, int lines);
+// The byte offset where the last `lines` lines of the open file `fd` of `size` bytes start (`size`
+// for 0 lines), looking back at most kMaxTailScan bytes. Lines end with '\n'; a last line without
+// one counts.
+inline constexpr int64_t kMaxTailScan = 16 << 20;
+int64_t TailOffset(int fd, int64_t size, int lines);
 
 }  // namespace torus

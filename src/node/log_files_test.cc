@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
+
 namespace torus {
 namespace {
 
@@ -101,6 +103,28 @@ TEST_F(LogFilesTest, ClaimsAreBounded) {
   Write("logs/worker-10.out", "kept");
   EXPECT_EQ(Read(f, "worker-0.out", 0).rfind("ERR", 0), 0u);  // the oldest claims are gone
   EXPECT_EQ(Read(f, "worker-10.out", 0), "kept");
+}
+
+TEST_F(LogFilesTest, NeverThroughALinkOrAPipe) {
+  LogFiles f((dir_ / "logs").string());
+  Write("secret", "token");
+  fs::create_symlink(dir_ / "secret", dir_ / "logs" / "head.out");
+  ASSERT_EQ(::mkfifo((dir_ / "logs" / "pipe.err").c_str(), 0600), 0);
+  f.Claim((dir_ / "logs" / "worker-link.out").string(), "worker");
+  fs::create_symlink(dir_ / "secret", dir_ / "logs" / "worker-link.out");
+  EXPECT_EQ(f.List().files_size(), 0);
+  EXPECT_EQ(Read(f, "head.out", 0).rfind("ERR", 0), 0u);
+  EXPECT_EQ(Read(f, "worker-link.out", 0).rfind("ERR", 0), 0u);
+  EXPECT_EQ(Read(f, "pipe.err", 0).rfind("ERR", 0), 0u);  // and it returned: no blocking open
+}
+
+TEST_F(LogFilesTest, TheNodesOwnFilesOutliveTheBound) {
+  LogFiles f;
+  f.Claim(Write("logs/node-me.out", "me"), "node");
+  for (size_t i = 0; i < LogFiles::kMaxClaims + 10; ++i) {
+    f.Claim((dir_ / "logs" / ("worker-" + std::to_string(i) + ".out")).string(), "worker");
+  }
+  EXPECT_EQ(Read(f, "node-me.out", 0), "me");
 }
 
 }  // namespace

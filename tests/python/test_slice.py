@@ -411,10 +411,12 @@ time.sleep(1)
     followed, _ = f.communicate(timeout=30)
     assert "printer-line-" in followed
     # Names outside the catalog, unknown nodes and bad flags: refused with a clear message.
-    for args, msg in [(("../token",), "no log file matches"),
+    for args, msg in [(("../token",), "no live node or log file is named"),
                       ((where["node"][:8], "../../token"), "no log file matches"),
                       (("no-such-node", "head.err"), "no live node is named"),
-                      (("--tail", "x"), "--tail must be")]:
+                      (("--tail", "x"), "--tail must be"),
+                      (("--follow",), "need a FILE"),
+                      (("--actor", "0000000000"), "no actor")]:
         p = logs(*args, check=False)
         assert p.returncode != 0 and msg in p.stderr, (args, p.stderr)
     # The session's token file is not a log: never readable through `torus logs`.
