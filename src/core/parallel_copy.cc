@@ -2,6 +2,7 @@
 // include/torus/api/serializer.h). One copy of 100 MiB into the shared-memory arena is bound by
 // one core's copy bandwidth; the other cores' share of memory bandwidth is otherwise unused.
 #include <algorithm>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -13,19 +14,27 @@
 namespace torus::internal {
 namespace {
 
-// Helpers are started on first use and live for the process (detached: nothing to join at exit,
-// they only ever wait on the pool's condition variable between copies).
+// Helpers are started on first use and joined at process exit (an atexit handler stops them once
+// the copy in progress, if any, is done; a copy asked for after that is a plain memcpy). The pool
+// itself is never destroyed, so a late caller still finds a valid object.
 class CopyPool {
  public:
   static CopyPool& Instance() {
-    static CopyPool* pool = new CopyPool();  // never destroyed: helpers may outlive statics
+    static CopyPool* pool = [] {
+      auto* p = new CopyPool();
+      std::atexit([] { Instance().Stop(); });
+      return p;
+    }();
     return *pool;
   }
-  int helpers() const { return helpers_; }
 
   // Copies [src, src+n) to dst with the caller and the helpers each taking one part.
   void Copy(char* dst, const char* src, size_t n) {
     std::unique_lock<std::mutex> call(call_mu_);  // one parallel copy at a time
+    if (stopped_) {
+      std::memcpy(dst, src, n);
+      return;
+    }
     int parts = helpers_ + 1;
     size_t part = (n / parts + 63) & ~size_t{63};
     {
@@ -47,7 +56,17 @@ class CopyPool {
   CopyPool() {
     unsigned hw = std::thread::hardware_concurrency();
     helpers_ = static_cast<int>(std::clamp(hw, 2u, 4u)) - 1;
-    for (int i = 0; i < helpers_; ++i) std::thread([this, i] { Loop(i + 1); }).detach();
+    for (int i = 0; i < helpers_; ++i) threads_.emplace_back([this, i] { Loop(i + 1); });
+  }
+  void Stop() {
+    std::lock_guard<std::mutex> call(call_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
   }
   void Loop(int index) {
     uint64_t seen = 0;
@@ -57,7 +76,8 @@ class CopyPool {
       size_t n, part;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return generation_ != seen; });
+        cv_.wait(lock, [&] { return generation_ != seen || stopped_; });
+        if (stopped_) return;
         seen = generation_;
         dst = dst_;
         src = src_;
@@ -72,6 +92,8 @@ class CopyPool {
     }
   }
 
+  std::vector<std::thread> threads_;  // joined by Stop (at exit)
+  bool stopped_ = false;              // guarded by mu_ (written also under call_mu_)
   int helpers_ = 0;
   std::mutex call_mu_;
   std::mutex mu_;
