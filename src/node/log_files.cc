@@ -25,7 +25,7 @@ void LogFiles::Claim(const std::string& path, const std::string& kind, const std
                      const std::string& job_id) {
   const std::string name = BaseName(path);
   if (name.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto [it, fresh] = by_name_.insert_or_assign(name, Entry{path, kind, worker_id, job_id});
   // The node's own files stay for its life; the others are bounded, oldest first.
   if (!fresh || kind == "node") return;
@@ -53,7 +53,7 @@ bool LogFiles::SessionFileName(const std::string& name) {
 rpc::LogFileList LogFiles::List() const {
   std::map<std::string, Entry> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     all = by_name_;
   }
   if (!session_logs_dir_.empty()) {
@@ -81,7 +81,7 @@ rpc::LogFileList LogFiles::List() const {
 
 std::string LogFiles::PathOf(const std::string& name, Entry* entry) const {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = by_name_.find(name); it != by_name_.end()) {
       *entry = it->second;
       return it->second.path;

@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 
 #include "common/status.h"
@@ -57,7 +56,7 @@ class LogFiles {
   static bool SessionFileName(const std::string& name);
 
   const std::string session_logs_dir_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, Entry> by_name_ GUARDED_BY(mu_);
   std::deque<std::string> order_ GUARDED_BY(mu_);  // claim order, for the bound
 };
