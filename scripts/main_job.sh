@@ -8,7 +8,9 @@
 #     devices of the slice;
 #  2. runs the same kind of all-reduce as a gang job (`torus job submit --slice 4x4`: one process
 #     per host of a whole slice);
-#  3. runs the plain Ray C++ example as an ordinary job;
+#  3. trains a small MLP data-parallel over the 4 hosts of a whole slice with Ray Train's
+#     JaxTrainer (`python -m torus.ray examples/jax_train/train_mlp.py`), with checkpoints;
+#  4. runs the plain Ray C++ example as an ordinary job;
 # and stops the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,8 @@ echo "== a Ray program on a reserved v6e 4x4 slice: python -m torus.ray examples
 echo "== the same all-reduce as a gang job on a whole slice (4 hosts x 2 CPU devices)"
 $T job submit --slice 4x4 --accelerator v6e -- \
   env DEVICES_PER_PROCESS=2 "$PY" examples/jax_allreduce/allreduce.py
+echo "== Ray Train's JaxTrainer on a whole v6e 4x4 slice: python -m torus.ray examples/jax_train/train_mlp.py"
+"$PY" -m torus.ray examples/jax_train/train_mlp.py --steps 30 --storage "$TORUS_TMPDIR/train"
 echo "== slices after the jobs (the reservations are released)"
 $T list slices
 echo "== the Ray C++ example as a plain job"

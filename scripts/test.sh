@@ -76,6 +76,8 @@ stage "unit and multi-process tests (release)" \
 # Python: `pip install .` into .venv-py (the CMake objects come from ccache: same flags as the
 # release build), then the pytest suite against real clusters.
 stage "python package (pip install . into .venv-py)" scripts/python_env.sh .venv-py
+# CPU JAX (pinned) for the training tests' workers, which run the driver's interpreter.
+stage "CPU JAX for the training tests (scripts/jax_venv.sh .venv-py)" scripts/jax_venv.sh .venv-py
 # The real Ray 2.60 client (its `ray job` CLI and SDK) the HTTP tests drive Torus with, pinned.
 ray_client() {
   [ -x .venv-ray/bin/python ] || python3 -m venv .venv-ray

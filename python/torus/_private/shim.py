@@ -29,6 +29,10 @@ ALIASES = {
     "ray.cloudpickle": "cloudpickle",
     "ray.cross_language": "torus.cross_language",
     "ray.job_config": "torus.job_config",
+    "ray.train": "torus.train",
+    "ray.train.jax": "torus.train.jax",
+    "ray.train.v2": "torus.train",
+    "ray.train.v2.jax": "torus.train.jax",
 }
 
 
@@ -64,7 +68,8 @@ class RayShimFinder(importlib.abc.MetaPathFinder):
         if tgt is None:
             return importlib.machinery.ModuleSpec(fullname, _Missing())
         spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(tgt),
-                                              is_package=fullname in ("ray", "ray.util"))
+                                              is_package=fullname in ("ray", "ray.util", "ray.train",
+                                                                      "ray.train.v2"))
         return spec
 
 

@@ -1,0 +1,116 @@
+"""The training controller: runs attempts of the worker group until the loop finishes on every
+worker or the failure budget is spent (Ray Train v2's controller, here in the driver).
+
+Each attempt reserves afresh, starts every worker from the run's latest complete checkpoint, and
+records each report as it completes (state file, pruning, one progress line of rank 0's
+metrics). A failure of any worker (its process or host lost, or the loop raising) stops the
+whole group and releases the reservation; the next attempt resumes from the last checkpoint.
+
+THREADS: the caller's (fit()).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from torus.train._checkpoint import Checkpoint, RunState, checkpoint_dir
+from torus.train._config import RunConfig, ScalingConfig
+from torus.train._worker_group import WorkerGroup
+
+
+class TrainingFailedError(RuntimeError):
+    """fit() gave up: the group failed more than FailureConfig.max_failures times. The first
+    failure is ``__cause__`` (and ``worker_failures``); its message is part of this one's."""
+
+    def __init__(self, message: str, worker_failures: Optional[List[BaseException]] = None):
+        super().__init__(message)
+        self.worker_failures = worker_failures or []
+
+
+@dataclass
+class Result:
+    """What fit() returns (Ray Train's ``Result``)."""
+    metrics: Optional[Dict[str, Any]]
+    checkpoint: Optional[Checkpoint]
+    path: str
+    error: Optional[BaseException] = None
+    best_checkpoints: List[Tuple[Checkpoint, Dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def filesystem(self):
+        return None  # local or mounted paths only
+
+    @classmethod
+    def from_path(cls, path: str) -> "Result":
+        st = RunState(os.path.abspath(path))
+        return cls(st.latest_metrics, st.latest(), st.run_path, None, st.best())
+
+
+def _fmt(metrics: Dict[str, Any]) -> str:
+    def one(v):
+        return f"{v:.6g}" if isinstance(v, float) else str(v)
+    return ", ".join(f"{k}={one(v)}" for k, v in metrics.items())
+
+
+def run_training(fn: Callable, config: Optional[dict], scaling: ScalingConfig, run: RunConfig,
+                 default_name: str, initial_checkpoint: Optional[Checkpoint] = None) -> Result:
+    run_path = run.run_path(default_name)
+    name = os.path.basename(run_path)
+    cc = run.checkpoint_config
+    state = RunState(run_path, cc.num_to_keep, cc.checkpoint_score_attribute,
+                     cc.checkpoint_score_order)
+    verbose = run.verbose
+
+    def log(msg: str) -> None:
+        if verbose:
+            print(f"[torus.train {name}] {msg}", file=sys.stderr, flush=True)
+
+    def on_report(index: int, metrics: Dict[str, Any], has_checkpoint: bool) -> None:
+        state.record(index, metrics, has_checkpoint)
+        if verbose:
+            line = f"report {index}: {_fmt(metrics)}"
+            if has_checkpoint:
+                line += f"  (checkpoint: {checkpoint_dir(run_path, index)})"
+            print(f"[torus.train {name}] {line}", flush=True)
+
+    max_failures = run.failure_config.max_failures
+    failures: List[BaseException] = []
+    log(f"run directory {run_path}" + (f"; resuming from {state.latest().path}"
+                                        if state.latest() else ""))
+    while True:
+        attempt = len(failures)
+        latest = state.latest() or initial_checkpoint
+        group = WorkerGroup(scaling, run, name, run_path, log)
+        t0 = time.monotonic()
+        try:
+            group.start(attempt, state.next_index, latest.path if latest else None)
+            log(f"{scaling.num_workers} worker(s) started in {time.monotonic() - t0:.1f} s"
+                + (f", from checkpoint {latest.path}" if latest else ""))
+            err = group.run(fn, config, on_report)
+        except BaseException as e:  # noqa: BLE001 - a group that failed to start
+            if isinstance(e, KeyboardInterrupt):
+                group.shutdown()
+                raise
+            if isinstance(e, ValueError) and not group.workers:
+                group.shutdown()
+                raise  # a configuration the cluster can never satisfy: no retry
+            err = e
+        finally:
+            group.shutdown()
+        if err is None:
+            log("finished")
+            return Result(state.latest_metrics, state.latest(), run_path, None, state.best())
+        failures.append(err)
+        if max_failures != -1 and len(failures) > max_failures:
+            first = failures[0]
+            raise TrainingFailedError(
+                f"training {name} failed {len(failures)} time(s) (FailureConfig.max_failures="
+                f"{max_failures}); the first failure: {type(first).__name__}: {first}",
+                failures) from first
+        log(f"the worker group failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+            f"restart {len(failures)}"
+            + (f" of {max_failures}" if max_failures != -1 else "")
+            + (f" from {state.latest().path}" if state.latest() else " from the start"))

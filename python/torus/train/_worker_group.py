@@ -1,0 +1,231 @@
+"""One attempt of a training run: the reservation, one worker actor per bundle, the report
+collector, the loop running on every worker, and the teardown.
+
+Reservation: with ``use_tpu`` whole slices of ``topology`` in one atomic step (torus.util.tpu:
+every host of each slice or nothing), rank i on bundle i (slice by slice, host by host, so rank
+0 is worker 0 of the first slice: the JAX coordinator); otherwise an ordinary placement group.
+The group is torn down whole: every actor killed and the reservation removed, so a restart
+reserves a whole slice again (the same one or another).
+
+THREADS: the driver's thread that called fit(); the collector actor runs ``report`` calls on
+its own threads (one per rank blocked in the barrier).
+"""
+from __future__ import annotations
+
+import glob
+import inspect
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torus
+from torus.train._config import RunConfig, ScalingConfig
+from torus.util.placement_group import placement_group, remove_placement_group
+from torus.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+WAIT_NOTE_S = 30.0
+
+
+@torus.remote(num_cpus=0)
+class _ReportCollector:
+    """The barrier of ``train.report``: a report completes when every rank made it."""
+
+    def __init__(self, world: int):
+        self._world = world
+        self._cv = threading.Condition()
+        self._pending: Dict[int, Dict[int, Tuple[dict, bool]]] = {}
+        self._complete: Dict[int, bool] = {}   # index -> some rank passed a checkpoint
+        self._done: List[Tuple[int, dict, bool]] = []
+
+    def report(self, rank: int, index: int, metrics: dict, has_checkpoint: bool) -> bool:
+        with self._cv:
+            got = self._pending.setdefault(index, {})
+            got[rank] = (metrics, has_checkpoint)
+            if len(got) == self._world:
+                any_ckpt = any(h for _, h in got.values())
+                self._done.append((index, got.get(0, next(iter(got.values())))[0], any_ckpt))
+                self._complete[index] = any_ckpt
+                del self._pending[index]
+                self._cv.notify_all()
+            else:
+                self._cv.wait_for(lambda: index in self._complete)
+            return self._complete[index]
+
+    def take(self) -> List[Tuple[int, dict, bool]]:
+        with self._cv:
+            out, self._done = self._done, []
+            return out
+
+
+def _host_has_tpu() -> bool:
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+@torus.remote(num_cpus=0)
+class _TrainWorker:
+    """Runs train_loop_per_worker once, in its own process on its bundle's host."""
+
+    def where(self) -> Dict[str, Any]:
+        node = os.environ.get("TORUS_NODE_ADDRESS", "")
+        ip = node.rsplit(":", 1)[0] if node else torus.util.get_node_ip_address()
+        with socket.socket() as s:  # a free port for the JAX coordinator (rank 0)
+            s.bind((ip, 0))
+            port = s.getsockname()[1]
+        return {"node_id": torus.get_runtime_context().get_node_id(), "ip": ip, "port": port}
+
+    def setup(self, info: Dict[str, Any], collector) -> None:
+        from torus.train import _session
+        os.environ["JAX_COORDINATOR_ADDRESS"] = info["coordinator"]
+        os.environ["TORUS_COORDINATOR_ADDRESS"] = info["coordinator"]
+        os.environ["TORUS_NUM_PROCESSES"] = str(info["world_size"])
+        os.environ["TORUS_PROCESS_ID"] = str(info["world_rank"])
+        _session._start(info, collector)
+        if info["use_tpu"]:
+            # As Ray's JaxTrainer: on TPU hosts JAX is set to TPU and its distributed runtime
+            # started before the loop. A simulated host (no TPU device) keeps the user's
+            # platform, and the loop initialises jax.distributed itself (TrainContext values).
+            platforms = os.environ.get("JAX_PLATFORMS", "").lower()
+            if not platforms and _host_has_tpu():
+                os.environ["JAX_PLATFORMS"] = platforms = "tpu"
+            if "tpu" in platforms.split(","):
+                import jax
+                jax.distributed.initialize(info["coordinator"], info["world_size"],
+                                           info["world_rank"])
+
+    def run(self, fn: Callable, config: Optional[dict]) -> None:
+        takes_config = len(inspect.signature(fn).parameters) > 0
+        fn(config if config is not None else {}) if takes_config else fn()
+
+
+class WorkerGroup:
+    def __init__(self, scaling: ScalingConfig, run: RunConfig, name: str, run_path: str,
+                 log: Callable[[str], None]):
+        self.scaling = scaling
+        self.run_cfg = run
+        self.name = name
+        self.run_path = run_path
+        self.log = log
+        self.workers: List[Any] = []
+        self.collector = None
+        self._slice = None
+        self._pg = None
+
+    # ------------------------------------------------------------------ reservation
+    def _bundles(self) -> Tuple[Any, List[Dict[str, float]]]:
+        s = self.scaling
+        if s.use_tpu:
+            from torus.util import tpu
+            version = tpu.get_tpu_version_from_type(s.accelerator_type)
+            hosts = max(1, tpu.get_num_chips_from_topology(s.topology) //
+                        tpu.get_chips_per_host(s.topology, version))
+            if s.num_workers % hosts:
+                raise ValueError(f"ScalingConfig.num_workers={s.num_workers} is not a whole "
+                                 f"number of {s.topology} {version} slices ({hosts} hosts each)")
+            self._slice = tpu.SlicePlacementGroup(
+                topology=s.topology, accelerator_version=version,
+                resources_per_bundle=s.resources_per_worker, num_slices=s.num_workers // hosts,
+                head_reservation_timeout_s=None)
+            pg = self._slice.placement_group
+            return pg, [dict(self._slice.bundle_resources)] * s.num_workers
+        per = dict(s.resources_per_worker or {"CPU": 1.0})
+        if s.use_gpu:
+            per.setdefault("GPU", 1.0)
+        bundles = [per] * s.num_workers
+        self._pg = placement_group(bundles, strategy=s.placement_strategy)
+        return self._pg, bundles
+
+    def reserve(self) -> Tuple[Any, List[Dict[str, float]]]:
+        pg, bundles = self._bundles()
+        start = time.monotonic()
+        while True:
+            ready, _ = torus.wait([pg.ready()], num_returns=1, timeout=WAIT_NOTE_S)
+            if ready:
+                torus.get(ready[0])
+                return pg, bundles
+            self.log(f"still waiting for {self._describe()} after "
+                     f"{time.monotonic() - start:.0f} s")
+
+    def _describe(self) -> str:
+        s = self.scaling
+        if s.use_tpu:
+            return f"{s.num_workers} host(s) of whole {s.topology} {s.accelerator_type} slice(s)"
+        return f"{s.num_workers} worker(s) of {s.resources_per_worker or {'CPU': 1}}"
+
+    # ------------------------------------------------------------------ workers
+    def start(self, attempt: int, next_index: int, checkpoint: Optional[str]) -> None:
+        pg, bundles = self.reserve()
+        world = len(bundles)
+        env = self.run_cfg.worker_runtime_env
+        for i, b in enumerate(bundles):
+            opts: Dict[str, Any] = {
+                "num_cpus": b.get("CPU", 0.0),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=i)}
+            if b.get("GPU"):
+                opts["num_gpus"] = b["GPU"]
+            other = {k: v for k, v in b.items() if k not in ("CPU", "GPU")}
+            if other:
+                opts["resources"] = other
+            if env:
+                opts["runtime_env"] = env
+            self.workers.append(_TrainWorker.options(**opts).remote())
+        self.collector = _ReportCollector.options(max_concurrency=world + 4).remote(world)
+        where = torus.get([w.where.remote() for w in self.workers])
+        coordinator = f"{where[0]['ip']}:{where[0]['port']}"
+        node_order: List[str] = []
+        for w in where:
+            if w["node_id"] not in node_order:
+                node_order.append(w["node_id"])
+        setups = []
+        for rank, w in enumerate(where):
+            same = [r for r, x in enumerate(where) if x["node_id"] == w["node_id"]]
+            info = {"world_size": world, "world_rank": rank, "local_rank": same.index(rank),
+                    "local_world_size": len(same), "node_rank": node_order.index(w["node_id"]),
+                    "name": self.name, "run_path": self.run_path, "coordinator": coordinator,
+                    "next_index": next_index, "checkpoint": checkpoint, "attempt": attempt,
+                    "use_tpu": self.scaling.use_tpu}
+            setups.append(self.workers[rank].setup.remote(info, self.collector))
+        torus.get(setups)
+
+    def run(self, fn: Callable, config: Optional[dict],
+            on_report: Callable[[int, dict, bool], None]) -> Optional[BaseException]:
+        """Runs the loop on every worker; None when all returned, else the first failure."""
+        pending = [w.run.remote(fn, config) for w in self.workers]
+        while pending:
+            done, pending = torus.wait(pending, num_returns=1, timeout=0.5)
+            self._drain(on_report)
+            for ref in done:
+                try:
+                    torus.get(ref)
+                except BaseException as e:  # noqa: BLE001 - the group's failure, reported
+                    self._drain(on_report)
+                    return e
+        self._drain(on_report)
+        return None
+
+    def _drain(self, on_report) -> None:
+        try:
+            items = torus.get(self.collector.take.remote(), timeout=60)
+        except Exception:  # the collector is gone with its host: nothing more completes
+            return
+        for index, metrics, has in sorted(items, key=lambda t: t[0]):
+            on_report(index, metrics, has)
+
+    def shutdown(self) -> None:
+        for a in self.workers + ([self.collector] if self.collector else []):
+            try:
+                torus.kill(a, no_restart=True)
+            except Exception:
+                pass
+        self.workers, self.collector = [], None
+        if self._slice is not None:
+            self._slice.shutdown()
+            self._slice = None
+        if self._pg is not None:
+            try:
+                remove_placement_group(self._pg)
+            except Exception:
+                pass
+            self._pg = None
