@@ -45,7 +45,8 @@ def init_params():
 
 def setup_jax(devices: int, multi_process: bool):
     # Before jax is imported in this process: CPU devices standing in for the host's chips.
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_force_host_platform_device_count={devices}").strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
     if multi_process:  # collectives between CPU processes
@@ -73,9 +74,15 @@ def train_loop(config):
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     jax = setup_jax(config["devices_per_host"], world > 1)
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    if world > 1:  # the coordinator's address comes from JAX_COORDINATOR_ADDRESS
-        jax.distributed.initialize(num_processes=world, process_id=rank,
-                                   initialization_timeout=120)
+    if world > 1:
+        # On simulated hosts (CPU JAX) the loop joins the group itself; the coordinator comes
+        # from JAX_COORDINATOR_ADDRESS. On TPU hosts the trainer already did (as Ray does).
+        try:
+            jax.distributed.initialize(num_processes=world, process_id=rank,
+                                       initialization_timeout=120)
+        except RuntimeError as e:
+            if "only be called once" not in str(e):
+                raise
     if config.get("pid_dir"):
         with open(os.path.join(config["pid_dir"], f"rank{rank}.pid"), "w") as f:
             f.write(str(os.getpid()))

@@ -86,7 +86,7 @@ def test_a_killed_host_worker_restarts_the_group_from_the_last_checkpoint(v6e, t
     pids = tmp_path / "pids"
     pids.mkdir()
     cmd = [sys.executable, "-m", "torus.ray", str(EXAMPLE), "--steps", str(steps),
-           "--storage", str(tmp_path), "--name", "killed", "--step-sleep", "0.15",
+           "--storage", str(tmp_path), "--name", "killed", "--step-sleep", "0.3",
            "--pid-dir", str(pids), "--checkpoint-every", "10"]
     proc = subprocess.Popen(cmd, env=v6e.driver_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -96,20 +96,23 @@ def test_a_killed_host_worker_restarts_the_group_from_the_last_checkpoint(v6e, t
     for ln in proc.stdout:
         lines.append(ln)
         # Past the first checkpoint (step 9), mid-way to the next: SIGKILL rank 2's process.
-        if not killed and "step=13," in ln:
+        if not killed and "step=12," in ln:
             os.kill(int((pids / "rank2.pid").read_text()), 9)
             killed = True
         assert time.monotonic() < deadline, "".join(lines)
     assert proc.wait(timeout=60) == 0, "".join(lines)
     out = "".join(lines)
     assert killed, out
-    assert "restart 1 of 2 from" in out and "checkpoint_000009" in out, out
-    assert "from checkpoint" in out  # the new group started from it
+    restart = [i for i, ln in enumerate(lines) if "restart 1 of 2 from" in ln]
+    assert len(restart) == 1 and lines[restart[0]].rstrip().endswith("checkpoint_000009"), out
+    after = [ln for ln in lines[restart[0]:] if "] report " in ln]
+    assert after and "step=10," in after[0], out   # resumed after step 9's checkpoint
+    assert sorted(_losses("".join(after))) == list(range(10, steps))
     res = _result(out)
     assert res["metrics"]["step"] == steps - 1
     single = _single_losses(steps)
     # Resumed from step 9's parameters: the same trajectory as an uninterrupted run.
-    assert res["metrics"]["loss"] == pytest.approx(single[-1], rel=1e-5), (res, single[-1])
+    assert res["metrics"]["loss"] == pytest.approx(single[-1], rel=1e-4), (res, single[-1])
 
 
 LOOPS = '''
@@ -131,12 +134,16 @@ def _run_loops(v6e, tmp_path, body, check=True):
 
 def test_context_and_failures_and_user_tracebacks(v6e, tmp_path):
     p = _run_loops(v6e, tmp_path, '''
+import tempfile
 def where(config):
     ctx = train.get_context()
-    train.report({"rank": ctx.get_world_rank(), "world": ctx.get_world_size(),
-                  "local": ctx.get_local_rank(), "node_rank": ctx.get_node_rank(),
-                  "name": ctx.get_experiment_name(), "tpu_worker": os.environ.get("TPU_WORKER_ID"),
-                  "coord": os.environ.get("JAX_COORDINATOR_ADDRESS")})
+    with tempfile.TemporaryDirectory() as d:
+        train.report({"rank": ctx.get_world_rank(), "world": ctx.get_world_size(),
+                      "local": ctx.get_local_rank(), "node_rank": ctx.get_node_rank(),
+                      "name": ctx.get_experiment_name(),
+                      "tpu_worker": os.environ.get("TPU_WORKER_ID"),
+                      "coord": os.environ.get("JAX_COORDINATOR_ADDRESS")},
+                     checkpoint=Checkpoint.from_directory(d))
     with open(os.path.join(STORAGE, f"ctx{ctx.get_world_rank()}.json"), "w") as f:
         json.dump({"node": ray.get_runtime_context().get_node_id(),
                    "node_rank": ctx.get_node_rank(), "local": ctx.get_local_rank(),
@@ -169,7 +176,25 @@ try:
         name="die", storage_path=STORAGE, failure_config=FailureConfig(max_failures=1))).fit()
     print("NO ERROR")
 except train.TrainingFailedError as e:
-    print("DIED", json.dumps({"msg": str(e), "s": time.monotonic() - t0}))
+    print("DIED", json.dumps({"msg": str(e), "s": time.monotonic() - t0,
+                              "ranks": sorted(e.worker_failures)}))
+# Nothing is held after the failure: the slice's 16 chips are free again.
+deadline = time.monotonic() + 30
+while ray.available_resources().get("TPU", 0) < 16 and time.monotonic() < deadline:
+    time.sleep(0.2)
+print("FREE", ray.available_resources().get("TPU", 0))
+
+# An ordinary group (no TPU): two workers of one CPU each, the config passed.
+def plain(config):
+    ctx = train.get_context()
+    train.report({"rank": ctx.get_world_rank(), "x": config["x"]})   # no checkpoint
+    with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, f"rank{ctx.get_world_rank()}"), "w").close()
+        train.report({"rank": ctx.get_world_rank(), "world": ctx.get_world_size()},
+                     checkpoint=Checkpoint.from_directory(d))
+r = JaxTrainer(plain, train_loop_config={"x": 7}, scaling_config=ScalingConfig(num_workers=2),
+               run_config=RunConfig(name="plain", storage_path=STORAGE)).fit()
+print("PLAIN", json.dumps({"metrics": r.metrics, "files": sorted(os.listdir(r.checkpoint.path))}))
 ''')
     ctx = json.loads(p.stdout.split("CTX ", 1)[1].splitlines()[0])
     assert ctx["world"] == 4 and ctx["rank"] == 0 and ctx["name"] == "ctx"
@@ -185,8 +210,13 @@ except train.TrainingFailedError as e:
     died = json.loads(p.stdout.split("DIED ", 1)[1].splitlines()[0])
     assert "failed 2 time(s)" in died["msg"] and "max_failures=1" in died["msg"], died
     assert "ActorDied" in died["msg"] or "died" in died["msg"].lower(), died
+    assert died["ranks"] == [1]
     attempts = sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("attempt"))
     assert [a for a in attempts if a.endswith("-1")] == ["attempt0-1", "attempt1-1"]
+    assert float(p.stdout.split("FREE ", 1)[1].split()[0]) == 16
+    plain = json.loads(p.stdout.split("PLAIN ", 1)[1].splitlines()[0])
+    # As Ray: the result's metrics are rank 0's of the latest checkpoint; every rank's files.
+    assert plain == {"metrics": {"rank": 0, "world": 2}, "files": ["rank0", "rank1"]}
 
 
 def test_checkpoints_pruned_and_a_run_restored(v6e, tmp_path):

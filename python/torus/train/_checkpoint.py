@@ -68,7 +68,8 @@ class RunState:
     """The kept checkpoints of a run and their metrics (driver side only)."""
 
     def __init__(self, run_path: str, num_to_keep: Optional[int] = None,
-                 score_attribute: Optional[str] = None, score_order: str = "max"):
+                 score_attribute: Optional[str] = None, score_order: str = "max",
+                 read_only: bool = False):
         self.run_path = run_path
         self.num_to_keep = num_to_keep
         self.score_attribute = score_attribute
@@ -76,8 +77,14 @@ class RunState:
         self.entries: List[Dict[str, Any]] = []   # {"index", "dir", "metrics"} in report order
         self.next_index = 0
         self.latest_metrics: Optional[Dict[str, Any]] = None
-        os.makedirs(run_path, exist_ok=True)
+        if read_only:
+            if not os.path.isdir(run_path):
+                raise RuntimeError(f"no training run at {run_path}")
+        else:
+            os.makedirs(run_path, exist_ok=True)
         self._load()
+        if not read_only:
+            self.begin_attempt()
 
     def _load(self) -> None:
         p = os.path.join(self.run_path, STATE_FILE)
@@ -88,11 +95,24 @@ class RunState:
                             if os.path.isdir(os.path.join(self.run_path, e["dir"]))]
             self.next_index = int(s.get("next_index", 0))
             self.latest_metrics = s.get("latest_metrics")
+
+    def begin_attempt(self) -> None:
+        """Before workers start: directories no complete report recorded (an attempt's ranks
+        were copying when it failed) are deleted, and report numbers continue past every
+        directory that existed, so no new checkpoint reuses an old one's directory."""
         kept = {e["dir"] for e in self.entries}
-        for name in os.listdir(self.run_path):  # checkpoints no rank set finished
-            if name.startswith("checkpoint_") and name not in kept:
+        highest = -1
+        for name in os.listdir(self.run_path):
+            if not name.startswith("checkpoint_"):
+                continue
+            try:
+                highest = max(highest, int(name[len("checkpoint_"):]))
+            except ValueError:
+                pass
+            if name not in kept:
                 shutil.rmtree(os.path.join(self.run_path, name), ignore_errors=True)
-        self.next_index = max([self.next_index] + [e["index"] + 1 for e in self.entries])
+        self.next_index = max([self.next_index, highest + 1] +
+                              [e["index"] + 1 for e in self.entries])
 
     def _save(self) -> None:
         p = os.path.join(self.run_path, STATE_FILE)
@@ -135,8 +155,8 @@ class RunState:
                 return sign * v if isinstance(v, (int, float)) else float("-inf")
             ranked = sorted(self.entries, key=score, reverse=True)
             keep = ranked[:self.num_to_keep]
-            if latest not in keep:  # the latest stays: it is what a restart resumes from
-                keep = keep[:-1] + [latest]
+            if latest not in keep:  # the latest stays too: it is what a restart resumes from
+                keep = keep + [latest]
         else:
             keep = self.entries[-self.num_to_keep:]
         pruned = [e["dir"] for e in self.entries if e not in keep]

@@ -106,6 +106,9 @@ def report(metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None,
     index = s.next_index
     s.next_index += 1
     has = checkpoint is not None
+    if checkpoint_dir_name is not None:
+        raise NotImplementedError("train.report(checkpoint_dir_name=...) is not implemented by "
+                                  "Torus: checkpoints are named checkpoint_<report number>")
     if has:
         dest = checkpoint_dir(s.info["run_path"], index)
         os.makedirs(dest, exist_ok=True)

@@ -59,6 +59,14 @@ class _ReportCollector:
             return out
 
 
+def required_parameters(fn: Callable) -> int:
+    """Positional parameters without a default (*args counts as one), as Ray counts them."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+             inspect.Parameter.VAR_POSITIONAL)
+    return sum(1 for p in inspect.signature(fn).parameters.values()
+               if p.default is inspect.Parameter.empty and p.kind in kinds)
+
+
 def _host_has_tpu() -> bool:
     return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
 
@@ -75,8 +83,12 @@ class _TrainWorker:
             port = s.getsockname()[1]
         return {"node_id": torus.get_runtime_context().get_node_id(), "ip": ip, "port": port}
 
-    def setup(self, info: Dict[str, Any], collector) -> None:
+    def setup(self, info: Dict[str, Any], collector) -> bool:
+        """False when this host does not see the run directory the driver created."""
         from torus.train import _session
+        marker = os.path.join(info["run_path"], ".torus_driver_" + info["marker"])
+        if not os.path.exists(marker):
+            return False
         os.environ["JAX_COORDINATOR_ADDRESS"] = info["coordinator"]
         os.environ["TORUS_COORDINATOR_ADDRESS"] = info["coordinator"]
         os.environ["TORUS_NUM_PROCESSES"] = str(info["world_size"])
@@ -93,10 +105,14 @@ class _TrainWorker:
                 import jax
                 jax.distributed.initialize(info["coordinator"], info["world_size"],
                                            info["world_rank"])
+        return True
 
     def run(self, fn: Callable, config: Optional[dict]) -> None:
-        takes_config = len(inspect.signature(fn).parameters) > 0
-        fn(config if config is not None else {}) if takes_config else fn()
+        # As Ray: a loop with one required argument gets the config ({} when none was given).
+        if required_parameters(fn) == 1:
+            fn(config if config is not None else {})
+        else:
+            fn()
 
 
 class WorkerGroup:
@@ -111,6 +127,8 @@ class WorkerGroup:
         self.collector = None
         self._slice = None
         self._pg = None
+        self._runs: List[Any] = []
+        self._marker = ""
 
     # ------------------------------------------------------------------ reservation
     def _bundles(self) -> Tuple[Any, List[Dict[str, float]]]:
@@ -118,15 +136,20 @@ class WorkerGroup:
         if s.use_tpu:
             from torus.util import tpu
             version = tpu.get_tpu_version_from_type(s.accelerator_type)
-            hosts = max(1, tpu.get_num_chips_from_topology(s.topology) //
-                        tpu.get_chips_per_host(s.topology, version))
-            if s.num_workers % hosts:
-                raise ValueError(f"ScalingConfig.num_workers={s.num_workers} is not a whole "
-                                 f"number of {s.topology} {version} slices ({hosts} hosts each)")
+            slices = tpu.get_tpu_num_slices_for_workers(s.topology, version, s.num_workers,
+                                                         s.resources_per_worker)
             self._slice = tpu.SlicePlacementGroup(
                 topology=s.topology, accelerator_version=version,
-                resources_per_bundle=s.resources_per_worker, num_slices=s.num_workers // hosts,
+                resources_per_bundle=s.resources_per_worker, num_slices=slices,
                 head_reservation_timeout_s=None)
+            if self._slice.num_bundles != s.num_workers:
+                n = self._slice.num_bundles
+                self._slice.shutdown()
+                self._slice = None
+                raise ValueError(f"ScalingConfig.num_workers={s.num_workers} does not fill whole "
+                                 f"{s.topology} {version} slices: {slices} slice(s) of "
+                                 f"{s.resources_per_worker or 'one host'} per worker make {n} "
+                                 f"workers")
             pg = self._slice.placement_group
             return pg, [dict(self._slice.bundle_resources)] * s.num_workers
         per = dict(s.resources_per_worker or {"CPU": 1.0})
@@ -155,6 +178,10 @@ class WorkerGroup:
 
     # ------------------------------------------------------------------ workers
     def start(self, attempt: int, next_index: int, checkpoint: Optional[str]) -> None:
+        import uuid
+        self._marker = uuid.uuid4().hex
+        with open(os.path.join(self.run_path, ".torus_driver_" + self._marker), "w"):
+            pass
         pg, bundles = self.reserve()
         world = len(bundles)
         env = self.run_cfg.worker_runtime_env
@@ -171,7 +198,12 @@ class WorkerGroup:
             if env:
                 opts["runtime_env"] = env
             self.workers.append(_TrainWorker.options(**opts).remote())
-        self.collector = _ReportCollector.options(max_concurrency=world + 4).remote(world)
+        # The collector on the driver's node: it outlives any slice host the group loses.
+        from torus.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        here = torus.get_runtime_context().get_node_id()
+        self.collector = _ReportCollector.options(
+            max_concurrency=world + 4,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote(world)
         where = torus.get([w.where.remote() for w in self.workers])
         coordinator = f"{where[0]['ip']}:{where[0]['port']}"
         node_order: List[str] = []
@@ -185,23 +217,30 @@ class WorkerGroup:
                     "local_world_size": len(same), "node_rank": node_order.index(w["node_id"]),
                     "name": self.name, "run_path": self.run_path, "coordinator": coordinator,
                     "next_index": next_index, "checkpoint": checkpoint, "attempt": attempt,
-                    "use_tpu": self.scaling.use_tpu}
+                    "use_tpu": self.scaling.use_tpu, "marker": self._marker}
             setups.append(self.workers[rank].setup.remote(info, self.collector))
-        torus.get(setups)
+        blind = [r for r, ok in enumerate(torus.get(setups)) if not ok]
+        if blind:
+            from torus.train._controller import _NotRetryable
+            raise _NotRetryable(
+                f"the run directory {self.run_path} is not visible from the host(s) of rank(s) "
+                f"{blind}: RunConfig.storage_path must be a path every host shares")
 
     def run(self, fn: Callable, config: Optional[dict],
-            on_report: Callable[[int, dict, bool], None]) -> Optional[BaseException]:
-        """Runs the loop on every worker; None when all returned, else the first failure."""
-        pending = [w.run.remote(fn, config) for w in self.workers]
+            on_report: Callable[[int, dict, bool], None]) -> Optional[Tuple[int, Exception]]:
+        """Runs the loop on every worker; None when all returned, else (rank, error) of the
+        first failure."""
+        self._runs = [w.run.remote(fn, config) for w in self.workers]
+        rank_of = {r: i for i, r in enumerate(self._runs)}
+        pending = list(self._runs)
         while pending:
             done, pending = torus.wait(pending, num_returns=1, timeout=0.5)
             self._drain(on_report)
             for ref in done:
                 try:
                     torus.get(ref)
-                except BaseException as e:  # noqa: BLE001 - the group's failure, reported
-                    self._drain(on_report)
-                    return e
+                except Exception as e:  # noqa: BLE001 - the group's failure, reported
+                    return rank_of[ref], e
         self._drain(on_report)
         return None
 
@@ -213,13 +252,34 @@ class WorkerGroup:
         for index, metrics, has in sorted(items, key=lambda t: t[0]):
             on_report(index, metrics, has)
 
-    def shutdown(self) -> None:
-        for a in self.workers + ([self.collector] if self.collector else []):
+    def shutdown(self, on_report=None) -> None:
+        """Stops every worker and waits (at most 30 s) until their loops are over, so none
+        still writes a checkpoint; records the reports that completed meanwhile; then stops
+        the collector and releases the reservation."""
+        for a in self.workers:
             try:
                 torus.kill(a, no_restart=True)
             except Exception:
                 pass
-        self.workers, self.collector = [], None
+        runs = getattr(self, "_runs", [])
+        if runs:
+            try:
+                torus.wait(runs, num_returns=len(runs), timeout=30)
+            except Exception:
+                pass
+        if self.collector is not None:
+            if on_report is not None:
+                self._drain(on_report)
+            try:
+                torus.kill(self.collector, no_restart=True)
+            except Exception:
+                pass
+        if getattr(self, "_marker", ""):
+            try:
+                os.unlink(os.path.join(self.run_path, ".torus_driver_" + self._marker))
+            except OSError:
+                pass
+        self.workers, self.collector, self._runs = [], None, []
         if self._slice is not None:
             self._slice.shutdown()
             self._slice = None

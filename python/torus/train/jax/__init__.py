@@ -31,6 +31,10 @@ class JaxTrainer:
                  metadata: Optional[Dict] = None):
         if not callable(train_loop_per_worker):
             raise TypeError("JaxTrainer: train_loop_per_worker must be a function")
+        from torus.train._worker_group import required_parameters
+        if required_parameters(train_loop_per_worker) > 1:
+            raise ValueError(f"train_loop_per_worker should take in 0 or 1 required arguments, "
+                             f"but it accepts {required_parameters(train_loop_per_worker)}")
         if datasets or dataset_config is not None:
             raise NotImplementedError("JaxTrainer(datasets=...) needs Ray Data, which Torus "
                                       "does not implement: read the data inside the loop")
