@@ -2,11 +2,13 @@
 # JaxTrainer group start and restart-after-SIGKILL (bench/train_latency.py), Torus against
 # Ray 2.60 on this machine, one after the other:
 #   torus-slice  Torus, a whole simulated v6e 4x4 slice of `torus up` (4 node processes)
-#   ray-slice    (not yet run through: see the session note) Ray, four raylets on this machine carrying what GKE gives a v6e 4x4 slice's
+#   ray-slice    (its restart round failed in session 17: see that note) Ray, four raylets on this machine carrying what GKE gives a v6e 4x4 slice's
 #                hosts (TPU: 4 each, the slice head resource on worker 0, ray.io/tpu-* labels)
 #   torus-cpu    Torus, 4 workers of 1 CPU (`torus start --head --num-cpus 4`)
 #   ray-cpu      Ray, the same on `ray start --head --num-cpus 4`
-# Usage: bench/train_compare.sh RAY_VENV [ROUNDS (5)]   (RAY_VENV: pip install "ray[train]==2.60.0")
+# Usage: bench/train_compare.sh RAY_VENV [ROUNDS (5)]
+#   RAY_VENV: pip install "ray[train]==2.60.0" jax==0.4.38 jaxlib==0.4.38 (Ray's setup imports jax);
+#   a ~/.ray/auth_token makes Ray's extra raylets fail with InvalidAuthToken: move it aside.
 set -u
 cd "$(dirname "$0")/.."
 RAYPY="$1/bin/python" RAY="$1/bin/ray" ROUNDS=${2:-5}
@@ -23,10 +25,11 @@ TORUS_TMPDIR=$root $T down >/dev/null
 
 $RAY stop --force >/dev/null 2>&1
 lab() { echo "ray.io/tpu-slice-name=sim-slice,ray.io/tpu-worker-id=$1,ray.io/tpu-topology=4x4,ray.io/accelerator-type=TPU-V6E,ray.io/tpu-pod-type=v6e-16"; }
-JAX_PLATFORMS=cpu $RAY start --head --port 6390 --num-cpus 1 --resources '{"TPU": 4, "TPU-v6e-16-head": 1, "accelerator_type:TPU-V6E": 1}' \
+tenv() { echo "JAX_PLATFORMS=cpu TPU_NAME=sim-slice TPU_WORKER_ID=$1 TPU_ACCELERATOR_TYPE=v6e-16 TPU_TOPOLOGY=4x4 TPU_WORKER_HOSTNAMES=h0,h1,h2,h3"; }
+env $(tenv 0) $RAY start --head --port 6390 --num-cpus 1 --resources '{"TPU": 4, "TPU-v6e-16-head": 1, "accelerator_type:TPU-V6E": 1}' \
   --labels "$(lab 0)" --disable-usage-stats >/dev/null 2>&1
 for w in 1 2 3; do
-  JAX_PLATFORMS=cpu $RAY start --address "$(hostname -I | cut -d" " -f1):6390" --num-cpus 1 --resources '{"TPU": 4, "accelerator_type:TPU-V6E": 1}' \
+  env $(tenv $w) $RAY start --address "$(hostname -I | cut -d" " -f1):6390" --num-cpus 1 --resources '{"TPU": 4, "accelerator_type:TPU-V6E": 1}' \
     --labels "$(lab $w)" >/dev/null 2>&1
 done
 RAY_ADDRESS=auto run ray-slice $RAYPY bench/train_latency.py --tpu --rounds "$ROUNDS"
