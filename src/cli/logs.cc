@@ -48,14 +48,12 @@ std::string Unanswered(const std::vector<NodeLogs>& all) {
   return ids.empty() ? "" : " (nodes " + ids + " did not answer)";
 }
 
-std::string HostOfAddress(const std::string& addr) { return addr.substr(0, addr.rfind(':')); }
-
 // True when `who` names node `l`: an id prefix (4+ characters), its address or host, its host
 // name, or its launcher name (the stem of its own log file, with or without "node-").
 bool Names(const NodeLogs& l, const std::string& who) {
   const rpc::NodeRecord& n = *l.node;
   if (who.size() >= 4 && n.node_id().rfind(who, 0) == 0) return true;
-  if (who == n.address() || who == HostOfAddress(n.address()) || who == n.hostname()) return true;
+  if (who == n.address() || who == HostOf(n.address()) || who == n.hostname()) return true;
   for (const auto& f : l.files.files()) {
     if (f.kind() != "node") continue;
     const std::string stem = f.name().substr(0, f.name().rfind('.'));

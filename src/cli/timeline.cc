@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/cluster_connect.h"
+#include "common/wall_clock.h"
 #include "core/timeline.h"
 
 namespace torus {
@@ -14,10 +15,7 @@ int Timeline(const Args& a) {
   if (!a.positional.empty()) Die("usage: torus timeline [--output FILE] [--address A]");
   Cluster c = Connect(a);
   const auto tasks = core::GatherTasks(c.list, c.token);
-  const int64_t now_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  const nlohmann::json events = core::TimelineEvents(tasks, c.list, now_us);
+  const nlohmann::json events = core::TimelineEvents(tasks, c.list, WallClockUs());
   std::string out = a.Get("output");
   if (out.empty()) {
     char stamp[64];

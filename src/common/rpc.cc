@@ -150,6 +150,11 @@ std::shared_ptr<grpc::Channel> GetChannel(const std::string& address) {
   return ch;
 }
 
+std::string HostOf(const std::string& address) {
+  auto colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
 std::shared_ptr<grpc::Channel> GetOneOffChannel(const std::string& address) {
   {
     MutexLock lock(g_channels_mu);

@@ -44,6 +44,9 @@ std::shared_ptr<grpc::Channel> GetChannel(const std::string& address);
 // not cached (closed when the caller drops it). Thread-safe.
 std::shared_ptr<grpc::Channel> GetOneOffChannel(const std::string& address);
 
+// The host part of "host:port" (the whole string when it has no port).
+std::string HostOf(const std::string& address);
+
 // Servers of this process, by the address clients use. StartServer's callers register after
 // the server is up and unregister before shutting it down (the service must outlive that).
 void RegisterInProcessServer(const std::string& address, grpc::Server* server,

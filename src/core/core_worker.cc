@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/wall_clock.h"
 #include "common/env_key.h"
 #include "common/ids.h"
 #include "common/labels.h"
@@ -364,16 +365,11 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State st
   uint64_t key = TaskCounterOf(spec.task_id());
   auto [it, fresh] = task_table_.try_emplace(key);
   TaskEntry& info = it->second;
-  auto now_us = [] {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  };
   if (fresh) {
     info.name = spec.name().empty() ? spec.function() : spec.name();
     info.actor_id = spec.actor_id();
     info.job_id = spec.job_id();
-    info.submitted_ms = now_us() / 1000;
+    info.submitted_ms = WallClockMs();
   }
   auto ended = [](rpc::TaskInfo::State s) { return s == rpc::TaskInfo::FINISHED || s == rpc::TaskInfo::FAILED; };
   bool was_ended = !fresh && ended(info.state);
@@ -389,7 +385,7 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State st
       info.worker_id = conn->worker_id;
       info.node_id = conn->node_id;
     }
-    info.start_us = now_us();
+    info.start_us = WallClockUs();
     info.end_us = 0;
   } else if (state == rpc::TaskInfo::PENDING || state == rpc::TaskInfo::PENDING_ARGS) {
     info.start_us = info.end_us = 0;
@@ -398,7 +394,7 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State st
       info.start_us = result->start_us();
       info.end_us = result->start_us() + static_cast<int64_t>(result->exec_us());
     } else if (info.start_us > 0) {
-      info.end_us = now_us();  // it was sent but no executor times came back
+      info.end_us = WallClockUs();  // it was sent but no executor times came back
     }
   }
   if (ended(state) && !was_ended) {

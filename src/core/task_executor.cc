@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/wall_clock.h"
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "core/reference_counter.h"
@@ -273,9 +274,7 @@ const std::string& CurrentTaskId() {
 
 void TaskExecutor::Execute(const rpc::TaskSpec& spec, rpc::TaskResult* result) {
   auto start = Clock::now();
-  result->set_start_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count());
+  result->set_start_us(WallClockUs());
   CurrentTaskScope current(&spec.task_id());
   if (!spec.driver_address().empty()) host_->EnterTask(spec);
   result->set_task_id(spec.task_id());

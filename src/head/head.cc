@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/wall_clock.h"
 #include "common/ids.h"
 #include "common/lane.h"
 #include "common/logging.h"
@@ -171,9 +172,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   node_by_address_.emplace(std::string_view(e.address), id);
   if (!e.alive) ++alive_nodes_;
   e.alive = true;
-  e.start_time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
+  e.start_time_ms = WallClockMs();
   e.last_heartbeat = Clock::now();
   IndexNodeLocked(*id, e);
   BumpView(id);

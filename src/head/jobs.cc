@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/wall_clock.h"
 #include "common/ids.h"
 #include "common/labels.h"
 #include "common/logging.h"
@@ -21,17 +22,8 @@ namespace torus {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 
-std::string HostOf(const std::string& address) {
-  auto colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
 
 }  // namespace
 
@@ -133,7 +125,7 @@ void JobManager::Supervise(const std::string& id, bool resume) {
         r.set_exit_code(res.exit_code);
         break;
     }
-    r.set_end_ms(NowMs());
+    r.set_end_ms(WallClockMs());
     SaveLocked(id);
     TORUS_LOG(INFO) << "job " << id << " " << StateName(r.state())
                     << (r.message().empty() ? "" : ": " + r.message());
@@ -440,7 +432,7 @@ void JobManager::MarkRunning(const Attempt& a) {
     p->set_process_id(a.started[i].process_id());
   }
   r.set_state(rpc::JobRecord::RUNNING);
-  if (r.start_ms() == 0) r.set_start_ms(NowMs());
+  if (r.start_ms() == 0) r.set_start_ms(WallClockMs());
   r.clear_message();
   SaveLocked(a.id);
   cv_.NotifyAll();

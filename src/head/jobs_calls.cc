@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/wall_clock.h"
 #include "common/ids.h"
 #include "common/labels.h"
 #include "common/logging.h"
@@ -17,11 +18,6 @@ namespace torus {
 
 namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The reservation a gang job asks for: the same bundles and selectors as
 // torus::tpu::CreateSlicePlacementGroup with default options (one bundle {CPU: 1, TPU: c} per
@@ -122,7 +118,7 @@ StatusOr<rpc::JobRecord> JobManager::Submit(const rpc::JobSubmitRequest& in) {
   r.set_working_dir(req.working_dir());
   r.set_max_retries(req.max_retries());
   r.set_exit_code(-1);
-  r.set_submitted_ms(NowMs());
+  r.set_submitted_ms(WallClockMs());
   r.set_slice_topology(req.slice_topology());
   r.set_accelerator_version(req.accelerator_version());
   r.set_num_slices(job.slice_request.has_slice() ? job.slice_request.slice().num_slices() : 0);

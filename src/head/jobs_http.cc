@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 
+#include "common/rpc.h"
 #include "common/wire_states.h"
 
 namespace torus {
@@ -55,10 +56,6 @@ std::string ShellJoin(const rpc::JobRecord& r) {
   return out;
 }
 
-std::string HostOf(const std::string& address) {
-  auto colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
 
 std::string DefaultMessage(const rpc::JobRecord& r) {
   switch (r.state()) {

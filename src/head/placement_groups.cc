@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/wall_clock.h"
 #include "common/ids.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -30,9 +31,7 @@ void ObserveReservation(const rpc::PlacementGroupRecord& rec) {
   static auto* waited_slice = &waited.Add({{"kind", "slice"}}, LatencyBuckets());
   static auto* decided_group = &decided.Add({{"kind", "group"}}, LatencyBuckets());
   static auto* decided_slice = &decided.Add({{"kind", "slice"}}, LatencyBuckets());
-  int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  int64_t now_ms = WallClockMs();
   bool slice = rec.has_slice();
   (slice ? waited_slice : waited_group)->Observe(std::max<int64_t>(0, now_ms - rec.created_ms()) / 1000.0);
   (slice ? decided_slice : decided_group)->Observe(rec.decision_us() / 1e6);
@@ -164,9 +163,7 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
   std::string id = RandomHex(14);
   e.rec.set_pg_id(id);
   e.rec.set_state(rpc::PlacementGroupRecord::PENDING);
-  e.rec.set_created_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count());
+  e.rec.set_created_ms(WallClockMs());
   e.pending_since = Clock::now();
   TrimRemovedLocked();  // here: never while a caller iterates over pgs_
   if (!req.name().empty()) named_[{req.ray_namespace(), req.name()}] = id;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/wall_clock.h"
 #include "common/ids.h"
 #include "common/logging.h"
 #include "common/process.h"
@@ -28,11 +29,6 @@ namespace torus {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::map<std::string, std::string> OwnEnv() {
   std::map<std::string, std::string> env;
@@ -158,7 +154,7 @@ grpc::Status JobRunner::StartProcess(grpc::ServerContext* ctx, const rpc::JobPro
   cv_.notify_all();
   reply->set_process_id(id);
   reply->set_pid(*pid);
-  reply->set_started_ms(NowMs());
+  reply->set_started_ms(WallClockMs());
   TORUS_LOG(INFO) << "job process " << id << " started, pid " << *pid;
   return grpc::Status::OK;
 }

@@ -5,10 +5,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <chrono>
 #include <optional>
 
 #include "common/resources.h"
+#include "common/wall_clock.h"
 #include "core/timeline.h"
 #include "python/binding_util.h"
 #include "tpu/topology.h"
@@ -211,10 +211,7 @@ void BindCluster(nb::module_& m) {
     core::CoreWorker& w = Require();
     nb::gil_scoped_release unlocked;
     const rpc::ListReply cluster = w.head().ListCluster();
-    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
-    return core::TimelineEvents(core::GatherTasks(cluster, w.token()), cluster, now_us).dump();
+    return core::TimelineEvents(core::GatherTasks(cluster, w.token()), cluster, WallClockUs()).dump();
   });
 }
 

@@ -124,6 +124,16 @@ def cluster_up(manifest: str, timeout=200):
         c.stop()
 
 
+def one_v6e_slice_manifest(directory) -> str:
+    """The example manifest (examples/clusters/v6e-4x4-3-slices.yaml) with one replica: the head
+    and one v6e 4x4 slice of 4 hosts, written into `directory`; returns its path."""
+    text = (REPO / "examples" / "clusters" / "v6e-4x4-3-slices.yaml").read_text()
+    path = Path(directory) / "v6e-4x4.yaml"
+    path.write_text(text.replace("replicas: 3", "replicas: 1").replace("maxReplicas: 3",
+                                                                       "maxReplicas: 1"))
+    return str(path)
+
+
 @contextlib.contextmanager
 def cluster_head(*extra):
     c = Cluster()

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, cluster_up, dashboard_url, wait_until
+from helpers import cluster_up, dashboard_url, one_v6e_slice_manifest, wait_until
 
-MANIFEST = (REPO / "examples" / "clusters" / "v6e-4x4-3-slices.yaml").read_text()
 ARTIFACTS = Path(os.environ.get("TORUS_TEST_ARTIFACTS", Path(tempfile.gettempdir()) / "torus-test-artifacts"))
 
 
@@ -27,10 +26,7 @@ def need_browser():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    text = MANIFEST.replace("replicas: 3", "replicas: 1").replace("maxReplicas: 3", "maxReplicas: 1")
-    path = tmp_path_factory.mktemp("manifest") / "v6e-4x4.yaml"
-    path.write_text(text)
-    with cluster_up(str(path)) as c:
+    with cluster_up(one_v6e_slice_manifest(tmp_path_factory.mktemp("manifest"))) as c:
         c.token = (Path(c.session) / "token").read_text().strip()
         yield c
 

@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from helpers import REPO, cluster_up, run_python
+from helpers import cluster_up, one_v6e_slice_manifest, run_python
 
-MANIFEST = (REPO / "examples" / "clusters" / "v6e-4x4-3-slices.yaml").read_text()
 
 CANONICAL = """
 import json, os
@@ -71,11 +70,7 @@ spg.shutdown()
 @pytest.fixture(scope="module")
 def v6e_cluster(tmp_path_factory):
     # One v6e 4x4 slice (4 hosts) and the head: the example manifest with one replica.
-    text = MANIFEST.replace("replicas: 3", "replicas: 1").replace("maxReplicas: 3",
-                                                                   "maxReplicas: 1")
-    path = tmp_path_factory.mktemp("manifest") / "v6e-4x4.yaml"
-    path.write_text(text)
-    with cluster_up(str(path)) as c:
+    with cluster_up(one_v6e_slice_manifest(tmp_path_factory.mktemp("manifest"))) as c:
         yield c
 
 

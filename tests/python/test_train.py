@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, cluster_up, run, run_python
+from helpers import REPO, cluster_up, one_v6e_slice_manifest, run, run_python
 
-MANIFEST = (REPO / "examples" / "clusters" / "v6e-4x4-3-slices.yaml").read_text()
 EXAMPLE = REPO / "examples" / "jax_train" / "train_mlp.py"
 
 
@@ -30,11 +29,7 @@ def _has_jax() -> bool:
 
 @pytest.fixture(scope="module")
 def v6e(tmp_path_factory):
-    text = MANIFEST.replace("replicas: 3", "replicas: 1").replace("maxReplicas: 3",
-                                                                   "maxReplicas: 1")
-    path = tmp_path_factory.mktemp("manifest") / "v6e-4x4.yaml"
-    path.write_text(text)
-    with cluster_up(str(path)) as c:
+    with cluster_up(one_v6e_slice_manifest(tmp_path_factory.mktemp("manifest"))) as c:
         yield c
 
 
