@@ -2,7 +2,7 @@
 # JaxTrainer group start and restart-after-SIGKILL (bench/train_latency.py), Torus against
 # Ray 2.60 on this machine, one after the other:
 #   torus-slice  Torus, a whole simulated v6e 4x4 slice of `torus up` (4 node processes)
-#   ray-slice    (its restart round failed in session 17: see that note) Ray, four raylets on this machine carrying what GKE gives a v6e 4x4 slice's
+#   ray-slice    Ray, four raylets on this machine carrying what GKE gives a v6e 4x4 slice's
 #                hosts (TPU: 4 each, the slice head resource on worker 0, ray.io/tpu-* labels)
 #   torus-cpu    Torus, 4 workers of 1 CPU (`torus start --head --num-cpus 4`)
 #   ray-cpu      Ray, the same on `ray start --head --num-cpus 4`
