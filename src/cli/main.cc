@@ -145,6 +145,7 @@ nlohmann::ordered_json ListNodes(const Cluster& c) {
     j["hostname"] = n.hostname();
     j["state"] = n.alive() ? "ALIVE" : "DEAD";
     j["heartbeat_ms"] = n.heartbeat_ms();
+    j["pid"] = n.pid();
     j["resources_total"] = ResJson(n.total());
     j["resources_available"] = ResJson(n.available());
     if (n.alive()) {

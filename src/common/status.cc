@@ -20,6 +20,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kTaskError: return "TaskError";
     case StatusCode::kWorkerDied: return "WorkerDied";
     case StatusCode::kActorDied: return "ActorDied";
+    case StatusCode::kObjectLost: return "ObjectLost";
+    case StatusCode::kOwnerDied: return "OwnerDied";
   }
   return "Unknown";
 }

@@ -26,6 +26,8 @@ enum class StatusCode {
   kTaskError,           // user code raised
   kWorkerDied,          // the process running user code died
   kActorDied,
+  kObjectLost,          // every copy of an object is gone and it cannot be (or is being) rebuilt
+  kOwnerDied,           // the owner of an object is gone, and the object with it
 };
 
 const char* StatusCodeName(StatusCode code);

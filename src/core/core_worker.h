@@ -8,8 +8,8 @@
 // names, KV), TaskExecutor (workers: runs pushed tasks through a language Executor),
 // LogForwarder (workers: output to the driver), WorkQueue (fire-and-forget RPCs). CoreWorker's
 // own methods are split by concept over core_worker.cc (lifecycle, worker side),
-// core_worker_objects.cc, core_worker_borrows.cc, core_worker_tasks.cc and
-// core_worker_actors.cc; they share mu_.
+// core_worker_objects.cc, core_worker_borrows.cc, core_worker_tasks.cc, core_worker_actors.cc
+// and core_worker_lineage.cc (lost objects rebuilt); they share mu_.
 //
 // THREADS
 //  - user threads call the Runtime methods; state is guarded by mu_ (objects via refs_, submit
@@ -19,7 +19,8 @@
 //    reader stores results and fails/retries in-flight work when the stream breaks.
 //  - tracked helper threads (SpawnTracked, joined by Shutdown): one per outstanding lease
 //    request (RequestLease blocks at the node), per actor being resolved, per borrowed object
-//    being fetched, per broken connection (asks node/head why, then retries or fails).
+//    being fetched, per broken connection (asks node/head why, then retries or fails), per
+//    task whose argument was lost (waits for its node's death, rebuilds, runs the task again).
 //  - housekeeping thread: sleeps on hk_cv_ (with mu_) until the next idle lease's linger ends
 //    or WakeHousekeeping(); returns idle leases and joins broken connections' threads.
 //  - borrow thread: sends queued borrow releases, probes borrowers once a second.
@@ -122,6 +123,7 @@ class CoreWorker final : public internal::Runtime,
   std::string Put(std::string msgpack_bytes) override;
   std::string PutWith(size_t size, const std::function<void(char* dst)>& fill,
                       bool may_hold_refs = true) override;
+  // Values lost with their node are rebuilt first (RecoverLost).
   std::vector<std::shared_ptr<internal::Buffer>> Get(const std::vector<std::string>& ids,
                                                      int timeout_ms) override;
   std::vector<bool> Wait(const std::vector<std::string>& ids, int num_objects,
@@ -251,7 +253,8 @@ class CoreWorker final : public internal::Runtime,
                   rpc::Error* err);
   // Fetch a borrowed object from its owner in the background (no lock held by caller? holds mu_).
   void EnsureFetching(const std::string& id);
-  void FetchFromOwner(const std::string& id);
+  // `lost`: the location the owner gave could not be read (GetObjectRequest.lost).
+  void FetchFromOwner(const std::string& id, bool lost = false);
   // Turns a stored location into readable bytes (maps shm, pulls from other nodes). No lock.
   // Reserves `size` bytes under `key` in this node's store. No lock.
   StatusOr<rpc::ObjectLocation> CreateInStore(const std::string& object_id, const std::string& key,
@@ -259,6 +262,49 @@ class CoreWorker final : public internal::Runtime,
   StatusOr<std::shared_ptr<internal::Buffer>> Materialize(const rpc::ObjectLocation& loc,
                                                           const std::string& object_id) override;
   void ThrowIfError(const std::string& id, const ObjectEntry& e);
+
+  // Lost objects (core_worker_lineage.cc, docs/objects.md "Lost objects").
+  // Keeps the finished normal task `t` as the lineage of its returns, when it has retries left.
+  // Call before its pins are released. Requires mu_.
+  void KeepLineage(const std::shared_ptr<TaskRecord>& t);
+  // Runs the task that made `id` (owned) again, first rebuilding those of its owned arguments
+  // that are evicted or stored on a node not in `live`. "" when it was started (or already runs),
+  // else why it cannot be. Requires mu_.
+  std::string Rebuild(const std::string& id, const std::unordered_set<std::string>& live,
+                      const std::string& cause);
+  // The nodes the head lists alive. No lock; throws when the head cannot be asked.
+  std::unordered_set<std::string> LiveNodes();
+  // A value Get could not read from the node at `loc`.
+  struct LostRead {
+    std::string id;
+    rpc::ObjectLocation loc;
+    std::string message;
+  };
+  // Get's reaction to values it could not read: rebuilds what is ours and lost, asks the owner to
+  // for what is borrowed. True: read again now; false: a node that could not be read is still
+  // listed alive (wait, then read again). Throws when a value cannot be had. No lock.
+  bool RecoverLost(const std::vector<LostRead>& lost);
+  // GetObject with `lost`: a borrower could not read our object `id`; rebuild it if its node is
+  // gone. No lock.
+  void RebuildForBorrower(const std::string& id);
+  // How long a reader waits for the head to declare dead a node whose copy it cannot read.
+  static constexpr int kNodeDeathWaitMs = 60000;
+  // Guarded by mu_: when a Get first failed to read each value whose node is listed alive
+  // (RecoverLost); an entry goes once its node is declared dead or the wait is over.
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> unreadable_since_;
+  // Drops an entry's value (it is being made again, or its copy is gone). Requires mu_.
+  static void ResetValue(ObjectEntry& e);
+  // The task of `t` once more, as a new attempt, after its argument `lost_id` (ours) could not be
+  // read by its executor: rebuilds that argument first when its node is gone. No lock (a
+  // tracked thread; waits for the head to declare the node dead, at most kNodeDeathWaitMs).
+  void RetryAfterLostArg(std::shared_ptr<TaskRecord> t, std::string lost_id, rpc::Error error);
+  // Sends `again` (a new attempt) once its arguments are ready, looking their locations up anew;
+  // `pin`: pin its refs (a rebuild), else it keeps the pins it came with. Requires mu_.
+  void Requeue(std::shared_ptr<TaskRecord> again, bool pin);
+  // One round of Get: waits, reads, and lists in *lost the values it could not read.
+  std::vector<std::shared_ptr<internal::Buffer>> GetRound(const std::vector<std::string>& ids,
+                                                          std::chrono::steady_clock::time_point deadline,
+                                                          int timeout_ms, std::vector<LostRead>* lost);
   // The steps of Get. Require mu_ (held in `lock`).
   struct ReadyScan;
   void StartFetches(const std::vector<std::string>& ids);  // throws for a freed object of ours
@@ -283,6 +329,8 @@ class CoreWorker final : public internal::Runtime,
   std::string NewReturnObject(rpc::TaskSpec* spec, int num_returns);
   // Pins the task's refs until it ends and counts the owned ones not yet ready. Requires mu_.
   void TrackArgs(const std::shared_ptr<TaskRecord>& t, const std::vector<std::string>& refs);
+  // The dependency part of TrackArgs: owned arguments not ready yet hold the task back.
+  void WaitForArgs(const std::shared_ptr<TaskRecord>& t);
   void FillResolvedArgs(TaskRecord& t);
   void OnObjectReady(const std::string& id);
   // Streams given tasks while mu_ was held, flushed (Conn::Flush) when the outbox is destroyed:

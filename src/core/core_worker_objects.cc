@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "common/env_key.h"
 #include "common/ids.h"
@@ -213,6 +214,7 @@ void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
   }
   ObjectEntry& e = it->second;
   e.ready = true;
+  e.rebuilding = false;
   if (e.waited) {
     e.waited = false;
     cv_.notify_all();
@@ -296,7 +298,7 @@ void CoreWorker::EnsureFetching(const std::string& id) {
   SpawnTracked([this, id] { FetchFromOwner(id); });
 }
 
-void CoreWorker::FetchFromOwner(const std::string& id) {
+void CoreWorker::FetchFromOwner(const std::string& id, bool lost) {
   std::string owner = OwnerOf(id);
   rpc::GetObjectReply reply;
   grpc::Status st;
@@ -307,6 +309,7 @@ void CoreWorker::FetchFromOwner(const std::string& id) {
     rpc::GetObjectRequest req;
     req.set_object_id(id);
     req.set_timeout_ms(-1);
+    req.set_lost(lost);
     auto ctx = TrackedContext();
     st = stub->GetObject(ctx.get(), req, &reply);
     ReleaseContext(ctx.get());
@@ -318,9 +321,9 @@ void CoreWorker::FetchFromOwner(const std::string& id) {
   rpc::TaskResult r;
   if (!st.ok()) {
     r.set_is_error(true);
-    SetError(r.mutable_error(), StatusCode::kUnavailable,
-             "the owner of object " + id + " is unreachable (" + st.error_message() +
-                 "); the object is lost");
+    SetError(r.mutable_error(), StatusCode::kOwnerDied,
+             "the owner of object " + id + " (" + owner + ") is unreachable (" +
+                 st.error_message() + "): it died, and the object is lost with it");
   } else if (reply.is_error()) {
     r.set_is_error(true);
     *r.mutable_error() = reply.error();
@@ -435,6 +438,7 @@ void CoreWorker::ThrowIfError(const std::string& id, const ObjectEntry& e) {
     case StatusCode::kNotFound: throw internal::RayFunctionNotFound(msg);
     case StatusCode::kSliceLost: throw internal::RaySliceLostException(msg);
     case StatusCode::kCancelled: throw internal::TaskCancelledException(msg);
+    case StatusCode::kOwnerDied: throw internal::OwnerDiedException(msg);
     default: throw internal::UnreconstructableException(msg);
   }
 }
@@ -504,6 +508,27 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
                                                                int timeout_ms) {
   auto deadline = timeout_ms < 0 ? Clock::time_point::max()
                                  : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // A value whose node is gone is rebuilt (or fetched again from its owner) and read again; a
+  // node that cannot be read but is not declared dead yet is waited for (RecoverLost says how
+  // long).
+  for (;;) {
+    std::vector<LostRead> lost;
+    auto out = GetRound(ids, deadline, timeout_ms, &lost);
+    if (lost.empty()) return out;
+    out.clear();  // let go of what was read before waiting
+    if (RecoverLost(lost)) continue;
+    auto now = Clock::now();
+    if (now >= deadline) {
+      throw internal::RayTimeoutException("Get timed out: object " + lost[0].id +
+                                          " cannot be read yet (" + lost[0].message + ")");
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(250), deadline - now));
+  }
+}
+
+std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
+    const std::vector<std::string>& ids, Clock::time_point deadline, int timeout_ms,
+    std::vector<LostRead>* lost) {
   std::vector<std::shared_ptr<internal::Buffer>> out(ids.size());
   std::vector<std::pair<size_t, rpc::ObjectLocation>> to_map;
   std::vector<size_t> local;  // values in this node's store, read in place
@@ -543,7 +568,10 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
   }
   for (auto& [i, loc] : to_map) {
     auto b = Materialize(loc, ids[i]);
-    if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
+    if (!b.ok()) {
+      lost->push_back({ids[i], loc, b.status().message()});
+      continue;
+    }
     AddLocalReference(ids[i]);
     out[i] = std::make_shared<PinnedBuffer>(std::move(*b), ids[i]);
   }
@@ -742,6 +770,7 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
   }
   auto deadline = req->timeout_ms() < 0 ? Clock::time_point::max()
                                         : Clock::now() + std::chrono::milliseconds(req->timeout_ms());
+  if (req->lost()) RebuildForBorrower(req->object_id());
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     auto it = refs_.objects().find(req->object_id());

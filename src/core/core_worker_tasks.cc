@@ -207,6 +207,10 @@ void CoreWorker::TrackArgs(const std::shared_ptr<TaskRecord>& t, const std::vect
     refs_.Pin(id);
     t->pinned.push_back(id);
   }
+  WaitForArgs(t);
+}
+
+void CoreWorker::WaitForArgs(const std::shared_ptr<TaskRecord>& t) {
   // Dependencies: owned objects not yet ready hold the task back.
   const rpc::TaskSpec& spec = t->spec;
   for (int i = 0; i < spec.args_size(); ++i) {
@@ -455,6 +459,15 @@ bool IsExceptionValue(const rpc::ObjectLocation& v) {
   const std::string& d = v.inline_data();
   return !v.in_shm() && d.size() >= 2 && d[0] == '\xc1' && d[1] == 'E';
 }
+
+// A result with a value in a node's store (a copy that can be lost with its node).
+bool StoredValue(const rpc::TaskResult& r) {
+  if (r.value().in_shm()) return true;
+  for (const auto& m : r.more_returns()) {
+    if (m.value().in_shm()) return true;
+  }
+  return false;
+}
 }  // namespace
 
 bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
@@ -483,6 +496,15 @@ bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
       Resubmit(*t);
       continue;
     }
+    if (r.is_error() && !r.lost_object_id().empty() && q &&
+        OwnerOf(r.lost_object_id()) == address_ && t->spec.attempt() < t->max_retries) {
+      // An argument of ours went with its node: made again (if it can be), then the task.
+      SpawnTracked([this, t, lost = r.lost_object_id(), err = r.error()] {
+        RetryAfterLostArg(t, lost, err);
+      });
+      continue;
+    }
+    if (q && !r.is_error() && StoredValue(r) && !IsExceptionValue(r.value())) KeepLineage(t);
     ReleaseTaskPins(*t);
     // A Python task that raised stores the exception as its value: failed too (as in Ray's
     // state API), though its caller gets the exception from ray.get.

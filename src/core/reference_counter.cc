@@ -79,6 +79,11 @@ void ReferenceCounter::MaybeFree(const std::string& id) {
 void ReferenceCounter::MaybeFreeAt(Map::iterator it) {
   ObjectEntry& e = it->second;
   if (e.local_refs > 0 || e.pins > 0 || e.HasBorrowers() || e.registering) return;
+  if (e.owned && e.lineage_refs > 0) {
+    // A kept task takes it as an argument. Evicted: nothing left to free until that task goes. A
+    // small value (or an error) of ours cannot be lost: kept as it is, for that task's rebuild.
+    if (e.evicted || (e.ready && !e.in_shm)) return;
+  }
   if (!e.owned && e.fetching) return;  // the fetch thread will find no entry and drop the value
   if (!e.owned && e.borrow_regs > 0) QueueBorrowRelease(it->first, e.borrow_regs);
   if (e.HasNested()) {
@@ -98,10 +103,62 @@ void ReferenceCounter::MaybeFreeAt(Map::iterator it) {
     remote.keys.push_back(e.shm.key());
   }
   if (e.has_local_copy) local.keys.push_back(e.local_copy.key());
-  objects_.erase(it);
-  if (!hooks_.free) return;
-  if (!local.keys.empty()) hooks_.free(std::move(local));
-  if (!remote.node_address.empty()) hooks_.free(std::move(remote));
+  std::shared_ptr<ObjectEntry::Lineage> lineage;
+  if (e.owned && e.lineage_refs > 0 && e.lineage) {
+    // A kept task still takes it as an argument: keep what rebuilds it, drop the value.
+    e.evicted = true;
+    e.ready = false;
+    e.is_error = false;
+    e.in_shm = false;
+    e.has_local_copy = false;
+    e.inline_data.reset();
+  } else {
+    lineage = std::move(e.lineage);
+    objects_.erase(it);
+  }
+  if (hooks_.free) {
+    if (!local.keys.empty()) hooks_.free(std::move(local));
+    if (!remote.node_address.empty()) hooks_.free(std::move(remote));
+  }
+  if (lineage) ReleaseLineage(std::move(lineage));
+}
+
+bool ReferenceCounter::SetLineage(const std::string& id, std::shared_ptr<TaskRecord> task,
+                                  std::vector<std::string> args, size_t bytes) {
+  ObjectEntry* e = Find(id);
+  if (!e || !e->owned || lineage_bytes_ + bytes > lineage_budget_) return false;
+  std::shared_ptr<ObjectEntry::Lineage> older = std::move(e->lineage);  // a rebuilt value's
+  std::erase_if(args, [&](const std::string& a) {
+    ObjectEntry* ae = Find(a);
+    if (!ae || !ae->owned) return true;
+    ae->lineage_refs++;
+    return false;
+  });
+  lineage_bytes_ += bytes;
+  e->lineage = std::make_shared<ObjectEntry::Lineage>(
+      ObjectEntry::Lineage{std::move(task), std::move(args), bytes});
+  if (older) ReleaseLineage(std::move(older));
+  return true;
+}
+
+void ReferenceCounter::ReleaseLineage(std::shared_ptr<ObjectEntry::Lineage> l) {
+  // A worklist, not recursion: a long chain of tasks (x = f(x), many times over) is freed in
+  // one go when its last value goes.
+  releasing_.push_back(std::move(l));
+  if (releasing_.size() > 1) return;  // an outer call drains it
+  while (!releasing_.empty()) {
+    auto& cur = releasing_.front();
+    lineage_bytes_ -= std::min(lineage_bytes_, cur->bytes);
+    for (const auto& a : cur->args) {
+      auto it = objects_.find(a);
+      if (it == objects_.end()) continue;
+      if (--it->second.lineage_refs <= 0) {
+        it->second.lineage_refs = 0;
+        if (it->second.Unused()) MaybeFreeAt(it);  // may queue more behind `cur`
+      }
+    }
+    releasing_.pop_front();
+  }
 }
 
 bool ReferenceCounter::AdjustBorrower(ObjectEntry& e, const std::string& addr, int delta) {

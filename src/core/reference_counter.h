@@ -10,12 +10,23 @@
 // releases the local reference its value held on each ref nested in it, which may free those
 // in turn. Freeing a borrowed entry queues the release of its registrations at the owner.
 //
+// Lineage (owner side, docs/objects.md "Lost objects"): an owned task result may keep the
+// finished task that made it (SetLineage), so it can be made again when its only copy is lost.
+// Each owned argument of such a task counts one lineage reference. An entry that nothing holds
+// but lineage references is kept as it is when its value is small (inline, or an error: it
+// cannot be lost); a stored one with lineage of its own is evicted instead of freed: its value
+// goes, the entry and its lineage stay, so a rebuild can rebuild it first. An entry is
+// freed once no lineage reference is left either; freeing one releases its arguments' lineage
+// references, which may free those in turn. Lineage kept is bounded by bytes (SetLineage
+// refuses past the budget).
+//
 // THREADS: not thread-safe. The owning CoreWorker calls every method with its `mu_` held (the
 // same lock guards object readiness and the submit queues, which change together with the
 // counts), so this class has no lock of its own. The hooks are called with that lock held:
 // they must not block or call back into this object.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,6 +37,8 @@
 #include "proto/torus.pb.h"
 
 namespace torus::core {
+
+struct TaskRecord;
 
 // Values at least this large live in shared memory; smaller ones travel inline.
 inline constexpr size_t kInlineLimit = 100 * 1024;
@@ -76,6 +89,18 @@ struct ObjectEntry {
   bool HasNested() const { return links && !links->nested.empty(); }
   // Nothing in this process holds it (its borrowers may still).
   bool Unused() const { return local_refs <= 0 && pins <= 0; }
+  // Lineage (owner): the finished task that made this value, with the owned arguments it holds
+  // a lineage reference on; null when the value cannot be made again (a Put, an actor call, a
+  // task without retries left, or over the lineage budget).
+  struct Lineage {
+    std::shared_ptr<TaskRecord> task;
+    std::vector<std::string> args;
+    size_t bytes = 0;
+  };
+  std::shared_ptr<Lineage> lineage;
+  int lineage_refs = 0;     // kept tasks (of other entries' lineage) that take it as an argument
+  bool evicted = false;     // kept only for lineage: no value (not ready)
+  bool rebuilding = false;  // its task runs again (CoreWorker::Rebuild); cleared when stored
 };
 
 class ReferenceCounter {
@@ -145,6 +170,15 @@ class ReferenceCounter {
   // Queues the release of every registration this process holds (clean exit).
   void QueueAllBorrowReleases();
 
+  // Lineage (owner): `task` made `id` and takes the owned objects `args` as arguments. False
+  // (nothing kept) when `id` is unknown or the budget is spent. `bytes`: what the task costs.
+  bool SetLineage(const std::string& id, std::shared_ptr<TaskRecord> task,
+                  std::vector<std::string> args, size_t bytes);
+  size_t lineage_bytes() const { return lineage_bytes_; }
+  void set_lineage_budget(size_t bytes) { lineage_budget_ = bytes; }
+  // An evicted entry's task runs again: it stops being evicted (its lineage stays).
+  void Unevict(ObjectEntry& e) { e.evicted = false; }
+
   // Whether this process owns an object (something still refers to it, or it would be freed).
   bool OwnsLiveObjects() const;
   // Shutdown: forgets every entry; returns the keys of the segments to free in our node's store.
@@ -156,6 +190,11 @@ class ReferenceCounter {
   Map objects_;
   std::unordered_map<std::string, BorrowerState> borrowers_;
   Releases pending_releases_;
+  size_t lineage_bytes_ = 0;
+  size_t lineage_budget_ = size_t{1} << 30;  // as Ray's max_lineage_bytes
+  // Drops the lineage of an entry being freed: its arguments lose a lineage reference each.
+  void ReleaseLineage(std::shared_ptr<ObjectEntry::Lineage> l);
+  std::deque<std::shared_ptr<ObjectEntry::Lineage>> releasing_;  // ReleaseLineage's worklist
 };
 
 }  // namespace torus::core

@@ -231,3 +231,87 @@ TEST_F(ReferenceCounterTest, ReleaseAllAndClear) {
 
 }  // namespace
 }  // namespace torus::core
+
+namespace torus::core {
+namespace {
+
+// Lineage: x = f(), y = g(x). A task record stands in for each (the counter never looks inside).
+TEST_F(ReferenceCounterTest, AnArgumentOfKeptLineageIsEvictedNotFreedAndGoesWithIt) {
+  Owned(Mine("x"), "seg-x");
+  Owned(Mine("y"), "seg-y");
+  ASSERT_TRUE(refs_.SetLineage(Mine("x"), nullptr, {}, 100));
+  ASSERT_TRUE(refs_.SetLineage(Mine("y"), nullptr, {Mine("x"), Theirs("b")}, 50));
+  EXPECT_EQ(refs_.lineage_bytes(), 150u);
+  EXPECT_EQ(refs_.Find(Mine("x"))->lineage_refs, 1);
+  refs_.RemoveLocal(Mine("x"));  // the user drops x: its value goes, the entry stays for y
+  ObjectEntry* x = refs_.Find(Mine("x"));
+  ASSERT_NE(x, nullptr);
+  EXPECT_TRUE(x->evicted);
+  EXPECT_FALSE(x->ready);
+  EXPECT_FALSE(x->in_shm);
+  ASSERT_EQ(freed_.size(), 1u);
+  EXPECT_EQ(freed_[0].keys, std::vector<std::string>{"seg-x"});
+  refs_.RemoveLocal(Mine("y"));  // y goes, and x with it
+  EXPECT_EQ(refs_.Find(Mine("y")), nullptr);
+  EXPECT_EQ(refs_.Find(Mine("x")), nullptr);
+  EXPECT_EQ(refs_.lineage_bytes(), 0u);
+  EXPECT_EQ(freed_.size(), 2u);  // seg-y; the evicted x had nothing left to free
+}
+
+TEST_F(ReferenceCounterTest, AnArgumentWithoutLineageIsFreedEvenIfLineageNamesIt) {
+  Owned(Mine("p"), "seg-p");  // a Put: nothing makes it again
+  Owned(Mine("y"));
+  ASSERT_TRUE(refs_.SetLineage(Mine("y"), nullptr, {Mine("p")}, 10));
+  refs_.RemoveLocal(Mine("p"));
+  EXPECT_EQ(refs_.Find(Mine("p")), nullptr);
+  refs_.RemoveLocal(Mine("y"));  // releasing y's lineage skips the freed p
+  EXPECT_EQ(refs_.Find(Mine("y")), nullptr);
+  EXPECT_EQ(refs_.lineage_bytes(), 0u);
+}
+
+TEST_F(ReferenceCounterTest, ASmallArgumentOfKeptLineageKeepsItsValue) {
+  ObjectEntry& x = Owned(Mine("x"));  // inline: held by us, it cannot be lost
+  x.inline_data = std::make_shared<const std::string>("small");
+  Owned(Mine("y"), "seg-y");
+  ASSERT_TRUE(refs_.SetLineage(Mine("x"), nullptr, {}, 10));
+  ASSERT_TRUE(refs_.SetLineage(Mine("y"), nullptr, {Mine("x")}, 10));
+  refs_.RemoveLocal(Mine("x"));
+  ObjectEntry* kept = refs_.Find(Mine("x"));
+  ASSERT_NE(kept, nullptr);
+  EXPECT_FALSE(kept->evicted);
+  EXPECT_TRUE(kept->ready);
+  EXPECT_EQ(*kept->inline_data, "small");
+  refs_.RemoveLocal(Mine("y"));
+  EXPECT_TRUE(refs_.objects().empty());
+}
+
+TEST_F(ReferenceCounterTest, LineagePastTheBudgetIsNotKept) {
+  refs_.set_lineage_budget(100);
+  Owned(Mine("a"));
+  Owned(Mine("b"));
+  EXPECT_TRUE(refs_.SetLineage(Mine("a"), nullptr, {}, 80));
+  EXPECT_FALSE(refs_.SetLineage(Mine("b"), nullptr, {}, 30));
+  EXPECT_EQ(refs_.Find(Mine("b"))->lineage, nullptr);
+  refs_.RemoveLocal(Mine("a"));
+  EXPECT_TRUE(refs_.SetLineage(Mine("b"), nullptr, {}, 30));
+}
+
+TEST_F(ReferenceCounterTest, ALongChainOfLineageIsFreedWithoutRecursion) {
+  // x0 <- x1 <- ... <- xN, each dropped by the user once the next exists: all but the last are
+  // evicted; dropping the last frees the whole chain (deep enough to overflow a recursive free).
+  constexpr int kN = 200000;
+  Owned(Mine("0"), "seg-0");
+  ASSERT_TRUE(refs_.SetLineage(Mine("0"), nullptr, {}, 1));
+  for (int i = 1; i <= kN; ++i) {
+    Owned(Mine(std::to_string(i)), "seg-" + std::to_string(i));
+    ASSERT_TRUE(refs_.SetLineage(Mine(std::to_string(i)), nullptr, {Mine(std::to_string(i - 1))}, 1));
+    refs_.RemoveLocal(Mine(std::to_string(i - 1)));
+  }
+  EXPECT_TRUE(refs_.Find(Mine("0"))->evicted);
+  refs_.RemoveLocal(Mine(std::to_string(kN)));
+  EXPECT_TRUE(refs_.objects().empty());
+  EXPECT_EQ(refs_.lineage_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace torus::core

@@ -33,6 +33,12 @@ void Fail(rpc::TaskResult* result, StatusCode code, const std::string& msg) {
   SetError(result->mutable_error(), code, msg);
 }
 
+// An argument stored on a node whose copy cannot be read (ReadArgs): the task fails with
+// ObjectLost naming it, so that its owner can rebuild it and run the task again.
+struct ArgLost {
+  std::string object_id, message;
+};
+
 // The results of one inbound stream, written back in batches by a writer thread (threaded
 // actors; a sequential stream writes its results itself). Joined by Finish().
 class ResultSink {
@@ -357,7 +363,7 @@ void TaskExecutor::ReadArgs(const rpc::TaskSpec& spec,
       keep->push_back(nullptr);
     } else if (a.location_known()) {
       auto b = host_->Materialize(a.location(), a.ref_id());
-      if (!b.ok()) throw internal::UnreconstructableException(b.status().message());
+      if (!b.ok()) throw ArgLost{a.ref_id(), b.status().message()};
       keep->push_back(*b);
       views->push_back({(*b)->data(), (*b)->size()});
     } else {
@@ -388,6 +394,10 @@ bool TaskExecutor::Invoke(const rpc::TaskSpec& spec, rpc::TaskResult* result, Ta
     return true;
   } catch (const ExitActorSignal&) {
     OnExitActor(result);
+  } catch (const ArgLost& lost) {
+    Fail(result, StatusCode::kObjectLost,
+         what + spec.function() + " could not read its argument " + lost.object_id + ": " + lost.message);
+    result->set_lost_object_id(lost.object_id);
   } catch (const internal::RayException& e) {
     // A system error surfaced inside user code (e.g. a failed nested Get): pass it on.
     Fail(result, StatusCode::kTaskError, what + spec.function() + " failed: " +

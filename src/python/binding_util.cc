@@ -15,6 +15,7 @@ PyObject* g_task_error = nullptr;
 PyObject* g_actor_died = nullptr;
 PyObject* g_worker_crashed = nullptr;
 PyObject* g_object_lost = nullptr;
+PyObject* g_owner_died = nullptr;
 PyObject* g_timeout = nullptr;
 PyObject* g_runtime_env = nullptr;
 PyObject* g_slice_lost = nullptr;
@@ -39,6 +40,8 @@ void Translate(const std::exception_ptr& p, void*) {
     PyErr_SetString(g_actor_died, e.what());
   } catch (const internal::RayWorkerException& e) {
     PyErr_SetString(g_worker_crashed, e.what());
+  } catch (const internal::OwnerDiedException& e) {
+    PyErr_SetString(g_owner_died, e.what());
   } catch (const internal::UnreconstructableException& e) {
     PyErr_SetString(g_object_lost, e.what());
   } catch (const internal::RayTimeoutException& e) {
@@ -177,6 +180,7 @@ void BindExceptions(nb::module_& m) {
   g_actor_died = NewError(m, "ActorDiedError", g_error);
   g_worker_crashed = NewError(m, "WorkerCrashedError", g_error);
   g_object_lost = NewError(m, "ObjectLostError", g_error);
+  g_owner_died = NewError(m, "OwnerDiedError", g_object_lost);
   g_timeout = NewError(m, "GetTimeoutError", g_error);
   g_runtime_env = NewError(m, "RuntimeEnvError", g_error);
   g_slice_lost = NewError(m, "SliceLostError", g_error);

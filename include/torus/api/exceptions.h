@@ -43,6 +43,13 @@ class UnreconstructableException : public RayException {
   using RayException::RayException;
 };
 
+// Torus extension: the object's owner (the process that created it) is gone, and the object with
+// it (Ray's OwnerDiedError). Caught as UnreconstructableException too.
+class OwnerDiedException : public UnreconstructableException {
+ public:
+  using UnreconstructableException::UnreconstructableException;
+};
+
 // A function or method was used remotely without having been registered with RAY_REMOTE.
 class RayFunctionNotFound : public RayException {
  public:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -242,6 +243,12 @@ def runtime_env_json(runtime_env, where: str) -> str:
 # errors
 # ------------------------------------------------------------------------------------------
 
+def _object_hex(msg: str) -> str:
+    """The first object id ("<32 hex>@host:port") a core error message names, as Ray's hex."""
+    m = re.search(r"\b([0-9a-f]{32})@", msg)
+    return m.group(1) if m else ""
+
+
 def map_core_error(e: BaseException) -> BaseException:
     """A `_core` exception as the `torus.exceptions` class Ray would raise."""
     c = _core_mod
@@ -263,8 +270,10 @@ def map_core_error(e: BaseException) -> BaseException:
         return exc.ActorDiedError(msg)
     if is_("WorkerCrashedError"):
         return exc.WorkerCrashedError(msg)
+    if is_("OwnerDiedError"):
+        return exc.OwnerDiedError(_object_hex(msg), message=msg)
     if is_("ObjectLostError"):
-        return exc.ObjectLostError(message=msg)
+        return exc.ObjectLostError(_object_hex(msg), message=msg)
     if is_("RuntimeEnvError"):
         return exc.RuntimeEnvSetupError(msg)
     if is_("SliceLostError"):

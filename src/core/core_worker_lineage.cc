@@ -1,0 +1,257 @@
+// CoreWorker's lost objects (docs/objects.md "Lost objects"): the lineage an owner keeps of the
+// normal tasks that made its objects, rebuilding a value whose only copy went with its node by
+// running that task again (its lost arguments first), and the reactions of a reader, a borrower
+// and an executor that find a copy gone.
+
+#include <chrono>
+#include <thread>
+
+#include "common/ids.h"
+#include "common/logging.h"
+#include "common/rpc.h"
+#include "core/core_worker.h"
+#include "core/task_record.h"
+#include "torus/api/exceptions.h"
+
+namespace torus::core {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// The objects `spec` takes as arguments (direct refs and refs inside by-value arguments), as
+// SubmitTask pinned them.
+std::vector<std::string> ArgRefs(const rpc::TaskSpec& spec) {
+  std::vector<std::string> refs;
+  for (const auto& a : spec.args()) {
+    for (const auto& n : a.nested_ids()) refs.push_back(n);
+    if (a.is_ref()) refs.push_back(a.ref_id());
+  }
+  return refs;
+}
+
+// A value read from a node that is not (or no longer) listed alive is lost.
+bool LostWith(const ObjectEntry& e, const std::unordered_set<std::string>& live) {
+  return e.ready && !e.is_error && e.in_shm && !e.has_local_copy && !live.count(e.shm.node_id());
+}
+}  // namespace
+
+void CoreWorker::KeepLineage(const std::shared_ptr<TaskRecord>& t) {
+  if (t->cancelled || !t->actor_id.empty() || t->spec.attempt() >= t->max_retries) return;
+  std::vector<std::string> args;
+  for (const auto& a : t->spec.args()) {
+    if (a.is_ref() && OwnerOf(a.ref_id()) == address_) args.push_back(a.ref_id());
+  }
+  const size_t bytes = sizeof(TaskRecord) + t->arena.SpaceAllocated();
+  const int n = std::max(t->spec.num_returns(), 1);
+  for (int i = 0; i < n; ++i) {
+    if (!refs_.SetLineage(ReturnIdOf(t->spec.return_id(), i), t, args, bytes)) continue;
+  }
+}
+
+void CoreWorker::ResetValue(ObjectEntry& e) {
+  e.ready = false;
+  e.is_error = false;
+  e.error.Clear();
+  e.in_shm = false;
+  e.shm.Clear();
+  e.inline_data.reset();
+}
+
+std::string CoreWorker::Rebuild(const std::string& id, const std::unordered_set<std::string>& live,
+                                const std::string& cause) {
+  ObjectEntry* e = refs_.Find(id);
+  if (!e || !e->owned) return "it was freed";
+  if (e->rebuilding) return "";
+  if (!e->lineage) {
+    return "nothing can make it again (it was put, is an actor call's result, its task had no "
+           "retries left, or lineage past the budget of " +
+           std::to_string(refs_.lineage_bytes() >> 20) + " MiB was not kept)";
+  }
+  std::shared_ptr<TaskRecord> made_by = e->lineage->task;
+  const rpc::TaskSpec& spec = made_by->spec;
+  if (spec.attempt() >= made_by->max_retries) {
+    return "task " + spec.function() + " already ran " + std::to_string(spec.attempt() + 1) +
+           " time(s) (max_retries " + std::to_string(made_by->max_retries) + ")";
+  }
+  // Arguments first: ours that were evicted, or are lost too, are made again before the task.
+  for (const auto& a : spec.args()) {
+    if (!a.is_ref() || OwnerOf(a.ref_id()) != address_) continue;
+    ObjectEntry* ae = refs_.Find(a.ref_id());
+    if (!ae) return "its argument " + a.ref_id() + " was freed";
+    if (!ae->evicted && !LostWith(*ae, live)) continue;
+    std::string why = Rebuild(a.ref_id(), live, "an argument of " + spec.function());
+    if (!why.empty()) return "its argument " + a.ref_id() + " cannot be rebuilt: " + why;
+  }
+  TORUS_LOG(INFO) << "rebuilding object " << id << ": running task " << spec.function()
+                  << " again (attempt " << spec.attempt() + 2 << " of " << made_by->max_retries + 1
+                  << ") because " << cause;
+  const int n = std::max(spec.num_returns(), 1);
+  for (int i = 0; i < n; ++i) {
+    ObjectEntry* r = refs_.Find(ReturnIdOf(spec.return_id(), i));
+    if (!r) continue;
+    ResetValue(*r);
+    refs_.Unevict(*r);
+    r->rebuilding = true;
+  }
+  auto again = NextAttempt(*made_by);
+  again->pinned.clear();
+  again->cancelled = false;
+  Requeue(std::move(again), /*pin=*/true);
+  return "";
+}
+
+void CoreWorker::Requeue(std::shared_ptr<TaskRecord> again, bool pin) {
+  for (auto& a : *again->spec.mutable_args()) {
+    if (!a.is_ref()) continue;
+    a.clear_location();
+    a.set_location_known(false);
+  }
+  again->missing = 0;
+  if (pin) {
+    TrackArgs(again, ArgRefs(again->spec));
+  } else {
+    WaitForArgs(again);
+  }
+  if (again->missing > 0) {
+    SetTaskState(again->spec, rpc::TaskInfo::PENDING_ARGS);
+    return;
+  }
+  FillResolvedArgs(*again);
+  Enqueue(std::move(again));
+}
+
+std::unordered_set<std::string> CoreWorker::LiveNodes() {
+  std::unordered_set<std::string> live;
+  const rpc::ListReply cluster = head_->ListCluster();
+  for (const auto& n : cluster.nodes()) {
+    if (n.alive()) live.insert(n.node_id());
+  }
+  return live;
+}
+
+bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
+  std::unordered_set<std::string> live;
+  try {
+    live = LiveNodes();
+  } catch (const internal::RayException& e) {
+    throw internal::UnreconstructableException(lost[0].message + " (and the head cannot say whether its node is gone: " +
+                                               e.what() + ")");
+  }
+  bool waiting_for_death = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  for (const auto& l : lost) {
+    if (live.count(l.loc.node_id())) {
+      // Unreadable, but its node is not declared dead (yet): wait for that, for so long.
+      auto since = unreadable_since_.try_emplace(l.id, now).first->second;
+      if (now - since > std::chrono::milliseconds(kNodeDeathWaitMs)) {
+        unreadable_since_.erase(l.id);
+        throw internal::UnreconstructableException(
+            l.message + " (for " + std::to_string(kNodeDeathWaitMs / 1000) +
+            " s, while the head lists node " + l.loc.node_id() + " alive)");
+      }
+      waiting_for_death = true;
+      continue;
+    }
+    unreadable_since_.erase(l.id);
+    ObjectEntry* e = refs_.Find(l.id);
+    if (!e || !e->ready || e->rebuilding || e->fetching) continue;  // already on its way again
+    if (!e->in_shm || e->shm.node_id() != l.loc.node_id()) {
+      if (!e->has_local_copy) continue;  // stored again since it was read: read again
+    }
+    const std::string cause = "its copy on node " + l.loc.node_id() + " (" + l.loc.node_address() +
+                              ") is gone with the node";
+    if (e->owned) {
+      std::string why = Rebuild(l.id, live, cause);
+      if (!why.empty()) {
+        ResetValue(*e);
+        FailObject(l.id, StatusCode::kObjectLost,
+                   "object " + l.id + " is lost: " + cause + ", and it cannot be rebuilt: " + why);
+      }
+    } else {
+      // Borrowed: its owner rebuilds it (or says why not) before it answers.
+      ResetValue(*e);
+      e->fetching = true;
+      SpawnTracked([this, id = l.id] { FetchFromOwner(id, /*lost=*/true); });
+    }
+  }
+  return !waiting_for_death;
+}
+
+void CoreWorker::RebuildForBorrower(const std::string& id) {
+  rpc::ObjectLocation loc;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ObjectEntry* e = refs_.Find(id);
+    if (!e || !e->owned || !e->ready || e->is_error || !e->in_shm || e->has_local_copy) return;
+    loc = e->shm;
+  }
+  const auto give_up = Clock::now() + std::chrono::milliseconds(kNodeDeathWaitMs);
+  for (;;) {
+    std::unordered_set<std::string> live;
+    try {
+      live = LiveNodes();
+    } catch (const internal::RayException&) {
+      return;  // the borrower reads the old location again and tells us again
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    ObjectEntry* e = refs_.Find(id);
+    if (!e || !e->ready || !e->in_shm || e->shm.key() != loc.key()) return;  // changed meanwhile
+    if (!live.count(loc.node_id())) {
+      const std::string cause = "a borrower cannot read its copy on node " + loc.node_id() +
+                                " (" + loc.node_address() + "), which is gone";
+      std::string why = Rebuild(id, live, cause);
+      if (!why.empty()) {
+        ResetValue(*e);
+        FailObject(id, StatusCode::kObjectLost,
+                   "object " + id + " is lost: " + cause + ", and it cannot be rebuilt: " + why);
+      }
+      return;
+    }
+    if (Clock::now() >= give_up || shutting_down_) return;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+void CoreWorker::RetryAfterLostArg(std::shared_ptr<TaskRecord> t, std::string lost_id,
+                                   rpc::Error error) {
+  const auto give_up = Clock::now() + std::chrono::milliseconds(kNodeDeathWaitMs);
+  auto fail = [&](const std::string& why) {
+    FailTask(*t, StatusCode::kObjectLost, error.message() + (why.empty() ? "" : "; " + why));
+    cv_.notify_all();
+  };
+  for (;;) {
+    std::unordered_set<std::string> live;
+    bool asked = true;
+    try {
+      live = LiveNodes();
+    } catch (const internal::RayException&) {
+      asked = false;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (shutting_down_) return;
+    ObjectEntry* e = refs_.Find(lost_id);
+    if (!e) return fail("the argument was freed");
+    bool go = !e->ready || e->rebuilding;  // on its way again already
+    if (!go && asked && LostWith(*e, live)) {
+      std::string why = Rebuild(lost_id, live, "task " + t->spec.function() + " could not read it");
+      if (!why.empty()) return fail("it cannot be rebuilt: " + why);
+      go = true;
+    }
+    if (!go && e->ready && (e->is_error || !e->in_shm || e->has_local_copy)) go = true;
+    if (go) {
+      TORUS_LOG(INFO) << "running task " << t->spec.function() << " again: its argument "
+                      << lost_id << " was lost and is made again";
+      auto again = NextAttempt(*t);  // the pins go with it
+      t->pinned.clear();
+      Requeue(std::move(again), /*pin=*/false);
+      return;
+    }
+    if (Clock::now() >= give_up) return fail("its node is still listed alive");
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+}  // namespace torus::core
