@@ -28,6 +28,7 @@
 #include "cli/daemon_threads.h"
 #include "cli/flags.h"
 #include "cli/logs.h"
+#include "cli/ray_compat.h"
 #include "cli/resume.h"
 #include "cli/start.h"
 #include "cli/table.h"
@@ -329,8 +330,10 @@ void Usage() {
                "        (resumes the latest session when it has durable state; docs/fault_tolerance.md)\n"
                "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
                "        [--dashboard-host HOST] [--dashboard-port N (8265)] [--include-dashboard false]  (docs/http.md)\n"
+               "        [--dashboard-agent-listen-port N (52365)] [--dashboard-agent-host HOST] [--object-store-memory BYTES]\n"
                "  start --address HOST:PORT [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"
-               "        [--labels k=v,...] [--bind HOST] [--heartbeat-ms MS] [--block]\n"
+               "        [--labels k=v,...] [--bind HOST] [--heartbeat-ms MS] [--block] [--object-store-memory BYTES]\n"
+               "        [--dashboard-agent-listen-port N] [--dashboard-agent-host HOST]\n"
                "  up FILE.yaml [--wait] [--netns] [--no-atomic-restart]   (docs/launcher.md)\n"
                "  down\n"
                "  stop\n"
@@ -338,7 +341,8 @@ void Usage() {
                "  list nodes|actors|tasks|objects|workers|placement-groups|slices [--format table|json] [--address A]\n"
                "  job submit|status|logs|stop|list ...   (torus job --help; docs/jobs.md)\n"
                "  timeline [--output FILE]   recent tasks as Chrome trace JSON (docs/observability.md)\n"
-               "  logs [NODE] [FILE] [--follow] [--tail N] [--worker ID | --actor ID [--err]]   node and worker logs\n";
+               "  logs [NODE] [FILE] [--follow] [--tail N] [--worker ID | --actor ID [--err]]   node and worker logs\n"
+               "  ray start|stop|status|health-check ...   Ray's CLI as KubeRay runs it (docs/kuberay.md)\n";
 }
 
 // The flags each user-facing command takes; anything else is refused (cli/flags.h).
@@ -367,6 +371,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string cmd = argv[1];
+  // Ray's CLI for images (cli/ray_compat.h): `torus ray ARGS`, or this binary run as `ray`.
+  if (std::string(argv[0]).substr(std::string(argv[0]).rfind('/') + 1) == "ray") {
+    return RayCompatMain(std::vector<std::string>(argv + 1, argv + argc));
+  }
+  if (cmd == "ray") return RayCompatMain(std::vector<std::string>(argv + 2, argv + argc));
   if (cmd == "--version" || cmd == "version") {
     std::cout << "torus " << TORUS_VERSION << std::endl;
     return 0;

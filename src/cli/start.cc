@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -151,6 +153,19 @@ int RunHead(const Args& a) {
 
 namespace {
 
+// --object-store-memory BYTES (Ray's flag): the node's object store size; 0 when not given.
+StatusOr<uint64_t> ObjectStoreBytes(const Args& a) {
+  if (!a.Has("object-store-memory")) return uint64_t{0};
+  const std::string v = a.Get("object-store-memory");
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long bytes = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || v[0] == '-' || *end != '\0' || errno != 0 || bytes < (1ull << 20)) {
+    return InvalidArgument("--object-store-memory: '" + v + "' is not a byte count of at least 1 MiB");
+  }
+  return uint64_t{bytes};
+}
+
 StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   NodeConfig cfg;
   cfg.head_address = a.Get("address");
@@ -172,6 +187,9 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   if (!labels.ok()) return labels.status();
   cfg.labels = *labels;
   cfg.node_group = a.Get("node-group");
+  auto store = ObjectStoreBytes(a);
+  if (!store.ok()) return store.status();
+  cfg.object_store_bytes = *store;
   // The agent's HTTP surface: --dashboard-agent-listen-port (Ray's flag; -1 = none).
   cfg.agent_host = a.Get("dashboard-agent-host", cfg.bind_host);
   cfg.agent_port = OptionalPortFlag(a, "dashboard-agent-listen-port", -1);
@@ -241,7 +259,7 @@ std::vector<std::string> NodeArgs(const Args& a) {
                                 std::to_string(OptionalPortFlag(a, "dashboard-agent-listen-port", 52365))};
   if (!a.Has("dashboard-agent-listen-port")) v.push_back("--dashboard-agent-port-fallback");
   for (const char* k : {"num-cpus", "num-gpus", "memory", "resources", "labels", "bind", "heartbeat-ms",
-                        "head-lost-ms"}) {
+                        "head-lost-ms", "object-store-memory", "dashboard-agent-host"}) {
     if (a.Has(k)) {
       v.push_back(std::string("--") + k);
       v.push_back(a.Get(k));
@@ -465,6 +483,7 @@ int Start(const Args& a) {
   if (a.Has("dashboard-port")) (void)PortFlag(a, "dashboard-port", 0);
   if (auto r = ParseResources(a); !r.ok()) Die(r.status().message());
   if (auto l = ParseLabels(a.Get("labels")); !l.ok()) Die(l.status().message());
+  if (auto s = ObjectStoreBytes(a); !s.ok()) Die(s.status().message());
   return a.Has("head") ? StartHead(a, self) : JoinCluster(a, self);
 }
 
@@ -495,7 +514,7 @@ std::vector<std::string> StartFlags() {
   std::vector<std::string> v = {"head", "address", "port", "num-cpus", "num-gpus", "memory", "resources",
                                 "labels", "bind", "block", "heartbeat-ms", "head-lost-ms", "new-session",
                                 "session-dir", "help", "dashboard-host", "dashboard-port", "include-dashboard",
-                                "dashboard-agent-listen-port"};
+                                "dashboard-agent-listen-port", "dashboard-agent-host", "object-store-memory"};
   for (const auto& f : kHeadTuningFlags) v.push_back(f.name);
   return v;
 }
