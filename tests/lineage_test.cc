@@ -45,9 +45,15 @@ std::string LineageExtend(std::string dir, std::string in, std::string tag) {
   return in + tag;
 }
 
+// A borrower: reads the object inside its argument and returns its last character and size.
+std::string LineageReadNested(std::vector<ray::ObjectRef<std::string>> refs) {
+  auto v = refs.at(0).Get();
+  return std::string(1, v->back()) + ":" + std::to_string(v->size());
+}
+
 }  // namespace
 
-RAY_REMOTE(LineageMake, LineageExtend);
+RAY_REMOTE(LineageMake, LineageExtend, LineageReadNested);
 
 namespace torus_test {
 namespace {
@@ -139,6 +145,17 @@ TEST_F(LineageTest, ATaskWhoseArgumentWasLostRunsAgainOnceItIsMadeAgain) {
   EXPECT_EQ(Tail(*v, 2), "xy");
   EXPECT_EQ(Attempts(dx), 2);
   EXPECT_GE(Attempts(dy), 1);
+}
+
+TEST_F(LineageTest, ABorrowerThatCannotReadAValueHasItsOwnerMakeItAgain) {
+  std::string dir = ScratchDir(cluster(), "borrower");
+  auto x = ray::Task(LineageMake).SetResource("spare", 1).Remote(dir, "x");
+  ASSERT_EQ(ray::Wait(std::vector<ray::ObjectRef<std::string>>{x}, 1, kGetTimeoutMs).ready.size(), 1u);
+  Kill(NodeOfAttempt(dir, 0));
+  // The task borrows x (inside its argument), fails to read it, and asks the driver, its owner.
+  auto r = ray::Task(LineageReadNested).Remote(std::vector<ray::ObjectRef<std::string>>{x});
+  EXPECT_EQ(*r.Get(kGetTimeoutMs), "x:" + std::to_string(512 * 1024 + 1));
+  EXPECT_EQ(Attempts(dir), 2);
 }
 
 TEST_F(LineageTest, AResultThatCannotBeMadeAgainFailsNamingTheObjectAndWhy) {

@@ -292,7 +292,8 @@ class CoreWorker final : public internal::Runtime,
   // Guarded by mu_: when a Get first failed to read each value whose node is listed alive
   // (RecoverLost); an entry goes once its node is declared dead or the wait is over.
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> unreadable_since_;
-  // Drops an entry's value (it is being made again, or its copy is gone). Requires mu_.
+  // Drops an entry's value (it is being made again, or its copy is gone); the refs held by the
+  // value stay held (a value made again gives its own registrations back). Requires mu_.
   static void ResetValue(ObjectEntry& e);
   // The task of `t` once more, as a new attempt, after its argument `lost_id` (ours) could not be
   // read by its executor: rebuilds that argument first when its node is gone. No lock (a

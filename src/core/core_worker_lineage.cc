@@ -156,9 +156,7 @@ bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
     unreadable_since_.erase(l.id);
     ObjectEntry* e = refs_.Find(l.id);
     if (!e || !e->ready || e->rebuilding || e->fetching) continue;  // already on its way again
-    if (!e->in_shm || e->shm.node_id() != l.loc.node_id()) {
-      if (!e->has_local_copy) continue;  // stored again since it was read: read again
-    }
+    if (!e->in_shm || e->shm.key() != l.loc.key()) continue;  // stored again since: read again
     const std::string cause = "its copy on node " + l.loc.node_id() + " (" + l.loc.node_address() +
                               ") is gone with the node";
     if (e->owned) {

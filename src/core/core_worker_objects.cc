@@ -230,7 +230,9 @@ void CoreWorker::StoreResult(const std::string& id, rpc::TaskResult& r) {
         std::make_shared<const std::string>(std::move(*r.mutable_value()->mutable_inline_data()));
   }
   if (r.nested_ids_size() > 0) {
-    refs_.AdoptNested(e.ready && !e.is_error ? &e : nullptr,
+    // A value made again (lost objects) still holds the refs of the first: the new
+    // registrations are given back.
+    refs_.AdoptNested(e.ready && !e.is_error && !e.HasNested() ? &e : nullptr,
                       {r.nested_ids().begin(), r.nested_ids().end()});
   }
   OnObjectReady(id);
