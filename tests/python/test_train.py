@@ -247,3 +247,33 @@ print("SECOND", json.dumps({"metrics": r2.metrics, "ckpt": r2.checkpoint.path}))
     kept = sorted(d.name for d in (tmp_path / "keep").iterdir() if d.name.startswith("checkpoint_"))
     assert kept == ["checkpoint_000006", "checkpoint_000007"]
     assert Path(second["ckpt"]).name == "checkpoint_000007"
+
+
+def test_two_slices_make_one_group_with_multislice_coordination(tmp_path):
+    # The example manifest with two v6e 4x4 slices (8 hosts) and the head.
+    text = (REPO / "examples" / "clusters" / "v6e-4x4-3-slices.yaml").read_text()
+    manifest = tmp_path / "two-slices.yaml"
+    manifest.write_text(text.replace("replicas: 3", "replicas: 2").replace("maxReplicas: 3",
+                                                                           "maxReplicas: 2"))
+    with cluster_up(str(manifest)) as c:
+        p = run_python(LOOPS.replace("num_workers=4", "num_workers=8") + '''
+def where(config):
+    ctx = train.get_context()
+    keys = ("TPU_NAME", "TPU_WORKER_ID", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+            "MEGASCALE_COORDINATOR_ADDRESS", "JAX_COORDINATOR_ADDRESS")
+    with open(os.path.join(STORAGE, f"rank{ctx.get_world_rank()}.json"), "w") as f:
+        json.dump(dict({k: os.environ.get(k) for k in keys},
+                       node=ray.get_runtime_context().get_node_id()), f)
+r = JaxTrainer(where, scaling_config=SC, run_config=RunConfig(name="two", storage_path=STORAGE)).fit()
+print("DONE", r.error)
+''', env=c.driver_env(), shim=True, timeout=600, args=(str(tmp_path),))
+        assert "DONE None" in p.stdout, p.stdout
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(8)]
+    assert len({x["node"] for x in ranks}) == 8                      # one worker per host
+    slices = [x["TPU_NAME"] for x in ranks]
+    assert len(set(slices[:4])) == 1 and len(set(slices[4:])) == 1 and slices[0] != slices[4]
+    assert [x["TPU_WORKER_ID"] for x in ranks] == [str(r % 4) for r in range(8)]
+    assert [x["MEGASCALE_SLICE_ID"] for x in ranks] == [str(r // 4) for r in range(8)]
+    assert {x["MEGASCALE_NUM_SLICES"] for x in ranks} == {"2"}
+    coord_ip = ranks[0]["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[0]
+    assert {x["MEGASCALE_COORDINATOR_ADDRESS"] for x in ranks} == {coord_ip}

@@ -93,6 +93,8 @@ class _TrainWorker:
         os.environ["TORUS_COORDINATOR_ADDRESS"] = info["coordinator"]
         os.environ["TORUS_NUM_PROCESSES"] = str(info["world_size"])
         os.environ["TORUS_PROCESS_ID"] = str(info["world_rank"])
+        # Several slices: libtpu's multislice (DCN) coordination, as Ray's JaxTrainer sets it.
+        os.environ.update(info.get("megascale", {}))
         _session._start(info, collector)
         if info["use_tpu"]:
             # As Ray's JaxTrainer: on TPU hosts JAX is set to TPU and its distributed runtime
@@ -210,6 +212,8 @@ class WorkerGroup:
         for w in where:
             if w["node_id"] not in node_order:
                 node_order.append(w["node_id"])
+        num_slices = self._slice.num_slices if self._slice is not None else 1
+        per_slice = max(1, world // num_slices)
         setups = []
         for rank, w in enumerate(where):
             same = [r for r, x in enumerate(where) if x["node_id"] == w["node_id"]]
@@ -218,6 +222,11 @@ class WorkerGroup:
                     "name": self.name, "run_path": self.run_path, "coordinator": coordinator,
                     "next_index": next_index, "checkpoint": checkpoint, "attempt": attempt,
                     "use_tpu": self.scaling.use_tpu, "marker": self._marker}
+            if num_slices > 1:
+                # Ranks go slice by slice (reserve()): rank 0's host coordinates the slices.
+                from torus.util import tpu
+                info["megascale"] = tpu.get_tpu_coordinator_env_vars(
+                    where[0]["ip"], num_slices, min(rank // per_slice, num_slices - 1))
             setups.append(self.workers[rank].setup.remote(info, self.collector))
         blind = [r for r, ok in enumerate(torus.get(setups)) if not ok]
         if blind:
