@@ -245,6 +245,24 @@ TEST_F(CliStartTest, OtherBadOptionsAreRefusedNamingTheFlag) {
   EXPECT_TRUE(c.ClusterProcesses().empty());
 }
 
+// --object-store-memory (Ray's flag) sizes the node's store; `torus status` shows the stores'
+// use and capacity; a bad size is refused before anything starts, naming the flag.
+TEST_F(CliStartTest, ObjectStoreMemorySizesTheStoreAndStatusShowsIt) {
+  TestCluster c("storesize");
+  c.StartHead(1, {}, {}, {"--object-store-memory", "67108864"});
+  std::string status = c.Status();
+  auto line = status.find("object store");
+  ASSERT_NE(line, std::string::npos) << status;
+  EXPECT_NE(status.find("/ 64.0 MiB", line), std::string::npos) << status;
+  for (const auto& l : c.Stop()) ADD_FAILURE() << l;
+  TestCluster bad("storesize-bad");
+  RunResult r = bad.Torus({"start", "--head", "--port", std::to_string(FreePort()),
+                           "--object-store-memory", "12"});
+  EXPECT_NE(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.err.find("--object-store-memory"), std::string::npos) << r.Describe();
+  EXPECT_TRUE(bad.ClusterProcesses().empty());
+}
+
 TEST_F(CliStartTest, UnreachableHeadIsReported) {
   TestCluster c("unreachable");
   c.StartHead(1);  // a session with a token, so the failure is about reaching the head

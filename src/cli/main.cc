@@ -17,6 +17,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -29,6 +30,7 @@
 #include "cli/flags.h"
 #include "cli/logs.h"
 #include "cli/ray_compat.h"
+#include "common/for_each_parallel.h"
 #include "cli/resume.h"
 #include "cli/start.h"
 #include "cli/table.h"
@@ -113,6 +115,33 @@ int Status_(const Args& a) {
               << (bytes ? HumanBytes(used) + " / " + HumanBytes(v) : FormatAmount(used) + " / " + FormatAmount(v))
               << "\n";
   }
+  // The object stores of the live nodes (each node asked once, 3 s at most; Ray's
+  // object_store_memory line).
+  std::vector<std::string> live;
+  for (const auto& n : c.list.nodes()) {
+    if (n.alive()) live.push_back(n.address());
+  }
+  auto stores = ForEachParallel<std::optional<std::pair<uint64_t, uint64_t>>>(
+      live, [&](const std::string& address) -> std::optional<std::pair<uint64_t, uint64_t>> {
+        rpc::NodeInfoReply info;
+        auto ctx = NewContext(c.token, 3000);
+        if (!rpc::Node::NewStub(GetOneOffChannel(address))->Info(ctx.get(), rpc::Empty(), &info).ok()) {
+          return std::nullopt;
+        }
+        return std::make_pair(info.shm_bytes(), info.arena_capacity());
+      });
+  uint64_t store_used = 0, store_cap = 0;
+  size_t answered = 0;
+  for (const auto& s : stores) {
+    if (!s) continue;
+    ++answered;
+    store_used += s->first;
+    store_cap += s->second;
+  }
+  std::cout << "  " << std::setw(24) << std::left << "object store" << " " << HumanBytes(store_used)
+            << " / " << HumanBytes(store_cap)
+            << (answered < live.size() ? "  (" + std::to_string(live.size() - answered) + " node(s) did not answer)" : "")
+            << "\n";
   std::cout << "Pending demands\n";
   int pending = 0;
   std::map<std::string, rpc::TaskList> owners;  // address -> its tasks, asked once
