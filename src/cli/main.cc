@@ -176,6 +176,7 @@ nlohmann::ordered_json ListNodes(const Cluster& c) {
     j["state"] = n.alive() ? "ALIVE" : "DEAD";
     j["heartbeat_ms"] = n.heartbeat_ms();
     j["pid"] = n.pid();
+    j["is_head_node"] = n.is_head_node();
     j["resources_total"] = ResJson(n.total());
     j["resources_available"] = ResJson(n.available());
     if (n.alive()) {

@@ -74,7 +74,8 @@ std::string RunningAddress() {
   return stub->List(ctx.get(), rpc::Empty(), &reply).ok() ? *address : "";
 }
 
-// The address of a live node of the cluster at `address` on this host (or any live node).
+// The address of a live node of the cluster at `address`: the head's own node when it is on this
+// host, else another node of this host, else any live node.
 std::string FindNodeToAttach(const std::string& address, const std::string& token) {
   auto stub = rpc::Head::NewStub(GetChannel(address));
   rpc::ListReply reply;
@@ -87,10 +88,14 @@ std::string FindNodeToAttach(const std::string& address, const std::string& toke
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::string node_address;
+  int rank = -1;  // 0: any node, 1: one of this host, 2: the head's node on this host
   for (const auto& n : reply.nodes()) {
     if (!n.alive()) continue;
-    if (node_address.empty() || n.hostname() == host) node_address = n.address();
-    if (n.hostname() == host) break;
+    int r = n.hostname() != host ? 0 : n.is_head_node() ? 2 : 1;
+    if (r > rank) {
+      rank = r;
+      node_address = n.address();
+    }
   }
   if (node_address.empty()) {
     throw internal::RayException("the cluster at " + address + " has no live node to attach to");

@@ -92,6 +92,7 @@ void SetFromRecord(NamePool& pool, const rpc::NodeRecord& rec, NodeEntry* n) {
   n->address = rec.address();
   n->hostname = rec.hostname();
   n->pid = rec.pid();
+  n->head_node = rec.is_head_node();
   std::vector<std::pair<uint32_t, uint32_t>> labels;
   labels.reserve(rec.labels_size());
   for (const auto& [k, v] : rec.labels()) {
@@ -147,6 +148,7 @@ void FillRecord(const NamePool& pool, const std::string& node_id, const NodeEntr
   if (!full) return;
   out->set_hostname(n.hostname);
   out->set_pid(n.pid);
+  out->set_is_head_node(n.head_node);
   out->set_start_time_ms(n.start_time_ms);
   out->set_heartbeat_ms(n.reported_beat_ms);
   for (const auto& d : n.pending) *out->add_pending() = d;

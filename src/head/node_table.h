@@ -49,6 +49,7 @@ struct NodeEntry {
   bool available_is_total = true;
   bool alive = false;
   bool known = false;               // registered at least once
+  bool head_node = false;           // NodeRecord.is_head_node
   int64_t pid = 0;
   int64_t start_time_ms = 0;
   std::vector<rpc::PendingDemand> pending;

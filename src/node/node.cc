@@ -215,6 +215,7 @@ Status Node::RegisterWithHead() {
   if (lane_) req.set_lane_unix(lane_->unix_name());
   n->set_hostname(hostname_);
   n->set_pid(getpid());
+  n->set_is_head_node(cfg_.serve_session_logs);  // only the head's own node serves the session's logs
   n->set_alive(true);
   {
     MutexLock lock(st_.mu);
