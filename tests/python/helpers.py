@@ -172,6 +172,21 @@ def wait_until(pred, timeout=30.0, interval=0.1, what="condition"):
                                                              if last else ""))
 
 
+def wait_actor_dead(call, timeout=30.0, call_timeout=10.0):
+    """Waits until `call()` (an actor method's .remote()) raises RayActorError on get."""
+    import torus
+    from torus import exceptions as exc
+
+    def dead():
+        try:
+            torus.get(call(), timeout=call_timeout)
+            return False
+        except exc.RayActorError:
+            return True
+
+    wait_until(dead, timeout=timeout, what="the actor to die")
+
+
 def ray_client_bin() -> Path:
     """The bin/ of the pinned real Ray client (python/requirements-ray-client.txt):
     $TORUS_RAY_CLIENT_BIN or .venv-ray/bin. Without it the HTTP tests skip, but not under CI."""

@@ -10,7 +10,7 @@ import pytest
 import torus
 from torus import exceptions as exc
 
-from helpers import wait_until
+from helpers import wait_actor_dead, wait_until
 
 
 @torus.remote
@@ -231,14 +231,7 @@ def test_restart_after_sigkill(torus_local):
     assert torus.get(c.inc.remote()) == 1   # a fresh instance (__init__ ran again)
     os.kill(pid2, signal.SIGKILL)           # no restarts left: the actor is dead now
 
-    def dead():
-        try:
-            torus.get(c.pid.remote(), timeout=30)
-            return False
-        except exc.RayActorError:
-            return True
-
-    wait_until(dead, timeout=60, what="the actor to be dead")
+    wait_actor_dead(c.pid.remote, timeout=60, call_timeout=30)
     assert torus.get(plus_one.remote(1)) == 2   # the cluster keeps serving
 
 

@@ -3,7 +3,7 @@ only copy went with a SIGKILLed node is made again by running its task again; on
 made again (max_retries=0) raises ray.exceptions.ObjectLostError naming the object."""
 import json
 
-from helpers import Cluster, run_python, torus_bin, wait_until
+from helpers import Cluster, run_python, torus_bin, wait_actor_dead
 
 SCRIPT = """
 import json, os, signal, subprocess, sys
@@ -40,33 +40,32 @@ def _cluster():
     return Cluster().start_head("--num-cpus", "1", "--node-timeout-ms", "2000")
 
 
-def test_a_result_lost_with_its_node_is_made_again(tmp_path):
+def _run(tmp_path, retries: str):
+    """SCRIPT on a fresh cluster: (its VALUE or LOST line, its whole output)."""
     c = _cluster()
     try:
         out = run_python(SCRIPT, env=c.driver_env(RAY_ADDRESS=c.address), shim=True,
-                         args=(torus_bin(), str(tmp_path), "3")).stdout
-        line = next(l for l in out.splitlines() if l.startswith(("VALUE", "LOST")))
-        assert line.startswith("VALUE"), out
-        _, total, made = line.split(" ", 2)
-        assert int(total) == sum(range(1_000_000))
-        made = json.loads(made)
-        assert len(made) == 2 and made[0] != made[1], made  # made again, on the other node
+                         args=(torus_bin(), str(tmp_path), retries)).stdout
+        return next(l for l in out.splitlines() if l.startswith(("VALUE", "LOST"))), out
     finally:
         c.stop()
+
+
+def test_a_result_lost_with_its_node_is_made_again(tmp_path):
+    line, out = _run(tmp_path, "3")
+    assert line.startswith("VALUE"), out
+    _, total, made = line.split(" ", 2)
+    assert int(total) == sum(range(1_000_000))
+    made = json.loads(made)
+    assert len(made) == 2 and made[0] != made[1], made  # made again, on the other node
 
 
 def test_a_result_that_cannot_be_made_again_raises_object_lost(tmp_path):
-    c = _cluster()
-    try:
-        out = run_python(SCRIPT, env=c.driver_env(RAY_ADDRESS=c.address), shim=True,
-                         args=(torus_bin(), str(tmp_path), "0")).stdout
-        line = next(l for l in out.splitlines() if l.startswith(("VALUE", "LOST")))
-        assert line.startswith("LOST ObjectLostError"), out
-        oid, msg = line.split(" ", 3)[2], line.split("|", 1)[1]
-        assert oid[:32] in msg and "cannot be rebuilt" in msg, line
-        assert len((tmp_path / "made").read_text().split()) == 1
-    finally:
-        c.stop()
+    line, out = _run(tmp_path, "0")
+    assert line.startswith("LOST ObjectLostError"), out
+    oid, msg = line.split(" ", 3)[2], line.split("|", 1)[1]
+    assert oid[:32] in msg and "cannot be rebuilt" in msg, line
+    assert len((tmp_path / "made").read_text().split()) == 1
 
 
 def test_an_object_whose_owner_died_raises_owner_died(torus_local):
@@ -86,14 +85,7 @@ def test_an_object_whose_owner_died_raises_owner_died(torus_local):
     [ref] = torus.get(h.make.remote())
     torus.kill(h)
 
-    def dead():
-        try:
-            torus.get(h.ping.remote(), timeout=10)
-            return False
-        except exc.RayActorError:
-            return True
-
-    wait_until(dead, timeout=30, what="the actor to die")
+    wait_actor_dead(h.ping.remote)
     try:
         torus.get(ref, timeout=30)
         raise AssertionError("get of an object whose owner died returned")
