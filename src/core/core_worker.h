@@ -274,6 +274,14 @@ class CoreWorker final : public internal::Runtime,
                       const std::string& cause);
   // The nodes the head lists alive. No lock; throws when the head cannot be asked.
   std::unordered_set<std::string> LiveNodes();
+  // Rebuild() of our `id`, lost because of `cause`; when it cannot be rebuilt, fails it with
+  // ObjectLost saying why. Requires mu_.
+  void RebuildOrFail(const std::string& id, const std::unordered_set<std::string>& live,
+                     const std::string& cause);
+  // Waiting for the head to declare a node dead: calls `step` under mu_ with the nodes listed
+  // alive (nullptr when the head could not be asked) every 250 ms until it returns true
+  // (returns true), shutdown (true), or kNodeDeathWaitMs pass (false). No lock.
+  bool PollNodeDeath(const std::function<bool(const std::unordered_set<std::string>* live)>& step);
   // A value Get could not read from the node at `loc`.
   struct LostRead {
     std::string id;

@@ -4,6 +4,8 @@
 // and an executor that find a copy gone.
 
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/ids.h"
@@ -160,12 +162,7 @@ bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
     const std::string cause = "its copy on node " + l.loc.node_id() + " (" + l.loc.node_address() +
                               ") is gone with the node";
     if (e->owned) {
-      std::string why = Rebuild(l.id, live, cause);
-      if (!why.empty()) {
-        ResetValue(*e);
-        FailObject(l.id, StatusCode::kObjectLost,
-                   "object " + l.id + " is lost: " + cause + ", and it cannot be rebuilt: " + why);
-      }
+      RebuildOrFail(l.id, live, cause);
     } else {
       // Borrowed: its owner rebuilds it (or says why not) before it answers.
       ResetValue(*e);
@@ -176,6 +173,34 @@ bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
   return !waiting_for_death;
 }
 
+void CoreWorker::RebuildOrFail(const std::string& id, const std::unordered_set<std::string>& live,
+                               const std::string& cause) {
+  std::string why = Rebuild(id, live, cause);
+  if (why.empty()) return;
+  if (ObjectEntry* e = refs_.Find(id)) ResetValue(*e);
+  FailObject(id, StatusCode::kObjectLost,
+             "object " + id + " is lost: " + cause + ", and it cannot be rebuilt: " + why);
+}
+
+bool CoreWorker::PollNodeDeath(
+    const std::function<bool(const std::unordered_set<std::string>* live)>& step) {
+  const auto give_up = Clock::now() + std::chrono::milliseconds(kNodeDeathWaitMs);
+  for (;;) {
+    std::optional<std::unordered_set<std::string>> live;
+    try {
+      live = LiveNodes();
+    } catch (const internal::RayException&) {
+      // asked again on the next round
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shutting_down_ || step(live ? &*live : nullptr)) return true;
+    }
+    if (Clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
 void CoreWorker::RebuildForBorrower(const std::string& id) {
   rpc::ObjectLocation loc;
   {
@@ -184,72 +209,47 @@ void CoreWorker::RebuildForBorrower(const std::string& id) {
     if (!e || !e->owned || !e->ready || e->is_error || !e->in_shm || e->has_local_copy) return;
     loc = e->shm;
   }
-  const auto give_up = Clock::now() + std::chrono::milliseconds(kNodeDeathWaitMs);
-  for (;;) {
-    std::unordered_set<std::string> live;
-    try {
-      live = LiveNodes();
-    } catch (const internal::RayException&) {
-      return;  // the borrower reads the old location again and tells us again
-    }
-    std::unique_lock<std::mutex> lock(mu_);
+  PollNodeDeath([&](const std::unordered_set<std::string>* live) {
+    if (!live) return true;  // the borrower reads the old location again and tells us again
     ObjectEntry* e = refs_.Find(id);
-    if (!e || !e->ready || !e->in_shm || e->shm.key() != loc.key()) return;  // changed meanwhile
-    if (!live.count(loc.node_id())) {
-      const std::string cause = "a borrower cannot read its copy on node " + loc.node_id() +
-                                " (" + loc.node_address() + "), which is gone";
-      std::string why = Rebuild(id, live, cause);
-      if (!why.empty()) {
-        ResetValue(*e);
-        FailObject(id, StatusCode::kObjectLost,
-                   "object " + id + " is lost: " + cause + ", and it cannot be rebuilt: " + why);
-      }
-      return;
-    }
-    if (Clock::now() >= give_up || shutting_down_) return;
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+    if (!e || !e->ready || !e->in_shm || e->shm.key() != loc.key()) return true;  // changed
+    if (live->count(loc.node_id())) return false;
+    RebuildOrFail(id, *live,
+                  "a borrower cannot read its copy on node " + loc.node_id() + " (" +
+                      loc.node_address() + "), which is gone");
+    return true;
+  });
 }
 
 void CoreWorker::RetryAfterLostArg(std::shared_ptr<TaskRecord> t, std::string lost_id,
                                    rpc::Error error) {
-  const auto give_up = Clock::now() + std::chrono::milliseconds(kNodeDeathWaitMs);
+  // Requires mu_.
   auto fail = [&](const std::string& why) {
     FailTask(*t, StatusCode::kObjectLost, error.message() + (why.empty() ? "" : "; " + why));
     cv_.notify_all();
+    return true;
   };
-  for (;;) {
-    std::unordered_set<std::string> live;
-    bool asked = true;
-    try {
-      live = LiveNodes();
-    } catch (const internal::RayException&) {
-      asked = false;
-    }
-    std::unique_lock<std::mutex> lock(mu_);
-    if (shutting_down_) return;
+  const bool done = PollNodeDeath([&](const std::unordered_set<std::string>* live) {
     ObjectEntry* e = refs_.Find(lost_id);
     if (!e) return fail("the argument was freed");
     bool go = !e->ready || e->rebuilding;  // on its way again already
-    if (!go && asked && LostWith(*e, live)) {
-      std::string why = Rebuild(lost_id, live, "task " + t->spec.function() + " could not read it");
+    if (!go && live && LostWith(*e, *live)) {
+      std::string why = Rebuild(lost_id, *live, "task " + t->spec.function() + " could not read it");
       if (!why.empty()) return fail("it cannot be rebuilt: " + why);
       go = true;
     }
     if (!go && e->ready && (e->is_error || !e->in_shm || e->has_local_copy)) go = true;
-    if (go) {
-      TORUS_LOG(INFO) << "running task " << t->spec.function() << " again: its argument "
-                      << lost_id << " was lost and is made again";
-      auto again = NextAttempt(*t);  // the pins go with it
-      t->pinned.clear();
-      Requeue(std::move(again), /*pin=*/false);
-      return;
-    }
-    if (Clock::now() >= give_up) return fail("its node is still listed alive");
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+    if (!go) return false;
+    TORUS_LOG(INFO) << "running task " << t->spec.function() << " again: its argument " << lost_id
+                    << " was lost and is made again";
+    auto again = NextAttempt(*t);  // the pins go with it
+    t->pinned.clear();
+    Requeue(std::move(again), /*pin=*/false);
+    return true;
+  });
+  if (done) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!shutting_down_) fail("its node is still listed alive");
 }
 
 }  // namespace torus::core
