@@ -96,8 +96,19 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void Join();
   const std::string& address() const { return address_; }
 
+  // Where the stream's tasks run, shared by the task table's rows (no string copies per task).
+  struct Place {
+    std::string worker_id, node_id;
+  };
+
   // Guarded by CoreWorker::mu_.
   std::string key, lease_id, worker_id, node_address, node_id, actor_id;
+  // worker_id and node_id as one shared Place, made on first use (they are set before any task
+  // is sent and never change).
+  const std::shared_ptr<const Place>& place() {
+    if (!place_) place_ = std::make_shared<const Place>(Place{worker_id, node_id});
+    return place_;
+  }
   std::unordered_map<uint64_t, std::shared_ptr<TaskRecord>> in_flight;  // by TaskCounterOf(task id)
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
   bool broken = false;
@@ -121,6 +132,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool first_sent_ = false;
   std::string lease_id_for_worker_;
   std::thread reader_, writer_;
+  std::shared_ptr<const Place> place_;  // guarded by CoreWorker::mu_ (place())
 
   // Who reads the stream (synchronous mode, above).
   static constexpr std::chrono::milliseconds kParkMax{20};

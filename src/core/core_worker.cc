@@ -360,7 +360,7 @@ std::unique_ptr<rpc::Node::Stub> CoreWorker::NodeStub(const std::string& address
 // ------------------------------------------------------------------------------- execution
 
 
-void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state, const Conn* conn,
+void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state, Conn* conn,
                               const std::string& error, const rpc::TaskResult* result) {
   uint64_t key = TaskCounterOf(spec.task_id());
   auto [it, fresh] = task_table_.try_emplace(key);
@@ -382,8 +382,7 @@ void CoreWorker::SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State st
   // taken back) clears it; the end takes the executor's own times when it sent them.
   if (state == rpc::TaskInfo::RUNNING) {
     if (conn) {
-      info.worker_id = conn->worker_id;
-      info.node_id = conn->node_id;
+      info.place = conn->place();
     }
     info.start_us = WallClockUs();
     info.end_us = 0;
@@ -430,12 +429,12 @@ grpc::Status CoreWorker::ListTasks(grpc::ServerContext* ctx, const rpc::Empty*, 
     info->set_task_id(prefix + Hex64(key));
     info->set_name(e.name);
     info->set_state(e.state);
-    info->set_worker_id(e.worker_id);
+    if (e.place) info->set_worker_id(e.place->worker_id);
     info->set_attempt(e.attempt);
     info->set_error(e.error);
     info->set_actor_id(e.actor_id);
     info->set_job_id(e.job_id);
-    info->set_node_id(e.node_id);
+    if (e.place) info->set_node_id(e.place->node_id);
     info->set_start_us(e.start_us);
     info->set_end_us(e.end_us);
     info->set_submitted_ms(e.submitted_ms);

@@ -470,10 +470,11 @@ class CoreWorker final : public internal::Runtime,
   // What this process submitted, for `torus list tasks`; finished entries are kept up to a bound.
   // `conn`: the worker it was sent to (RUNNING) or came back from; `result`: the executor's
   // report, whose times replace the submitter's dispatch and end times (`torus timeline`).
-  void SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state, const Conn* conn = nullptr,
+  void SetTaskState(const rpc::TaskSpec& spec, rpc::TaskInfo::State state, Conn* conn = nullptr,
                     const std::string& error = "", const rpc::TaskResult* result = nullptr);
   struct TaskEntry {  // one row of `torus list tasks` (rpc::TaskInfo), without per-field heap strings
-    std::string name, actor_id, job_id, worker_id, node_id, error;
+    std::string name, actor_id, job_id, error;
+    std::shared_ptr<const Conn::Place> place;  // the worker it was last sent to
     rpc::TaskInfo::State state = rpc::TaskInfo::PENDING_ARGS;
     int attempt = 0;
     int64_t submitted_ms = 0;
