@@ -359,6 +359,7 @@ void Usage() {
                "        [--labels k=v,...] [--bind HOST] [--block] [--new-session | --session-dir DIR]\n"
                "        (resumes the latest session when it has durable state; docs/fault_tolerance.md)\n"
                "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
+               "        [--keep-dead-nodes N (1000)]\n"
                "        [--dashboard-host HOST] [--dashboard-port N (8265)] [--include-dashboard false]  (docs/http.md)\n"
                "        [--dashboard-agent-listen-port N (52365)] [--dashboard-agent-host HOST] [--object-store-memory BYTES]\n"
                "  start --address HOST:PORT [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"

@@ -63,6 +63,7 @@ constexpr HeadTuningFlag kHeadTuningFlags[] = {
     {"view-records-per-s", &HeadConfig::view_records_per_s},
     {"max-heartbeats-per-s", &HeadConfig::max_heartbeats_per_s},
     {"push-view-max-nodes", &HeadConfig::push_view_max_nodes},
+    {"keep-dead-nodes", &HeadConfig::keep_dead_nodes},
 };
 
 void SetHeadTuning(const Args& a, HeadConfig* cfg) {

@@ -22,6 +22,35 @@ void Head::BumpView(const std::string* node) {
     view_log_floor_ = view_log_.front().first;
     view_log_.pop_front();
   }
+  while (!forgotten_ids_.empty() && forgotten_ids_.front().first < view_log_floor_) {
+    forgotten_ids_.pop_front();
+  }
+}
+
+void Head::ForgetDeadNodesLocked() {
+  const size_t keep = static_cast<size_t>(std::max(cfg_.keep_dead_nodes, 0));
+  while (nodes_.size() - alive_nodes_ > keep && !dead_order_.empty()) {
+    std::string id = std::move(dead_order_.front());
+    dead_order_.pop_front();
+    auto it = nodes_.find(id);
+    if (it == nodes_.end() || it->second.alive) continue;  // came back (it dies again later)
+    // The view log names changed nodes by pointers to their keys: those of this node now point
+    // to a copy of its id that lives as long as the log may hold them, so that a node behind
+    // still learns from its delta that this one is gone.
+    const std::string* key = &it->first;
+    const std::string* copy = nullptr;
+    for (auto& entry : view_log_) {
+      if (entry.second != key) continue;
+      if (!copy) {
+        forgotten_ids_.emplace_back(view_version_, id);
+        copy = &forgotten_ids_.back().second;
+      }
+      entry.second = copy;
+    }
+    auto by_address = node_by_address_.find(it->second.address);
+    if (by_address != node_by_address_.end() && by_address->second == key) node_by_address_.erase(by_address);
+    nodes_.erase(it);
+  }
 }
 
 void Head::FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) {

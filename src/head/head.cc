@@ -195,7 +195,10 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   MutexLock lock(mu_);
   auto it = nodes_.find(req->node_id());
   if (it == nodes_.end()) return grpc::Status::OK;
-  if (it->second.alive) --alive_nodes_;
+  if (it->second.alive) {
+    --alive_nodes_;
+    dead_order_.push_back(it->first);
+  }
   it->second.alive = false;
   IndexNodeLocked(it->first, it->second);
   BumpView(&it->first);
@@ -268,6 +271,7 @@ std::optional<std::chrono::milliseconds> Head::MonitorTick() {
     if (now - n.last_heartbeat > std::chrono::milliseconds(timeout_ms)) {
       n.alive = false;
       --alive_nodes_;
+      dead_order_.push_back(id);
       IndexNodeLocked(id, n);
       BumpView(&id);
       TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << timeout_ms
@@ -279,6 +283,7 @@ std::optional<std::chrono::milliseconds> Head::MonitorTick() {
     }
   }
   if (now >= resume_until_) EndResumeGraceLocked();
+  ForgetDeadNodesLocked();
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();
   return kMonitorPeriod;

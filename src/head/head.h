@@ -87,6 +87,10 @@ struct HeadConfig {
   // actors and bundles on nodes that did not are handled as on a node's death, and the jobs of
   // drivers that did not are finished.
   int resume_grace_ms = 10000;
+  // Dead nodes stay listed (`torus list nodes`, the state API) up to this many, the longest
+  // dead forgotten first (Ray keeps 1,000: maximum_gcs_dead_node_cached_count), so that a
+  // cluster whose hosts come and go for weeks keeps a bounded table.
+  int keep_dead_nodes = 1000;
   // The HTTP surface (docs/http.md): Ray's Jobs REST API and the health probe, on
   // dashboard_host:dashboard_port. -1: none; 0: any free port. With dashboard_port_fallback a
   // port in use is replaced by a free one (logged), otherwise Start fails.
@@ -209,7 +213,10 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
 
   Mutex mu_;
   CondVar stop_cv_;  // Stop began (WatchJob waits on it between its polls)
-  std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);  // never erased: keys are stable
+  // Keys are stable while the node is in the table; a dead node is erased only by
+  // ForgetDeadNodesLocked, which first takes every pointer to its key out of view_log_ and
+  // node_by_address_ (the slice index drops a node when it dies).
+  std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
   size_t alive_nodes_ GUARDED_BY(mu_) = 0;
   static constexpr int kMissedHeartbeats = 5;
   // The period nodes are asked to beat at now (0: their own), from alive_nodes_.
@@ -223,6 +230,14 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // views are deltas from it. view_log_floor_: versions at or above it are covered.
   std::deque<std::pair<uint64_t, const std::string*>> view_log_ GUARDED_BY(mu_);
   uint64_t view_log_floor_ GUARDED_BY(mu_) = 1;
+  // The ids of nodes forgotten while view_log_ may still name them (view version at the time,
+  // id), oldest first; dropped once view_log_floor_ passes their version (BumpView).
+  std::deque<std::pair<uint64_t, std::string>> forgotten_ids_ GUARDED_BY(mu_);
+  // Nodes in the order they died (a node that came back is skipped when its turn comes).
+  std::deque<std::string> dead_order_ GUARDED_BY(mu_);
+  // Erases the dead nodes beyond cfg_.keep_dead_nodes, the longest dead first. Called from the
+  // monitor's tick, never while nodes_ is being iterated.
+  void ForgetDeadNodesLocked() REQUIRES(mu_);
   double view_tokens_ GUARDED_BY(mu_) = 0;  // view records that may be shipped now (--view-records-per-s)
   std::chrono::steady_clock::time_point view_refill_ GUARDED_BY(mu_);
   // The whole view serialized (HeartbeatReply.view_snapshot) as of snapshot_version_.
