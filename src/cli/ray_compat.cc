@@ -216,6 +216,12 @@ bool HeadAnswers(const std::string& address, const std::string& token) {
 }  // namespace
 
 int RayCompatMain(const std::vector<std::string>& args) {
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << "usage: ray start|stop|status|health-check [options]\n"
+                 "Torus's ray entry point: Ray's CLI as KubeRay runs it in its pods, served by\n"
+                 "`torus ray ...` (ray start runs the Torus head or node in the foreground).\n";
+    return 0;
+  }
   std::map<std::string, std::string> env;
   for (const char* k : {"TORUS_TOKEN", "RAY_AUTH_TOKEN"}) {
     if (const char* v = std::getenv(k)) env[k] = v;

@@ -229,6 +229,30 @@ pid_t SpawnDaemon(const std::string& session, const std::string& name,
   return *pid;
 }
 
+// A head or node run in the foreground (`--block`, as KubeRay runs `ray start`) is one of its
+// session's daemons while it runs: its pid file lets `torus stop` (`ray stop`) stop it, and a
+// second head refuse to start over it.
+class ForegroundPidFile {
+ public:
+  ForegroundPidFile(const std::string& session, const std::string& name)
+      : path_(session + "/pids/" + name + ".pid") {
+    std::error_code ec;
+    std::filesystem::create_directories(session + "/pids", ec);
+    if (auto s = WriteFile(path_, PidFileContent(getpid())); !s.ok()) {
+      std::cerr << "torus: " << s.message() << " (torus stop will not find this process)" << std::endl;
+    }
+  }
+  ~ForegroundPidFile() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  ForegroundPidFile(const ForegroundPidFile&) = delete;
+  ForegroundPidFile& operator=(const ForegroundPidFile&) = delete;
+
+ private:
+  std::string path_;
+};
+
 // The live daemons of `session`; pid files naming another process are reported on stderr.
 std::vector<SessionDaemon> LiveDaemons(const std::string& session) {
   std::vector<std::string> refused;
@@ -302,6 +326,7 @@ int RunHeadInForeground(const Args& a, const std::string& session, int port) {
   SetDashboardFromStart(a, &hc);
   Head head(hc);
   if (auto s = head.Start(); !s.ok()) Die(s.ToString());
+  ForegroundPidFile pid_file(session, "head");
   WriteHeadAddresses(head, session);
   Args na = a;
   na.flags["address"] = head.address();
@@ -462,6 +487,7 @@ int JoinCluster(const Args& a, const std::string& self) {
   if (a.Has("block")) {
     std::vector<char*> cargv;
     for (auto& s : nargs) cargv.push_back(s.data());
+    ForegroundPidFile pid_file(session, "node-" + std::to_string(getpid()));
     return RunNode(ParseArgs(static_cast<int>(cargv.size()), cargv.data(), 2, kBoolFlags));
   }
   static int counter = 0;

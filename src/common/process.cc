@@ -147,6 +147,23 @@ bool ArgvNamesSession(pid_t pid, const std::string& session_dir) {
   }
   return false;
 }
+
+// `torus start ... --block`.
+bool IsForegroundStart(pid_t pid) {
+  auto read = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+  if (!read.ok()) return false;
+  bool start = false, block = false;
+  const std::string& cmd = *read;
+  for (size_t begin = 0; begin < cmd.size();) {
+    size_t end = cmd.find('\0', begin);
+    if (end == std::string::npos) end = cmd.size();
+    std::string_view arg(cmd.data() + begin, end - begin);
+    start = start || arg == "start";
+    block = block || arg == "--block";
+    begin = end + 1;
+  }
+  return start && block;
+}
 }  // namespace
 
 PidState CheckSessionProcess(const PidRecord& rec, const std::string& session_dir, std::string* why) {
@@ -160,7 +177,9 @@ PidState CheckSessionProcess(const PidRecord& rec, const std::string& session_di
            ", the daemon at " + std::to_string(rec.start_time);
     return PidState::kGone;
   }
-  if (!ArgvNamesSession(rec.pid, session_dir)) {
+  // A head or node in the foreground (`torus start --block`) names no session on its command
+  // line; its pid file does, with its start time, checked above.
+  if (!ArgvNamesSession(rec.pid, session_dir) && !(rec.start_time != 0 && IsForegroundStart(rec.pid))) {
     *why = "pid " + std::to_string(rec.pid) + " is not a Torus daemon of " + session_dir +
            " (its command line has no --session-dir " + session_dir + ")";
     return PidState::kOther;
