@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "tpu/node_identity.h"
 
 namespace torus::launcher {
@@ -389,6 +392,38 @@ TEST(Manifest, AllProblemsAreReportedTogether) {
   EXPECT_NE(m.find("missing cloud.google.com/gke-tpu-topology"), std::string::npos) << m;
   EXPECT_NE(m.find("group 'h'"), std::string::npos) << m;
   EXPECT_NE(m.find("Number of workers"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace torus::launcher
+
+namespace torus::launcher {
+namespace {
+
+std::string ReadExample(const std::string& name) {
+  std::ifstream f(std::string(TORUS_SOURCE_DIR) + "/examples/kuberay/" + name);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The GKE manifests that run Torus's image (examples/kuberay, scripts/image.sh) are valid
+// RayClusters with the slices they say.
+TEST(KubeRayExamples, TheSliceAndMultisliceManifestsAskForWholeV6eSlices) {
+  for (auto [file, replicas] : {std::pair{"v6e-4x4-slice.yaml", 1}, std::pair{"v6e-4x4-multislice.yaml", 2}}) {
+    std::string text = ReadExample(file);
+    ASSERT_FALSE(text.empty()) << file;
+    auto spec = ParseRayCluster(text);
+    ASSERT_TRUE(spec.ok()) << file << ": " << spec.status().message();
+    ASSERT_EQ(spec->workers.size(), 1u) << file;
+    const GroupSpec& g = spec->workers[0];
+    EXPECT_EQ(g.replicas, replicas) << file;
+    EXPECT_EQ(g.num_of_hosts, 4) << file;
+    EXPECT_EQ(g.tpu_chips, 4) << file;
+    EXPECT_EQ(g.topology, "4x4") << file;
+    EXPECT_EQ(g.pod_type, "v6e-16") << file;
+    EXPECT_EQ(g.NumHosts(), 4 * replicas) << file;
+  }
 }
 
 }  // namespace
