@@ -236,9 +236,7 @@ class ForegroundPidFile {
  public:
   ForegroundPidFile(const std::string& session, const std::string& name)
       : path_(session + "/pids/" + name + ".pid") {
-    std::error_code ec;
-    std::filesystem::create_directories(session + "/pids", ec);
-    if (auto s = WriteFile(path_, PidFileContent(getpid())); !s.ok()) {
+    if (auto s = WriteSessionPidFile(session, name, getpid()); !s.ok()) {
       std::cerr << "torus: " << s.message() << " (torus stop will not find this process)" << std::endl;
     }
   }

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -128,9 +129,8 @@ StatusOr<PidRecord> ParsePidFile(const std::string& content) {
 }
 
 namespace {
-// The NUL-separated argv of `pid` contains `--session-dir` followed by `session_dir` (or the
-// same directory under another spelling).
-bool ArgvNamesSession(pid_t pid, const std::string& session_dir) {
+// The command line of `pid` (its NUL-separated /proc cmdline); empty when it cannot be read.
+std::vector<std::string> ProcessArgv(pid_t pid) {
   auto read = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
   const std::string cmd = read.ok() ? *read : "";
   std::vector<std::string> argv;
@@ -140,6 +140,12 @@ bool ArgvNamesSession(pid_t pid, const std::string& session_dir) {
     argv.push_back(cmd.substr(start, end - start));
     start = end + 1;
   }
+  return argv;
+}
+
+// The argv contains `--session-dir` followed by `session_dir` (or the same directory under
+// another spelling).
+bool ArgvNamesSession(const std::vector<std::string>& argv, const std::string& session_dir) {
   for (size_t i = 0; i + 1 < argv.size(); ++i) {
     if (argv[i] != "--session-dir") continue;
     std::error_code ec;
@@ -149,20 +155,9 @@ bool ArgvNamesSession(pid_t pid, const std::string& session_dir) {
 }
 
 // `torus start ... --block`.
-bool IsForegroundStart(pid_t pid) {
-  auto read = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
-  if (!read.ok()) return false;
-  bool start = false, block = false;
-  const std::string& cmd = *read;
-  for (size_t begin = 0; begin < cmd.size();) {
-    size_t end = cmd.find('\0', begin);
-    if (end == std::string::npos) end = cmd.size();
-    std::string_view arg(cmd.data() + begin, end - begin);
-    start = start || arg == "start";
-    block = block || arg == "--block";
-    begin = end + 1;
-  }
-  return start && block;
+bool IsForegroundStart(const std::vector<std::string>& argv) {
+  auto has = [&](const char* a) { return std::find(argv.begin(), argv.end(), a) != argv.end(); };
+  return has("start") && has("--block");
 }
 }  // namespace
 
@@ -179,7 +174,8 @@ PidState CheckSessionProcess(const PidRecord& rec, const std::string& session_di
   }
   // A head or node in the foreground (`torus start --block`) names no session on its command
   // line; its pid file does, with its start time, checked above.
-  if (!ArgvNamesSession(rec.pid, session_dir) && !(rec.start_time != 0 && IsForegroundStart(rec.pid))) {
+  const std::vector<std::string> argv = ProcessArgv(rec.pid);
+  if (!ArgvNamesSession(argv, session_dir) && !(rec.start_time != 0 && IsForegroundStart(argv))) {
     *why = "pid " + std::to_string(rec.pid) + " is not a Torus daemon of " + session_dir +
            " (its command line has no --session-dir " + session_dir + ")";
     return PidState::kOther;

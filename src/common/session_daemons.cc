@@ -22,9 +22,14 @@ StatusOr<pid_t> SpawnSessionDaemon(const std::string& session, const std::string
   o.new_session = true;
   auto pid = Spawn(o);
   if (!pid.ok()) return pid.status();
-  std::filesystem::create_directories(session + "/pids");
-  (void)WriteFile(session + "/pids/" + name + ".pid", PidFileContent(*pid));
+  (void)WriteSessionPidFile(session, name, *pid);
   return *pid;
+}
+
+Status WriteSessionPidFile(const std::string& session, const std::string& name, pid_t pid) {
+  std::error_code ec;
+  std::filesystem::create_directories(session + "/pids", ec);
+  return WriteFile(session + "/pids/" + name + ".pid", PidFileContent(pid));
 }
 
 std::vector<SessionDaemon> LiveSessionDaemons(const std::string& session, std::vector<std::string>* refused) {

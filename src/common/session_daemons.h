@@ -34,6 +34,10 @@ StatusOr<pid_t> SpawnSessionDaemon(const std::string& session, const std::string
                                    const std::map<std::string, std::string>& env_set = {},
                                    const std::vector<std::string>& env_unset = {});
 
+// Writes <session>/pids/<name>.pid for `pid` ("PID STARTTIME"): the process counts as one of
+// the session's daemons (a head or node run in the foreground writes its own).
+Status WriteSessionPidFile(const std::string& session, const std::string& name, pid_t pid);
+
 // The live daemons of `session`. Stale pid files (process gone, pid reused) are removed; files
 // that hold nonsense or name another process are removed too, and each gets a line in *refused
 // ("not signalling anything for <file>: <why>; removed it"); their process is left alone.
