@@ -449,6 +449,7 @@ NodeInfo TestCluster::AddNode(const NodeSpec& spec) {
     argv.push_back("--labels");
     argv.push_back(LabelsArg(spec.labels));
   }
+  argv.insert(argv.end(), spec.flags.begin(), spec.flags.end());
   std::map<std::string, std::string> env = spec.env;
   env["TORUS_TMPDIR"] = tmpdir_;
   pid_t child = 0;

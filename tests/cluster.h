@@ -84,6 +84,7 @@ struct NodeSpec {
   nlohmann::json resources = nlohmann::json::object();  // extra resources, e.g. {"custom": 1}
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> env;  // added to the node's (and so its workers') env
+  std::vector<std::string> flags;          // added to `torus start --address ...`
   // true: `torus start --address ... --block`, a child of this process (stopped with SIGTERM);
   // false: `torus start --address ...`, a daemon that `torus stop` stops.
   bool block = false;

@@ -121,25 +121,30 @@ int Status_(const Args& a) {
   for (const auto& n : c.list.nodes()) {
     if (n.alive()) live.push_back(n.address());
   }
-  auto stores = ForEachParallel<std::optional<std::pair<uint64_t, uint64_t>>>(
-      live, [&](const std::string& address) -> std::optional<std::pair<uint64_t, uint64_t>> {
-        rpc::NodeInfoReply info;
-        auto ctx = NewContext(c.token, 3000);
-        if (!rpc::Node::NewStub(GetOneOffChannel(address))->Info(ctx.get(), rpc::Empty(), &info).ok()) {
-          return std::nullopt;
-        }
-        return std::make_pair(info.shm_bytes(), info.arena_capacity());
-      });
-  uint64_t store_used = 0, store_cap = 0;
+  struct Store {
+    uint64_t used = 0, capacity = 0, spilled = 0, spilled_objects = 0;
+  };
+  auto stores = ForEachParallel<std::optional<Store>>(live, [&](const std::string& address) -> std::optional<Store> {
+    rpc::NodeInfoReply info;
+    auto ctx = NewContext(c.token, 3000);
+    if (!rpc::Node::NewStub(GetOneOffChannel(address))->Info(ctx.get(), rpc::Empty(), &info).ok()) {
+      return std::nullopt;
+    }
+    return Store{info.shm_bytes(), info.arena_capacity(), info.spilled_bytes(), info.spilled_objects()};
+  });
+  Store sum;
   size_t answered = 0;
   for (const auto& s : stores) {
     if (!s) continue;
     ++answered;
-    store_used += s->first;
-    store_cap += s->second;
+    sum.used += s->used;
+    sum.capacity += s->capacity;
+    sum.spilled += s->spilled;
+    sum.spilled_objects += s->spilled_objects;
   }
-  std::cout << "  " << std::setw(24) << std::left << "object store" << " " << HumanBytes(store_used)
-            << " / " << HumanBytes(store_cap)
+  std::cout << "  " << std::setw(24) << std::left << "object store" << " " << HumanBytes(sum.used)
+            << " / " << HumanBytes(sum.capacity) << ", " << HumanBytes(sum.spilled) << " spilled ("
+            << sum.spilled_objects << " object(s))"
             << (answered < live.size() ? "  (" + std::to_string(live.size() - answered) + " node(s) did not answer)" : "")
             << "\n";
   std::cout << "Pending demands\n";
@@ -306,6 +311,7 @@ nlohmann::ordered_json ListFromNodes(const Cluster& c, const std::string& what) 
         j["owner_address"] = o.owner_address();
         j["store_key"] = o.key();
         j["offset"] = o.offset();
+        j["spilled"] = o.spilled();
         out.push_back(j);
       }
     } else {
@@ -362,8 +368,10 @@ void Usage() {
                "        [--keep-dead-nodes N (1000)]\n"
                "        [--dashboard-host HOST] [--dashboard-port N (8265)] [--include-dashboard false]  (docs/http.md)\n"
                "        [--dashboard-agent-listen-port N (52365)] [--dashboard-agent-host HOST] [--object-store-memory BYTES]\n"
+               "        [--object-spilling-directory DIR | --spill-dir DIR]   (docs/object_store.md)\n"
                "  start --address HOST:PORT [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"
                "        [--labels k=v,...] [--bind HOST] [--heartbeat-ms MS] [--block] [--object-store-memory BYTES]\n"
+               "        [--object-spilling-directory DIR | --spill-dir DIR]\n"
                "        [--dashboard-agent-listen-port N] [--dashboard-agent-host HOST]\n"
                "  up FILE.yaml [--wait] [--netns] [--no-atomic-restart]   (docs/launcher.md)\n"
                "  down\n"

@@ -26,7 +26,8 @@ const std::set<std::string> kRayBoolFlags = {"head", "block", "disable-usage-sta
 
 // Ray start flags passed on under the same name (the value unchanged).
 const std::set<std::string> kSameName = {"num-cpus", "num-gpus", "memory", "resources",
-                                         "object-store-memory", "dashboard-agent-listen-port"};
+                                         "object-store-memory", "object-spilling-directory",
+                                         "dashboard-agent-listen-port"};
 // Head-only ones, with the same name.
 const std::set<std::string> kHeadOnly = {"dashboard-host", "dashboard-port", "include-dashboard"};
 

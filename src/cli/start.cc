@@ -167,6 +167,16 @@ StatusOr<uint64_t> ObjectStoreBytes(const Args& a) {
   return uint64_t{bytes};
 }
 
+// --object-spilling-directory DIR (Ray's flag) or --spill-dir DIR: where a full object store
+// spills; "" = the node's default (docs/object_store.md). Made absolute against this cwd.
+std::string SpillDir(const Args& a) {
+  std::string d = a.Get("object-spilling-directory", a.Get("spill-dir"));
+  if (d.empty()) return d;
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(d, ec);
+  return ec ? d : abs.lexically_normal().string();
+}
+
 StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   NodeConfig cfg;
   cfg.head_address = a.Get("address");
@@ -191,6 +201,7 @@ StatusOr<NodeConfig> NodeConfigFromArgs(const Args& a) {
   auto store = ObjectStoreBytes(a);
   if (!store.ok()) return store.status();
   cfg.object_store_bytes = *store;
+  cfg.spill_dir = SpillDir(a);
   // The agent's HTTP surface: --dashboard-agent-listen-port (Ray's flag; -1 = none).
   cfg.agent_host = a.Get("dashboard-agent-host", cfg.bind_host);
   cfg.agent_port = OptionalPortFlag(a, "dashboard-agent-listen-port", -1);
@@ -287,6 +298,10 @@ std::vector<std::string> NodeArgs(const Args& a) {
       v.push_back(std::string("--") + k);
       v.push_back(a.Get(k));
     }
+  }
+  if (std::string d = SpillDir(a); !d.empty()) {
+    v.push_back("--object-spilling-directory");
+    v.push_back(d);
   }
   return v;
 }
@@ -539,7 +554,8 @@ std::vector<std::string> StartFlags() {
   std::vector<std::string> v = {"head", "address", "port", "num-cpus", "num-gpus", "memory", "resources",
                                 "labels", "bind", "block", "heartbeat-ms", "head-lost-ms", "new-session",
                                 "session-dir", "help", "dashboard-host", "dashboard-port", "include-dashboard",
-                                "dashboard-agent-listen-port", "dashboard-agent-host", "object-store-memory"};
+                                "dashboard-agent-listen-port", "dashboard-agent-host", "object-store-memory",
+                                "object-spilling-directory", "spill-dir"};
   for (const auto& f : kHeadTuningFlags) v.push_back(f.name);
   return v;
 }

@@ -555,7 +555,10 @@ StatusOr<rpc::ObjectLocation> CoreWorker::StoreLarge(const rpc::TaskSpec& spec, 
   const std::string id = ReturnIdOf(spec.return_id(), index);
   auto stored = CreateInStore(id, HexOf(id) + ".r" + std::to_string(spec.attempt()), size,
                               spec.owner_address());
-  if (stored.ok()) write(arena_->data() + stored->offset());
+  if (stored.ok()) {
+    write(arena_->data() + stored->offset());
+    UnpinLocal(stored->offset());  // written: the node may spill it from now on
+  }
   return stored;
 }
 

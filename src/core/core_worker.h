@@ -256,11 +256,22 @@ class CoreWorker final : public internal::Runtime,
   // `lost`: the location the owner gave could not be read (GetObjectRequest.lost).
   void FetchFromOwner(const std::string& id, bool lost = false);
   // Turns a stored location into readable bytes (maps shm, pulls from other nodes). No lock.
-  // Reserves `size` bytes under `key` in this node's store. No lock.
+  // Reserves `size` bytes under `key` in this node's store, pinned once for the writer (who
+  // unpins it with UnpinLocal once written, or hands the pin to an ArenaBuffer). No lock.
   StatusOr<rpc::ObjectLocation> CreateInStore(const std::string& object_id, const std::string& key,
                                               uint64_t size, const std::string& owner);
   StatusOr<std::shared_ptr<internal::Buffer>> Materialize(const rpc::ObjectLocation& loc,
                                                           const std::string& object_id) override;
+  // Spilling (docs/object_store.md): one pin on a value in this node's arena when `loc` still
+  // names it there (false: spilled, moved or freed). Lock-free.
+  bool PinLocal(const rpc::ObjectLocation& loc);
+  void UnpinLocal(uint64_t offset);
+  // The value at `loc` in this node's store, pinned: in place, or restored by the node first
+  // (which also updates the entry's offset under mu_). No lock held on entry.
+  StatusOr<std::shared_ptr<internal::Buffer>> ReadLocal(const rpc::ObjectLocation& loc,
+                                                        const std::string& object_id);
+  // Fire-and-forget FreeObjects of one key on this node. No lock.
+  void FreeInStore(const std::string& key);
   void ThrowIfError(const std::string& id, const ObjectEntry& e);
 
   // Lost objects (core_worker_lineage.cc, docs/objects.md "Lost objects").

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "common/env_key.h"
@@ -18,6 +19,7 @@
 #include "common/labels.h"
 #include "common/lane.h"
 #include "common/logging.h"
+#include "core/store_buffers.h"
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/thread_annotations.h"
@@ -34,30 +36,6 @@ namespace torus::core {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-
-// Bytes owned by a shared string (small values).
-class InlineBuffer final : public internal::Buffer {
- public:
-  explicit InlineBuffer(std::shared_ptr<const std::string> s) : s_(std::move(s)) {}
-  const char* data() const override { return s_->data(); }
-  size_t size() const override { return s_->size(); }
-
- private:
-  std::shared_ptr<const std::string> s_;
-};
-
-// A value inside the node's object-store arena, read in place. Keeps the arena mapped.
-class ArenaBuffer final : public internal::Buffer {
- public:
-  ArenaBuffer(std::shared_ptr<Mapping> arena, uint64_t offset, uint64_t size)
-      : arena_(std::move(arena)), offset_(offset), size_(size) {}
-  const char* data() const override { return arena_->data() + offset_; }
-  size_t size() const override { return size_; }
-
- private:
-  std::shared_ptr<Mapping> arena_;
-  uint64_t offset_, size_;
-};
 }  // namespace
 
 // ------------------------------------------------------------------------------- objects
@@ -127,12 +105,19 @@ std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& f
   }
   auto loc = CreateInStore(id, id, size, address_);
   if (!loc.ok()) throw internal::RayException("Put failed: " + loc.status().message());
-  if (may_hold_refs) {
-    internal::CollectRefs scope(&refs);
-    fill(arena_->data() + loc->offset());
-  } else {
-    fill(arena_->data() + loc->offset());
+  try {
+    if (may_hold_refs) {
+      internal::CollectRefs scope(&refs);
+      fill(arena_->data() + loc->offset());
+    } else {
+      fill(arena_->data() + loc->offset());
+    }
+  } catch (...) {
+    UnpinLocal(loc->offset());
+    FreeInStore(loc->key());
+    throw;
   }
+  UnpinLocal(loc->offset());  // written: the node may spill it from now on
   std::lock_guard<std::mutex> lock(mu_);
   ObjectEntry& en = refs_.Entry(id);
   en.owned = true;
@@ -336,99 +321,6 @@ void CoreWorker::FetchFromOwner(const std::string& id, bool lost) {
   refs_.ReleaseIfUnused(id);
 }
 
-StatusOr<rpc::ObjectLocation> CoreWorker::CreateInStore(const std::string& object_id,
-                                                       const std::string& key, uint64_t size,
-                                                       const std::string& owner) {
-  rpc::CreateObjectRequest req;
-  req.set_object_id(object_id);
-  req.set_key(key);
-  req.set_size(size);
-  req.set_owner_address(owner);
-  rpc::CreateObjectReply reply;
-  auto ctx = NewContext(opts_.token, 10000);
-  auto st = node_->CreateObject(ctx.get(), req, &reply);
-  if (!st.ok()) return FromGrpc(st, "the node refused to store object " + object_id);
-  if (reply.has_error() && reply.error().code() != 0) {
-    return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
-  }
-  if (reply.offset() + size > arena_->size()) return Internal("node returned an offset out of range");
-  rpc::ObjectLocation loc = StoreLocation(key, node_id_, opts_.node_address);
-  loc.set_offset(reply.offset());
-  loc.set_size(size);
-  return loc;
-}
-
-StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::Materialize(const rpc::ObjectLocation& loc,
-                                                                    const std::string& object_id) {
-  if (!loc.in_shm()) {
-    return std::shared_ptr<internal::Buffer>(
-        std::make_shared<InlineBuffer>(std::make_shared<const std::string>(loc.inline_data())));
-  }
-  if (loc.node_id() == node_id_) {
-    if (loc.offset() + loc.size() > arena_->size()) {
-      return Internal("object " + object_id + " lies outside the arena");
-    }
-    return std::shared_ptr<internal::Buffer>(
-        std::make_shared<ArenaBuffer>(arena_, loc.offset(), loc.size()));
-  }
-  {
-    // Already pulled to this node by this process?
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = refs_.objects().find(object_id);
-    if (it != refs_.objects().end() && it->second.has_local_copy) {
-      const auto& c = it->second.local_copy;
-      return std::shared_ptr<internal::Buffer>(
-          std::make_shared<ArenaBuffer>(arena_, c.offset(), c.size()));
-    }
-  }
-  // Pull from the node that holds it, in chunks, into this node's store.
-  auto local = CreateInStore(object_id, HexOf(object_id) + ".copy." + RandomHex(4), loc.size(),
-                             OwnerOf(object_id));
-  if (!local.ok()) return local.status();
-  auto free_local = [&] {
-    rpc::FreeObjectsRequest req;
-    req.add_keys(local->key());
-    rpc::Empty e;
-    auto ctx = NewContext(opts_.token, 5000);
-    (void)node_->FreeObjects(ctx.get(), req, &e);
-  };
-  auto stub = NodeStub(loc.node_address());
-  rpc::FetchObjectRequest req;
-  req.set_key(loc.key());
-  req.set_chunk_size(4 << 20);
-  auto ctx = NewContext(opts_.token);
-  auto reader = stub->FetchObject(ctx.get(), req);
-  rpc::ObjectChunk chunk;
-  uint64_t got = 0;
-  char* dst = arena_->data() + local->offset();
-  while (reader->Read(&chunk)) {
-    if (chunk.offset() + chunk.data().size() > loc.size()) break;
-    memcpy(dst + chunk.offset(), chunk.data().data(), chunk.data().size());
-    got += chunk.data().size();
-  }
-  auto st = reader->Finish();
-  if (!st.ok() || got != loc.size()) {
-    free_local();
-    return Status(StatusCode::kUnavailable, "cannot pull object " + object_id + " from node " +
-                                                loc.node_address() + ": " +
-                                                (st.ok() ? "short read" : st.error_message()));
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = refs_.objects().find(object_id);
-    if (it != refs_.objects().end() && !it->second.has_local_copy) {
-      it->second.has_local_copy = true;
-      it->second.local_copy = *local;
-      return std::shared_ptr<internal::Buffer>(
-          std::make_shared<ArenaBuffer>(arena_, local->offset(), local->size()));
-    }
-  }
-  // Nobody left to remember the copy: hand back an owned copy of the bytes and free the slot.
-  auto bytes = std::make_shared<const std::string>(dst, loc.size());
-  free_local();
-  return std::shared_ptr<internal::Buffer>(std::make_shared<InlineBuffer>(bytes));
-}
-
 void CoreWorker::ThrowIfError(const std::string& id, const ObjectEntry& e) {
   if (!e.is_error) return;
   auto code = static_cast<StatusCode>(e.error.code());
@@ -558,7 +450,8 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
     }
     ReadValues(scan, &out, &to_map);
     for (size_t i = 0; i < ids.size(); ++i) {
-      if (scan.entries[i]->in_shm && scan.entries[i]->shm.node_id() == node_id_) local.push_back(i);
+      // (A local value whose pin failed is read by Materialize below, from to_map.)
+      if (out[i] && scan.entries[i]->in_shm && scan.entries[i]->shm.node_id() == node_id_) local.push_back(i);
     }
   }
   // A view of the store pins its object (one local reference) for as long as the view lives,
@@ -695,7 +588,7 @@ void CoreWorker::ReadValues(ReadyScan& scan, std::vector<std::shared_ptr<interna
       ObjectEntry& e = *scan.entries[i];
       any_borrowed |= !e.owned;
       ThrowIfError(ids[i], e);
-      if (e.in_shm && e.shm.node_id() == node_id_) {
+      if (e.in_shm && e.shm.node_id() == node_id_ && PinLocal(e.shm)) {
         (*out)[i] = std::make_shared<ArenaBuffer>(arena_, e.shm.offset(), e.shm.size());
       } else if (e.in_shm) {
         to_map->emplace_back(i, e.shm);

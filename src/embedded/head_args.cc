@@ -37,6 +37,8 @@ void ApplyHeadArg(const std::string& flag, const std::string& v, NodeConfig* nod
     node->resources["GPU"] = ParseNumber(flag, v);
   } else if (flag == "--object-store-memory") {
     node->object_store_bytes = static_cast<uint64_t>(ParseNumber(flag, v));
+  } else if (flag == "--object-spilling-directory" || flag == "--spill-dir") {
+    node->spill_dir = v;
   } else if (flag == "--resources") {
     for (const auto& [k, j] : ParseObject(flag, v)) {
       if (!j.is_number()) throw RayException("head_args: --resources: '" + k + "' is not a number");
@@ -52,7 +54,7 @@ void ApplyHeadArg(const std::string& flag, const std::string& v, NodeConfig* nod
   } else {
     throw RayException("head_args: " + flag +
                        " is not supported by Torus's embedded cluster (supported: --num-cpus, "
-                       "--num-gpus, --resources, --object-store-memory, --labels)");
+                       "--num-gpus, --resources, --object-store-memory, --object-spilling-directory, --labels)");
   }
 }
 

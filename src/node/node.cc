@@ -151,7 +151,10 @@ Status Node::Start() {
     st_.ledger.Reset(std::move(total), tpu_chip_ids_);
   }
   UnlinkSegmentsWithPrefix(shm_prefix_);
-  if (auto s = objects_.Open(shm_prefix_ + "arena", cfg_.object_store_bytes); !s.ok()) return s;
+  const std::string spill_dir = !cfg_.spill_dir.empty() ? cfg_.spill_dir
+                                : (cfg_.session_dir.empty() ? std::string("/tmp/torus") : cfg_.session_dir) +
+                                      "/spill/" + cfg_.node_id.substr(0, 12);
+  if (auto s = objects_.Open(shm_prefix_ + "arena", cfg_.object_store_bytes, spill_dir); !s.ok()) return s;
   log_files_.ClaimOwnOutput();
   job_runner_ = std::make_unique<JobRunner>(JobRunnerConfig{
       cfg_.node_id, cfg_.token, cfg_.bind_host, static_cast<int>(tpu_chip_ids_.size()), &log_files_});
@@ -539,6 +542,13 @@ grpc::Status Node::FreeObjects(grpc::ServerContext* ctx, const rpc::FreeObjectsR
                                rpc::Empty*) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   objects_.Free(*req);
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::RestoreObject(grpc::ServerContext* ctx, const rpc::RestoreObjectRequest* req,
+                                 rpc::CreateObjectReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  objects_.Restore(req->key(), reply);
   return grpc::Status::OK;
 }
 

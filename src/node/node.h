@@ -75,6 +75,7 @@ struct NodeConfig {
   int head_lost_ms = 30000;
   int idle_worker_keep_ms = 10000;  // idle workers above the CPU count are stopped after this
   uint64_t object_store_bytes = 0;  // arena capacity; 0 = DefaultArenaBytes (node/arena.h)
+  std::string spill_dir;            // objects spilled from a full store; "" = <session_dir>/spill/<id>
   std::string logs_dir;             // workers' log files; "" = <session_dir>/logs
   // The node's HTTP surface (docs/http.md: the health probe KubeRay runs on every pod) on
   // agent_host:agent_port. -1: none; 0: any free port; with agent_port_fallback a port in use is
@@ -127,6 +128,8 @@ class Node final : public rpc::Node::Service {
                             rpc::CreateObjectReply*) override;
   grpc::Status FreeObjects(grpc::ServerContext*, const rpc::FreeObjectsRequest*,
                            rpc::Empty*) override;
+  grpc::Status RestoreObject(grpc::ServerContext*, const rpc::RestoreObjectRequest*,
+                             rpc::CreateObjectReply*) override;
   grpc::Status FetchObject(grpc::ServerContext*, const rpc::FetchObjectRequest*,
                            grpc::ServerWriter<rpc::ObjectChunk>*) override;
   grpc::Status ListLogs(grpc::ServerContext*, const rpc::Empty*, rpc::LogFileList*) override;

@@ -36,6 +36,9 @@ MetricFamilies Node::CollectMetrics() {
   GaugeFamily objects("torus_object_store_objects", "Objects in the node's object store");
   objects.Add(static_cast<double>(store.objects), node);
   out.push_back(objects.Take());
+  GaugeFamily spilled("torus_object_store_spilled_bytes", "Bytes of objects spilled to the node's disk");
+  spilled.Add(static_cast<double>(store.spilled_bytes), node);
+  out.push_back(spilled.Take());
   GaugeFamily t("torus_node_resource_capacity", "A node's total of a resource (CPU, TPU, memory in bytes, custom)");
   for (const auto& [r, v] : total) t.Add(v, {{"node_id", cfg_.node_id}, {"resource", r}});
   out.push_back(t.Take());

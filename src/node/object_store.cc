@@ -1,14 +1,20 @@
 #include "node/object_store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/logging.h"
 
 namespace torus {
 
-Status ObjectStore::Open(const std::string& name, uint64_t capacity) {
+namespace hdr = object_header;
+
+Status ObjectStore::Open(const std::string& name, uint64_t capacity, const std::string& spill_dir) {
+  if (auto s = spill_.Open(spill_dir); !s.ok()) return s;
   auto arena = CreateSparseSegment(name, capacity);
   if (!arena.ok()) return arena.status();
   name_ = name;
@@ -32,35 +38,189 @@ Status ObjectStore::Open(const std::string& name, uint64_t capacity) {
   return Status::Ok();
 }
 
+std::string ObjectStore::FullMessage(uint64_t need) const {
+  if (need > alloc_->capacity()) {
+    return "the object store of node " + node_id_ + " is too small: the object needs " +
+           std::to_string(need) + " bytes with its header, the store holds " +
+           std::to_string(alloc_->capacity());
+  }
+  uint64_t pinned = 0;
+  for (const auto& [seq, key] : resident_by_age_) {
+    auto it = objects_.find(key);
+    if (it != objects_.end() && hdr::Pins(HeaderOf(it->second)) > 0) ++pinned;
+  }
+  return "the object store of node " + node_id_ + " is full: " + std::to_string(need) +
+         " bytes needed, " + std::to_string(alloc_->capacity() - alloc_->used()) + " free of " +
+         std::to_string(alloc_->capacity()) + " (largest free range " +
+         std::to_string(alloc_->largest_free()) + "), and the " + std::to_string(pinned) +
+         " value(s) left in it are in use, so none can be spilled";
+}
+
+std::optional<ObjectStore::Victim> ObjectStore::ClaimVictimLocked() {
+  for (const auto& [seq, key] : resident_by_age_) {
+    auto it = objects_.find(key);
+    if (it == objects_.end()) continue;
+    const StoredObject& o = it->second;
+    if (hdr::TryClaim(HeaderOf(o), o.tag)) return Victim{key, o.offset, o.size, seq};
+  }
+  return std::nullopt;
+}
+
+void ObjectStore::FreeRangeLocked(uint64_t value_offset) {
+  alloc_->Free(value_offset - hdr::kBytes);
+  for (const auto& [off, size] : alloc_->TakeRangesToRelease()) ReleasePages(*arena_, off, size);
+}
+
+void ObjectStore::SweepFreedLocked() {
+  for (auto it = freed_pinned_.begin(); it != freed_pinned_.end();) {
+    if (hdr::TryClaim(arena_->data() + it->first - hdr::kBytes, it->second)) {
+      alloc_->Free(it->first - hdr::kBytes);
+      it = freed_pinned_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+StatusOr<uint64_t> ObjectStore::AllocateSpilling(uint64_t need) {
+  for (;;) {
+    Victim v;
+    {
+      MutexLock lock(mu_);
+      SweepFreedLocked();
+      if (auto off = alloc_->Allocate(need)) return *off;
+      auto victim = ClaimVictimLocked();
+      if (!victim) return Status(StatusCode::kResourceExhausted, FullMessage(need));
+      v = std::move(*victim);
+    }
+    // Claimed: no reader can pin it now, and nobody else spills (spill_mu_). A concurrent Free
+    // may still give its range away; the file is then dropped below.
+    auto path = spill_.Write(v.seq, arena_->data() + v.offset, v.size);
+    MutexLock lock(mu_);
+    auto it = objects_.find(v.key);
+    const bool same = it != objects_.end() && it->second.offset == v.offset && it->second.spill_path.empty();
+    if (!path.ok()) {
+      if (same) hdr::Unclaim(HeaderOf(it->second), it->second.tag);
+      return Status(StatusCode::kResourceExhausted, "the object store of node " + node_id_ +
+                                                        " is full and " + path.status().message());
+    }
+    if (!same) {
+      spill_.Remove(*path);
+      continue;
+    }
+    it->second.spill_path = *path;
+    resident_by_age_.erase(v.seq);
+    spilled_bytes_ += v.size;
+    ++spilled_objects_;
+    FreeRangeLocked(v.offset);
+  }
+}
+
 grpc::Status ObjectStore::Create(const rpc::CreateObjectRequest& req, rpc::CreateObjectReply* reply) {
   if (req.key().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "CreateObject needs a key");
   }
-  MutexLock lock(mu_);
-  if (objects_.count(req.key())) {
+  const uint64_t need = req.size() + hdr::kBytes;
+  auto exists = [&] {
     return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "object key " + req.key() + " exists");
+  };
+  std::optional<uint64_t> range;
+  {
+    MutexLock lock(mu_);
+    if (objects_.count(req.key())) return exists();
+    range = alloc_->Allocate(need);
   }
-  auto off = alloc_->Allocate(req.size());
-  if (!off) {
-    reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
-    reply->mutable_error()->set_message(
-        "the object store of node " + node_id_ + " is full: " + std::to_string(req.size()) +
-        " bytes needed, " + std::to_string(alloc_->capacity() - alloc_->used()) + " free of " +
-        std::to_string(alloc_->capacity()) + " (largest free range " +
-        std::to_string(alloc_->largest_free()) + ")");
-    return grpc::Status::OK;
+  if (!range) {
+    MutexLock spill_lock(spill_mu_);
+    auto got = AllocateSpilling(need);
+    if (!got.ok()) {
+      reply->mutable_error()->set_code(static_cast<int>(got.status().code()));
+      reply->mutable_error()->set_message(got.status().message());
+      return grpc::Status::OK;
+    }
+    range = *got;
   }
-  objects_[req.key()] = {req.object_id(), req.size(), *off, req.owner_address()};
-  reply->set_offset(*off);
+  MutexLock lock(mu_);
+  if (objects_.count(req.key())) {  // created by a concurrent call meanwhile
+    alloc_->Free(*range);
+    return exists();
+  }
+  const uint64_t offset = *range + hdr::kBytes;
+  StoredObject o{req.object_id(), req.size(), offset, req.owner_address(), hdr::TagOf(req.key()),
+                 next_seq_++, {}};
+  hdr::Init(HeaderOf(o), o.tag, /*pins=*/1);
+  resident_by_age_[o.seq] = req.key();
+  objects_[req.key()] = std::move(o);
+  reply->set_offset(offset);
   return grpc::Status::OK;
+}
+
+void ObjectStore::Restore(const std::string& key, rpc::CreateObjectReply* reply) {
+  auto fail = [&](const Status& s) {
+    reply->mutable_error()->set_code(static_cast<int>(s.code()));
+    reply->mutable_error()->set_message(s.message());
+  };
+  auto gone = [&] { return NotFound("object key " + key + " is not in the store of node " + node_id_); };
+  MutexLock spill_lock(spill_mu_);
+  StoredObject want;
+  {
+    MutexLock lock(mu_);
+    auto it = objects_.find(key);
+    if (it == objects_.end()) return fail(gone());
+    if (it->second.spill_path.empty()) {  // resident (nobody spills while we hold spill_mu_)
+      if (!hdr::TryPin(HeaderOf(it->second), it->second.tag)) {
+        return fail(Internal("object key " + key + " has too many readers"));
+      }
+      reply->set_offset(it->second.offset);
+      return;
+    }
+    want = it->second;
+  }
+  auto range = AllocateSpilling(want.size + hdr::kBytes);
+  if (!range.ok()) return fail(range.status());
+  const uint64_t offset = *range + hdr::kBytes;
+  Status read = spill_.Read(want.spill_path, arena_->data() + offset, want.size);
+  MutexLock lock(mu_);
+  auto it = objects_.find(key);
+  if (!read.ok() || it == objects_.end() || it->second.spill_path != want.spill_path) {
+    alloc_->Free(*range);
+    return fail(it == objects_.end() || it->second.spill_path != want.spill_path ? gone() : read);
+  }
+  StoredObject& o = it->second;
+  spill_.Remove(o.spill_path);
+  o.spill_path.clear();
+  o.offset = offset;
+  o.seq = next_seq_++;
+  hdr::Init(HeaderOf(o), o.tag, /*pins=*/1);
+  resident_by_age_[o.seq] = key;
+  spilled_bytes_ -= o.size;
+  --spilled_objects_;
+  reply->set_offset(offset);
 }
 
 void ObjectStore::Free(const rpc::FreeObjectsRequest& req) {
   MutexLock lock(mu_);
+  SweepFreedLocked();
   for (const auto& key : req.keys()) {
     auto it = objects_.find(key);
     if (it == objects_.end()) continue;
-    alloc_->Free(it->second.offset);
+    if (!it->second.spill_path.empty()) {
+      spill_.Remove(it->second.spill_path);
+      spilled_bytes_ -= it->second.size;
+      --spilled_objects_;
+    } else {
+      resident_by_age_.erase(it->second.seq);
+      // Claimed (no pin, none possible from now on) it goes back now, else once unpinned. A
+      // value being spilled right now is claimed already: its spiller sees it gone.
+      char* h = HeaderOf(it->second);
+      if (hdr::TryClaim(h, it->second.tag)) {
+        alloc_->Free(it->second.offset - hdr::kBytes);
+      } else if (hdr::StatePart(hdr::At(h).load()) == hdr::kSpilling) {
+        alloc_->Free(it->second.offset - hdr::kBytes);
+      } else {
+        freed_pinned_[it->second.offset] = it->second.tag;
+      }
+    }
     objects_.erase(it);
   }
   for (const auto& [off, size] : alloc_->TakeRangesToRelease()) ReleasePages(*arena_, off, size);
@@ -69,37 +229,68 @@ void ObjectStore::Free(const rpc::FreeObjectsRequest& req) {
 grpc::Status ObjectStore::Fetch(const rpc::FetchObjectRequest& req,
                                 grpc::ServerWriter<rpc::ObjectChunk>* writer) {
   uint64_t offset = 0, total = 0;
-  {
-    MutexLock lock(mu_);
-    auto it = objects_.find(req.key());
-    if (it == objects_.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          "object " + req.key() + " is not in the store of node " + node_id_);
+  char* pinned = nullptr;  // the header we pinned, or
+  int fd = -1;             // the spill file we read
+  while (!pinned && fd < 0) {
+    {
+      MutexLock lock(mu_);
+      auto it = objects_.find(req.key());
+      if (it == objects_.end()) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            "object " + req.key() + " is not in the store of node " + node_id_);
+      }
+      const StoredObject& o = it->second;
+      offset = o.offset;
+      total = o.size;
+      if (!o.spill_path.empty()) {
+        auto f = spill_.OpenForRead(o.spill_path);
+        if (!f.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, f.status().message());
+        fd = *f;
+      } else if (hdr::TryPin(HeaderOf(o), o.tag)) {
+        pinned = HeaderOf(o);
+      }
     }
-    offset = it->second.offset;
-    total = it->second.size;
+    // Neither pinnable nor in a file: it is being spilled now; wait for that spill to end.
+    if (!pinned && fd < 0) {
+      MutexLock wait(spill_mu_);
+    }
   }
   uint64_t chunk = req.chunk_size() ? req.chunk_size() : (4u << 20);
   chunk = std::clamp<uint64_t>(chunk, 64 << 10, 64 << 20);
   uint64_t off = 0;
   const char* base = arena_->data() + offset;
+  std::string buf;
+  grpc::Status result = grpc::Status::OK;
   do {
     rpc::ObjectChunk c;
     c.set_offset(off);
     c.set_total_size(total);
     uint64_t n = std::min(chunk, total - off);
-    c.set_data(base + off, n);
+    if (fd >= 0) {
+      buf.resize(n);
+      ssize_t got = ::pread(fd, buf.data(), n, static_cast<off_t>(off));
+      if (got != static_cast<ssize_t>(n)) {
+        result = grpc::Status(grpc::StatusCode::INTERNAL, "reading the spilled object " + req.key() +
+                                                             " failed: " + std::strerror(got < 0 ? errno : EIO));
+        break;
+      }
+      c.set_data(std::move(buf));
+    } else {
+      c.set_data(base + off, n);
+    }
     if (!writer->Write(c)) break;
     off += n;
   } while (off < total);
-  return grpc::Status::OK;
+  if (pinned) hdr::Unpin(pinned);
+  if (fd >= 0) ::close(fd);
+  return result;
 }
 
 void ObjectStore::FillInfo(rpc::NodeInfoReply* reply) const {
   MutexLock lock(mu_);
   uint64_t bytes = 0;
   for (const auto& [key, o] : objects_) {
-    bytes += o.size;
+    if (o.spill_path.empty()) bytes += o.size;
     auto* oi = reply->add_objects();
     oi->set_object_id(o.object_id);
     oi->set_key(key);
@@ -107,24 +298,35 @@ void ObjectStore::FillInfo(rpc::NodeInfoReply* reply) const {
     oi->set_size(o.size);
     oi->set_owner_address(o.owner);
     oi->set_node_id(node_id_);
+    oi->set_spilled(!o.spill_path.empty());
   }
   reply->set_shm_bytes(bytes);
   reply->set_arena_capacity(capacity());
-  reply->set_shm_objects(objects_.size());
+  reply->set_shm_objects(objects_.size() - spilled_objects_);
+  reply->set_spilled_bytes(spilled_bytes_);
+  reply->set_spilled_objects(spilled_objects_);
 }
 
 ObjectStore::Stats ObjectStore::GetStats() const {
   MutexLock lock(mu_);
   Stats s;
-  for (const auto& [key, o] : objects_) s.bytes += o.size;
-  s.objects = objects_.size();
+  for (const auto& [key, o] : objects_) {
+    if (o.spill_path.empty()) s.bytes += o.size;
+  }
+  s.objects = objects_.size() - spilled_objects_;
   s.capacity = capacity();
+  s.spilled_bytes = spilled_bytes_;
+  s.spilled_objects = spilled_objects_;
   return s;
 }
 
 void ObjectStore::Clear() {
   MutexLock lock(mu_);
   objects_.clear();
+  resident_by_age_.clear();
+  freed_pinned_.clear();
+  spilled_bytes_ = spilled_objects_ = 0;
+  spill_.RemoveAll();
 }
 
 }  // namespace torus

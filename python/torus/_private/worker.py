@@ -97,7 +97,8 @@ class RayContext(dict):
 
 
 def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resources=None,
-         labels=None, object_store_memory=None, local_mode: bool = False,
+         labels=None, object_store_memory=None, object_spilling_directory=None,
+         local_mode: bool = False,
          ignore_reinit_error: bool = False, namespace: Optional[str] = None,
          runtime_env: Optional[Dict[str, Any]] = None, log_to_driver: bool = True,
          _temp_dir: Optional[str] = None, **kwargs):
@@ -151,8 +152,11 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
                 head_args += ["--labels", json.dumps({str(k): str(v) for k, v in labels.items()})]
             if object_store_memory is not None:
                 head_args += ["--object-store-memory", str(int(object_store_memory))]
+            if object_spilling_directory is not None:
+                head_args += ["--object-spilling-directory",
+                              os.path.abspath(str(object_spilling_directory))]
         elif any(v is not None for v in (num_cpus, num_gpus, resources, labels,
-                                         object_store_memory)):
+                                         object_store_memory, object_spilling_directory)):
             raise ValueError("When connecting to an existing cluster, num_cpus, num_gpus, "
                              "resources, labels and object_store_memory must not be provided.")
         job_config = kwargs.get("job_config")
