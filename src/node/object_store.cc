@@ -82,6 +82,14 @@ void ObjectStore::SweepFreedLocked() {
   }
 }
 
+void ObjectStore::MarkSpilledLocked(StoredObject& o) {
+  o.spilled = true;
+  resident_by_age_.erase(o.seq);
+  spilled_bytes_ += o.size;
+  ++spilled_objects_;
+  FreeRangeLocked(o.offset);
+}
+
 StatusOr<uint64_t> ObjectStore::AllocateSpilling(uint64_t need) {
   for (;;) {
     Victim v;
@@ -92,13 +100,19 @@ StatusOr<uint64_t> ObjectStore::AllocateSpilling(uint64_t need) {
       auto victim = ClaimVictimLocked();
       if (!victim) return Status(StatusCode::kResourceExhausted, FullMessage(need));
       v = std::move(*victim);
+      StoredObject& o = objects_.at(v.key);
+      if (!o.spill_path.empty()) {  // restored before: its file is still on disk
+        MarkSpilledLocked(o);
+        continue;
+      }
     }
     // Claimed: no reader can pin it now, and nobody else spills (spill_mu_). A concurrent Free
     // may still give its range away; the file is then dropped below.
     auto path = spill_.Write(v.seq, arena_->data() + v.offset, v.size);
     MutexLock lock(mu_);
     auto it = objects_.find(v.key);
-    const bool same = it != objects_.end() && it->second.offset == v.offset && it->second.spill_path.empty();
+    const bool same = it != objects_.end() && it->second.offset == v.offset && !it->second.spilled &&
+                      it->second.spill_path.empty();
     if (!path.ok()) {
       if (same) hdr::Unclaim(HeaderOf(it->second), it->second.tag);
       return Status(StatusCode::kResourceExhausted, "the object store of node " + node_id_ +
@@ -109,10 +123,7 @@ StatusOr<uint64_t> ObjectStore::AllocateSpilling(uint64_t need) {
       continue;
     }
     it->second.spill_path = *path;
-    resident_by_age_.erase(v.seq);
-    spilled_bytes_ += v.size;
-    ++spilled_objects_;
-    FreeRangeLocked(v.offset);
+    MarkSpilledLocked(it->second);
   }
 }
 
@@ -167,7 +178,7 @@ void ObjectStore::Restore(const std::string& key, rpc::CreateObjectReply* reply)
     MutexLock lock(mu_);
     auto it = objects_.find(key);
     if (it == objects_.end()) return fail(gone());
-    if (it->second.spill_path.empty()) {  // resident (nobody spills while we hold spill_mu_)
+    if (!it->second.spilled) {  // resident (nobody spills while we hold spill_mu_)
       if (!hdr::TryPin(HeaderOf(it->second), it->second.tag)) {
         return fail(Internal("object key " + key + " has too many readers"));
       }
@@ -182,13 +193,13 @@ void ObjectStore::Restore(const std::string& key, rpc::CreateObjectReply* reply)
   Status read = spill_.Read(want.spill_path, arena_->data() + offset, want.size);
   MutexLock lock(mu_);
   auto it = objects_.find(key);
-  if (!read.ok() || it == objects_.end() || it->second.spill_path != want.spill_path) {
+  const bool same = it != objects_.end() && it->second.spilled && it->second.spill_path == want.spill_path;
+  if (!read.ok() || !same) {
     alloc_->Free(*range);
-    return fail(it == objects_.end() || it->second.spill_path != want.spill_path ? gone() : read);
+    return fail(!same ? gone() : read);
   }
   StoredObject& o = it->second;
-  spill_.Remove(o.spill_path);
-  o.spill_path.clear();
+  o.spilled = false;  // the file stays: spilling it again needs no write
   o.offset = offset;
   o.seq = next_seq_++;
   hdr::Init(HeaderOf(o), o.tag, /*pins=*/1);
@@ -204,8 +215,8 @@ void ObjectStore::Free(const rpc::FreeObjectsRequest& req) {
   for (const auto& key : req.keys()) {
     auto it = objects_.find(key);
     if (it == objects_.end()) continue;
-    if (!it->second.spill_path.empty()) {
-      spill_.Remove(it->second.spill_path);
+    if (!it->second.spill_path.empty()) spill_.Remove(it->second.spill_path);
+    if (it->second.spilled) {
       spilled_bytes_ -= it->second.size;
       --spilled_objects_;
     } else {
@@ -242,7 +253,7 @@ grpc::Status ObjectStore::Fetch(const rpc::FetchObjectRequest& req,
       const StoredObject& o = it->second;
       offset = o.offset;
       total = o.size;
-      if (!o.spill_path.empty()) {
+      if (o.spilled) {
         auto f = spill_.OpenForRead(o.spill_path);
         if (!f.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, f.status().message());
         fd = *f;
@@ -290,7 +301,7 @@ void ObjectStore::FillInfo(rpc::NodeInfoReply* reply) const {
   MutexLock lock(mu_);
   uint64_t bytes = 0;
   for (const auto& [key, o] : objects_) {
-    if (o.spill_path.empty()) bytes += o.size;
+    if (!o.spilled) bytes += o.size;
     auto* oi = reply->add_objects();
     oi->set_object_id(o.object_id);
     oi->set_key(key);
@@ -298,7 +309,7 @@ void ObjectStore::FillInfo(rpc::NodeInfoReply* reply) const {
     oi->set_size(o.size);
     oi->set_owner_address(o.owner);
     oi->set_node_id(node_id_);
-    oi->set_spilled(!o.spill_path.empty());
+    oi->set_spilled(o.spilled);
   }
   reply->set_shm_bytes(bytes);
   reply->set_arena_capacity(capacity());
@@ -311,7 +322,7 @@ ObjectStore::Stats ObjectStore::GetStats() const {
   MutexLock lock(mu_);
   Stats s;
   for (const auto& [key, o] : objects_) {
-    if (o.spill_path.empty()) s.bytes += o.size;
+    if (!o.spilled) s.bytes += o.size;
   }
   s.objects = objects_.size() - spilled_objects_;
   s.capacity = capacity();

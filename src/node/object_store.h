@@ -4,7 +4,8 @@
 // (CreateObject) and write the bytes themselves; owners free them (FreeObjects); other nodes
 // pull them in chunks (FetchObject). Every value has a header (common/object_header.h) that
 // readers pin; when a range does not fit, unpinned values are spilled to disk, oldest first
-// (SpillFiles), and brought back by RestoreObject when a reader on this node wants them.
+// (SpillFiles), and brought back by RestoreObject when a reader on this node wants them (the
+// file stays until the value is freed, so a restored value is spilled again without a write).
 //
 // THREADS: gRPC handler threads call every method. spill_mu_ serialises spilling and restoring
 // (the file I/O runs under it, not under mu_); mu_ guards the directory and the allocator and
@@ -74,7 +75,10 @@ class ObjectStore {
     std::string owner;
     uint64_t tag = 0;     // object_header::TagOf(key)
     uint64_t seq = 0;     // when it became resident: spilling takes the oldest first
-    std::string spill_path;  // non-empty while spilled
+    bool spilled = false;    // on disk only (its range given back)
+    // Its spill file: kept after a restore until the value is freed, so spilling it again
+    // only gives the range back.
+    std::string spill_path;
   };
   // A value claimed for spilling, copied out without mu_.
   struct Victim {
@@ -86,6 +90,8 @@ class ObjectStore {
   std::string FullMessage(uint64_t need) const REQUIRES(mu_);
   // A range of `need` bytes (header included), spilling the oldest unpinned values until one fits.
   StatusOr<uint64_t> AllocateSpilling(uint64_t need) REQUIRES(spill_mu_) EXCLUDES(mu_);
+  // A claimed resident value whose file is written: on disk only from now on.
+  void MarkSpilledLocked(StoredObject& o) REQUIRES(mu_);
   // Claims the oldest resident value with no pin (nullopt when every one is pinned).
   std::optional<Victim> ClaimVictimLocked() REQUIRES(mu_);
   // The value's range back to the allocator (and its pages to the OS past the resident budget).

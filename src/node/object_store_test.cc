@@ -92,11 +92,23 @@ TEST_F(ObjectStoreSpillTest, SpillsTheOldestUnpinnedValueAndRestoresItIntact) {
   EXPECT_EQ(hdr::Pins(Data(r.offset()) - hdr::kBytes), 1u) << "pinned once for the caller";
   hdr::Unpin(Data(r.offset()) - hdr::kBytes);
   EXPECT_EQ(store_.GetStats().spilled_objects, 1u);
+  EXPECT_EQ(Files(), 2u) << "b's file is kept: spilling b again needs no write";
   rpc::FreeObjectsRequest f;
   f.add_keys("c");  // spilled: its file goes
   store_.Free(f);
-  EXPECT_EQ(Files(), 0u);
+  EXPECT_EQ(Files(), 1u);
   EXPECT_EQ(store_.GetStats().spilled_bytes, 0u);
+  // b is the oldest unpinned value now (a is pinned): it goes back to disk without a write.
+  ASSERT_NE(Put("e", 'e'), 0u);
+  ASSERT_NE(Put("f", 'f'), 0u);
+  EXPECT_EQ(store_.GetStats().spilled_objects, 2u);  // b (file kept) and d (written)
+  store_.Restore("b", &r);
+  ASSERT_FALSE(r.has_error()) << r.error().message();
+  EXPECT_EQ(Data(r.offset())[kValue / 2], 'b');
+  hdr::Unpin(Data(r.offset()) - hdr::kBytes);
+  f.set_keys(0, "b");
+  store_.Free(f);
+  EXPECT_EQ(Files(), 2u) << "d's and e's (spilled to restore b)";
 }
 
 TEST_F(ObjectStoreSpillTest, FullOfPinnedValuesSaysSo) {
