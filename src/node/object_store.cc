@@ -157,8 +157,13 @@ grpc::Status ObjectStore::Create(const rpc::CreateObjectRequest& req, rpc::Creat
     return exists();
   }
   const uint64_t offset = *range + hdr::kBytes;
-  StoredObject o{req.object_id(), req.size(), offset, req.owner_address(), hdr::TagOf(req.key()),
-                 next_seq_++, {}};
+  StoredObject o;
+  o.object_id = req.object_id();
+  o.size = req.size();
+  o.offset = offset;
+  o.owner = req.owner_address();
+  o.tag = hdr::TagOf(req.key());
+  o.seq = next_seq_++;
   hdr::Init(HeaderOf(o), o.tag, /*pins=*/1);
   resident_by_age_[o.seq] = req.key();
   objects_[req.key()] = std::move(o);
