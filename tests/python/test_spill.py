@@ -49,3 +49,30 @@ def test_puts_beyond_the_store_spill_restore_and_pins_hold(tmp_path):
     out = p.stdout
     assert "PUT-REFUSED" in out and "in use" in out, out + p.stderr
     assert "LEFT 0" in out, out
+
+
+def test_system_config_spelling_of_the_spill_directory(tmp_path):
+    """Ray's older spelling, _system_config={"object_spilling_config": ...}, names the same
+    directory; a non-filesystem type is refused with a clear error."""
+    spill = tmp_path / "old-spelling"
+    p = run_python(f"""
+        import glob, json
+        import numpy as np
+        import ray
+        MiB = 1 << 20
+        cfg = {{"type": "filesystem", "params": {{"directory_path": [{str(spill)!r}]}}}}
+        try:
+            ray.init(num_cpus=1, object_store_memory=64 * MiB,
+                     _system_config={{"object_spilling_config": json.dumps({{"type": "smart_open"}})}})
+        except NotImplementedError as e:
+            print("REFUSED", e)
+        ray.init(num_cpus=1, object_store_memory=64 * MiB,
+                 _system_config={{"object_spilling_config": json.dumps(cfg)}})
+        refs = [ray.put(np.full(16 * MiB, i, dtype=np.uint8)) for i in range(6)]
+        print("FILES", len(glob.glob({str(spill)!r} + "/**/*.spill", recursive=True)))
+        assert [int(ray.get(r)[7]) for r in refs] == list(range(6))
+        ray.shutdown()
+    """, shim=True, timeout=300)
+    assert "REFUSED" in p.stdout and "filesystem" in p.stdout, p.stdout + p.stderr
+    files = int(p.stdout.split("FILES ")[1].split()[0])
+    assert files >= 3, p.stdout

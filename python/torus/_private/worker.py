@@ -96,6 +96,25 @@ class RayContext(dict):
         shutdown()
 
 
+def _spill_dir_of_system_config(system_config) -> Optional[str]:
+    """The directory of Ray's older spelling, _system_config={"object_spilling_config":
+    json.dumps({"type": "filesystem", "params": {"directory_path": DIR or [DIR, ...]}})}: the
+    first directory (Torus spills each node to one). Other types (smart_open to S3, ...) are
+    refused: Torus spills to local disk only."""
+    if not system_config or "object_spilling_config" not in system_config:
+        return None
+    cfg = system_config["object_spilling_config"]
+    if isinstance(cfg, str):
+        cfg = json.loads(cfg)
+    if cfg.get("type", "filesystem") != "filesystem":
+        raise NotImplementedError(f"object_spilling_config type {cfg.get('type')!r}: Torus spills "
+                                  "to a local directory only (type 'filesystem')")
+    path = cfg.get("params", {}).get("directory_path")
+    if isinstance(path, (list, tuple)):
+        path = path[0] if path else None
+    return str(path) if path else None
+
+
 def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resources=None,
          labels=None, object_store_memory=None, object_spilling_directory=None,
          local_mode: bool = False,
@@ -118,6 +137,8 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
         raise TypeError(f"init() got an unexpected keyword argument '{k}'")
     if local_mode:
         raise NotImplementedError("torus.init(local_mode=True) is not implemented by Torus")
+    if object_spilling_directory is None:
+        object_spilling_directory = _spill_dir_of_system_config(kwargs.get("_system_config"))
     with _lock:
         if is_initialized():
             if in_worker():
