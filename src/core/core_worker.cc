@@ -556,7 +556,13 @@ StatusOr<rpc::ObjectLocation> CoreWorker::StoreLarge(const rpc::TaskSpec& spec, 
   auto stored = CreateInStore(id, HexOf(id) + ".r" + std::to_string(spec.attempt()), size,
                               spec.owner_address());
   if (stored.ok()) {
-    write(arena_->data() + stored->offset());
+    try {
+      write(arena_->data() + stored->offset());
+    } catch (...) {
+      UnpinLocal(stored->offset());
+      FreeInStore(stored->key());
+      throw;
+    }
     UnpinLocal(stored->offset());  // written: the node may spill it from now on
   }
   return stored;

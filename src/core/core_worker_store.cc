@@ -21,7 +21,9 @@ StatusOr<rpc::ObjectLocation> CoreWorker::CreateInStore(const std::string& objec
   req.set_size(size);
   req.set_owner_address(owner);
   rpc::CreateObjectReply reply;
-  auto ctx = NewContext(opts_.token, 10000);
+  // Generous: a full store spills (at disk speed) before it answers. A node that answers after
+  // the deadline frees what it made (Node::CreateObject).
+  auto ctx = NewContext(opts_.token, 120000);
   auto st = node_->CreateObject(ctx.get(), req, &reply);
   if (!st.ok()) return FromGrpc(st, "the node refused to store object " + object_id);
   if (reply.has_error() && reply.error().code() != 0) {

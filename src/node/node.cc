@@ -151,9 +151,11 @@ Status Node::Start() {
     st_.ledger.Reset(std::move(total), tpu_chip_ids_);
   }
   UnlinkSegmentsWithPrefix(shm_prefix_);
-  const std::string spill_dir = !cfg_.spill_dir.empty() ? cfg_.spill_dir
-                                : (cfg_.session_dir.empty() ? std::string("/tmp/torus") : cfg_.session_dir) +
-                                      "/spill/" + cfg_.node_id.substr(0, 12);
+  // One subdirectory per node, also under a configured directory several nodes may share.
+  const std::string spill_dir =
+      (!cfg_.spill_dir.empty() ? cfg_.spill_dir
+                               : (cfg_.session_dir.empty() ? std::string("/tmp/torus") : cfg_.session_dir) + "/spill") +
+      "/" + cfg_.node_id.substr(0, 12);
   if (auto s = objects_.Open(shm_prefix_ + "arena", cfg_.object_store_bytes, spill_dir); !s.ok()) return s;
   log_files_.ClaimOwnOutput();
   job_runner_ = std::make_unique<JobRunner>(JobRunnerConfig{
@@ -535,7 +537,13 @@ void Node::GiveUp(const grpc::Status& last) {
 grpc::Status Node::CreateObject(grpc::ServerContext* ctx, const rpc::CreateObjectRequest* req,
                                 rpc::CreateObjectReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
-  return objects_.Create(*req, reply);
+  grpc::Status st = objects_.Create(*req, reply);
+  // A creation that waited for spills past the caller's deadline: the caller has given up.
+  if (st.ok() && !reply->has_error() && ctx->IsCancelled()) {
+    objects_.Abandon(req->key(), reply->offset(), /*created=*/true);
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the caller gave up");
+  }
+  return st;
 }
 
 grpc::Status Node::FreeObjects(grpc::ServerContext* ctx, const rpc::FreeObjectsRequest* req,
@@ -549,6 +557,10 @@ grpc::Status Node::RestoreObject(grpc::ServerContext* ctx, const rpc::RestoreObj
                                  rpc::CreateObjectReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   objects_.Restore(req->key(), reply);
+  if (!reply->has_error() && ctx->IsCancelled()) {
+    objects_.Abandon(req->key(), reply->offset(), /*created=*/false);
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the caller gave up");
+  }
   return grpc::Status::OK;
 }
 

@@ -80,6 +80,7 @@ void ObjectStore::SweepFreedLocked() {
       ++it;
     }
   }
+  for (const auto& [off, size] : alloc_->TakeRangesToRelease()) ReleasePages(*arena_, off, size);
 }
 
 void ObjectStore::MarkSpilledLocked(StoredObject& o) {
@@ -111,7 +112,7 @@ StatusOr<uint64_t> ObjectStore::AllocateSpilling(uint64_t need) {
     auto path = spill_.Write(v.seq, arena_->data() + v.offset, v.size);
     MutexLock lock(mu_);
     auto it = objects_.find(v.key);
-    const bool same = it != objects_.end() && it->second.offset == v.offset && !it->second.spilled &&
+    const bool same = it != objects_.end() && it->second.seq == v.seq && !it->second.spilled &&
                       it->second.spill_path.empty();
     if (!path.ok()) {
       if (same) hdr::Unclaim(HeaderOf(it->second), it->second.tag);
@@ -139,6 +140,11 @@ grpc::Status ObjectStore::Create(const rpc::CreateObjectRequest& req, rpc::Creat
   {
     MutexLock lock(mu_);
     if (objects_.count(req.key())) return exists();
+    if (need > alloc_->capacity()) {  // refused before anything is spilled for it
+      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
+      reply->mutable_error()->set_message(FullMessage(need));
+      return grpc::Status::OK;
+    }
     range = alloc_->Allocate(need);
   }
   if (!range) {
@@ -214,6 +220,20 @@ void ObjectStore::Restore(const std::string& key, rpc::CreateObjectReply* reply)
   reply->set_offset(offset);
 }
 
+void ObjectStore::Abandon(const std::string& key, uint64_t offset, bool created) {
+  {
+    MutexLock lock(mu_);
+    auto it = objects_.find(key);
+    if (it == objects_.end() || it->second.spilled || it->second.offset != offset) return;
+    hdr::Unpin(HeaderOf(it->second));  // the pin the reply carried
+  }
+  if (created) {  // nobody learned where it is: nobody would ever free it
+    rpc::FreeObjectsRequest req;
+    req.add_keys(key);
+    Free(req);
+  }
+}
+
 void ObjectStore::Free(const rpc::FreeObjectsRequest& req) {
   MutexLock lock(mu_);
   SweepFreedLocked();
@@ -264,6 +284,8 @@ grpc::Status ObjectStore::Fetch(const rpc::FetchObjectRequest& req,
         fd = *f;
       } else if (hdr::TryPin(HeaderOf(o), o.tag)) {
         pinned = HeaderOf(o);
+      } else if (hdr::Pins(HeaderOf(o)) == hdr::kPinMask) {
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "object " + req.key() + " has too many readers");
       }
     }
     // Neither pinnable nor in a file: it is being spilled now; wait for that spill to end.

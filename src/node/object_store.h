@@ -54,6 +54,10 @@ class ObjectStore {
   // range a reader still pins is given back once its last pin goes (a late unpin must never
   // land in another value's header).
   void Free(const rpc::FreeObjectsRequest& req) EXCLUDES(mu_);
+  // The caller of a Create (`created`) or Restore that answered `offset` is gone (its deadline
+  // passed, so it never learned the offset): the pin the reply carried is given back, and a
+  // created value is freed (nobody else knows of it).
+  void Abandon(const std::string& key, uint64_t offset, bool created) EXCLUDES(mu_);
   // FetchObject: streams the object's bytes in chunks (NOT_FOUND for an unknown key).
   grpc::Status Fetch(const rpc::FetchObjectRequest& req, grpc::ServerWriter<rpc::ObjectChunk>* writer)
       EXCLUDES(mu_, spill_mu_);

@@ -111,6 +111,27 @@ TEST_F(ObjectStoreSpillTest, SpillsTheOldestUnpinnedValueAndRestoresItIntact) {
   EXPECT_EQ(Files(), 2u) << "d's and e's (spilled to restore b)";
 }
 
+TEST_F(ObjectStoreSpillTest, AValueLargerThanTheStoreIsRefusedWithoutSpillingAnything) {
+  Put("a", 'a');
+  Put("b", 'b');
+  rpc::CreateObjectRequest req;
+  req.set_object_id("huge");
+  req.set_key("huge");
+  req.set_size(4 * kValue);
+  rpc::CreateObjectReply reply;
+  ASSERT_TRUE(store_.Create(req, &reply).ok());
+  EXPECT_NE(reply.error().message().find("too small"), std::string::npos) << reply.error().message();
+  EXPECT_EQ(Files(), 0u);
+  EXPECT_EQ(store_.GetStats().objects, 2u);
+}
+
+TEST_F(ObjectStoreSpillTest, AnAbandonedCreationIsFreed) {
+  uint64_t a = Put("a", 'a', /*unpin=*/false);
+  store_.Abandon("a", a, /*created=*/true);
+  EXPECT_EQ(store_.GetStats().objects, 0u);
+  EXPECT_EQ(Put("b", 'b'), a) << "its range is free again";
+}
+
 TEST_F(ObjectStoreSpillTest, FullOfPinnedValuesSaysSo) {
   Put("a", 'a', false);
   Put("b", 'b', false);
