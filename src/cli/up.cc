@@ -143,6 +143,10 @@ struct Supervisor {
                                      "--bind", s["ip"].get<std::string>(), "--resources", s["resources"].dump(),
                                      "--dashboard-agent-listen-port", "52365", "--dashboard-agent-port-fallback"};
     if (s.value("is_head", false)) node.push_back("--serve-session-logs");
+    if (uint64_t b = s.value("object_store_bytes", uint64_t{0}); b > 0) {
+      node.push_back("--object-store-memory");
+      node.push_back(std::to_string(b));
+    }
     argv.insert(argv.end(), node.begin(), node.end());
     // The group travels as --node-group: the node sets that reserved label itself.
     json labels = s["labels"];
@@ -547,6 +551,7 @@ json HostsState(const std::vector<launcher::HostPlan>& plan, const json& state, 
     j["resources"] = json::object();
     for (const auto& [rk, rv] : h.resources) j["resources"][rk] = rv;
     j["labels"] = h.labels;
+    j["object_store_bytes"] = h.object_store_bytes;
     if (h.is_head) {
       j["ip"] = state["head_ip"];
       j["netns"] = "";

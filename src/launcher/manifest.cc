@@ -291,7 +291,7 @@ std::string ReadGroupName(Walk& w, const YAML::Node& g, const std::string& path,
   return path + " (group " + Quote(spec->name) + ")";
 }
 
-void ReadRayStartParams(Walk& w, const YAML::Node& v, const std::string& kp, GroupFields* f) {
+void ReadRayStartParams(Walk& w, const YAML::Node& v, const std::string& kp, GroupSpec* spec, GroupFields* f) {
   if (v.IsNull()) return;
   if (!v.IsMap()) {
     w.Problem(kp, "is " + ScalarText(v) + At(v) + "; expected a map of strings");
@@ -307,6 +307,14 @@ void ReadRayStartParams(Walk& w, const YAML::Node& v, const std::string& kp, Gro
       if (q && *q >= 0) f->num_cpus = *q;
     } else if (pk == "resources") {
       if (auto s = GetString(w, pit->second, pp)) ReadResourcesJson(w, *s, pp, f->start_resources);
+    } else if (pk == "object-store-memory") {
+      auto s = GetString(w, pit->second, pp);
+      auto q = s ? ParseQuantity(*s) : std::nullopt;
+      if (s && (!q || *q < (1 << 20) || *q > 1e18)) {
+        w.Problem(pp, Quote(*s) + " is not a byte count of at least 1 MiB");
+      } else if (q) {
+        spec->object_store_bytes = static_cast<uint64_t>(*q);
+      }
     } else {
       w.Ignore(pp);
     }
@@ -364,7 +372,7 @@ void ReadGroupKey(Walk& w, const std::string& key, const YAML::Node& v, const st
       f->raw_num_of_hosts = *n;
     }
   } else if (key == "rayStartParams") {
-    ReadRayStartParams(w, v, kp, f);
+    ReadRayStartParams(w, v, kp, spec, f);
   } else if (key == "resources") {
     for (const auto& [name, q] : GetStringMap(w, v, kp)) {
       auto amount = ParseQuantity(q);
@@ -725,6 +733,7 @@ std::vector<HostPlan> PlanHosts(const ClusterSpec& spec) {
     h.replica_hosts = g.num_of_hosts;
     for (const auto& [k, v] : g.env) h.env[k] = v;  // later entries win, as in Kubernetes
     h.resources = g.resources;
+    h.object_store_bytes = g.object_store_bytes;
     h.labels = g.labels;
     h.labels[std::string(kNodeGroupLabel)] = g.name;
     return h;

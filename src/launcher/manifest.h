@@ -8,6 +8,7 @@
 // topologies, pod types, reserved label keys) come from tpu/topology.h and tpu/node_identity.h.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,6 +42,7 @@ struct GroupSpec {
   // TPU appears here only when given explicitly (it then wins over P).
   std::map<std::string, double> resources;
   std::map<std::string, std::string> labels;         // the group's `labels`
+  uint64_t object_store_bytes = 0;  // rayStartParams object-store-memory; 0 = the node's default
   std::map<std::string, std::string> node_selector;  // template.spec.nodeSelector
   std::map<std::string, std::string> annotations;    // template.metadata.annotations
   // The pod's env (`name`/`value` entries of the TPU container, else of the first container),
@@ -92,6 +94,7 @@ struct HostPlan {
   std::map<std::string, std::string> env;
   std::map<std::string, double> resources;     // passed as the node's --resources
   std::map<std::string, std::string> labels;   // passed as --labels (group labels + node-group)
+  uint64_t object_store_bytes = 0;             // --object-store-memory when not 0
 };
 
 // The head first, then each group in manifest order, replica-major then host.

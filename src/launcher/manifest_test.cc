@@ -221,6 +221,7 @@ spec:
     resources: {custom: "3"}
     rayStartParams:
       resources: '"{\"extra\": 2, \"TPU\": 0}"'
+      object-store-memory: "100000000"
     template:
       spec:
         containers:
@@ -266,6 +267,8 @@ spec:
   EXPECT_EQ(plan[2].labels.at("zone"), "a");
   EXPECT_EQ(plan[2].labels.at("torus.io/node-group"), "cpu");
   EXPECT_EQ(plan[2].env.count("TPU_NAME"), 0u);
+  EXPECT_EQ(plan[2].object_store_bytes, 100000000u) << "rayStartParams object-store-memory";
+  EXPECT_EQ(plan[0].object_store_bytes, 0u) << "not given: the node's default";
   EXPECT_EQ(plan[3].resources.at("TPU"), 2) << "an explicit TPU wins over P";
   std::vector<std::string> want = {"metadata.namespace",
                                    "spec.enableInTreeAutoscaling",
