@@ -555,16 +555,7 @@ StatusOr<rpc::ObjectLocation> CoreWorker::StoreLarge(const rpc::TaskSpec& spec, 
   const std::string id = ReturnIdOf(spec.return_id(), index);
   auto stored = CreateInStore(id, HexOf(id) + ".r" + std::to_string(spec.attempt()), size,
                               spec.owner_address());
-  if (stored.ok()) {
-    try {
-      write(arena_->data() + stored->offset());
-    } catch (...) {
-      UnpinLocal(stored->offset());
-      FreeInStore(stored->key());
-      throw;
-    }
-    UnpinLocal(stored->offset());  // written: the node may spill it from now on
-  }
+  if (stored.ok()) WriteInStore(*stored, write);
   return stored;
 }
 

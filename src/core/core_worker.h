@@ -266,12 +266,17 @@ class CoreWorker final : public internal::Runtime,
   // names it there (false: spilled, moved or freed). Lock-free.
   bool PinLocal(const rpc::ObjectLocation& loc);
   void UnpinLocal(uint64_t offset);
+  // Runs `write` on a range CreateInStore reserved, then gives the writer's pin back; when it
+  // throws, also frees the range, and rethrows. No lock.
+  void WriteInStore(const rpc::ObjectLocation& loc, const std::function<void(char*)>& write);
+  // [offset, offset + size) lies in the arena after a header.
+  bool InArena(uint64_t offset, uint64_t size) const;
+  // The pinned offset a CreateObject/RestoreObject reply carries for `size` bytes, or its error.
+  StatusOr<uint64_t> PinnedOffset(const rpc::CreateObjectReply& reply, uint64_t size) const;
   // The value at `loc` in this node's store, pinned: in place, or restored by the node first
   // (which also updates the entry's offset under mu_). No lock held on entry.
   StatusOr<std::shared_ptr<internal::Buffer>> ReadLocal(const rpc::ObjectLocation& loc,
                                                         const std::string& object_id);
-  // Fire-and-forget FreeObjects of one key on this node. No lock.
-  void FreeInStore(const std::string& key);
   void ThrowIfError(const std::string& id, const ObjectEntry& e);
 
   // Lost objects (core_worker_lineage.cc, docs/objects.md "Lost objects").

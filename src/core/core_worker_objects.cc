@@ -105,19 +105,12 @@ std::string CoreWorker::PutWith(size_t size, const std::function<void(char*)>& f
   }
   auto loc = CreateInStore(id, id, size, address_);
   if (!loc.ok()) throw internal::RayException("Put failed: " + loc.status().message());
-  try {
-    if (may_hold_refs) {
-      internal::CollectRefs scope(&refs);
-      fill(arena_->data() + loc->offset());
-    } else {
-      fill(arena_->data() + loc->offset());
-    }
-  } catch (...) {
-    UnpinLocal(loc->offset());
-    FreeInStore(loc->key());
-    throw;
+  if (may_hold_refs) {
+    internal::CollectRefs scope(&refs);
+    WriteInStore(*loc, fill);
+  } else {
+    WriteInStore(*loc, fill);
   }
-  UnpinLocal(loc->offset());  // written: the node may spill it from now on
   std::lock_guard<std::mutex> lock(mu_);
   ObjectEntry& en = refs_.Entry(id);
   en.owned = true;

@@ -26,20 +26,28 @@ StatusOr<rpc::ObjectLocation> CoreWorker::CreateInStore(const std::string& objec
   auto ctx = NewContext(opts_.token, 120000);
   auto st = node_->CreateObject(ctx.get(), req, &reply);
   if (!st.ok()) return FromGrpc(st, "the node refused to store object " + object_id);
-  if (reply.has_error() && reply.error().code() != 0) {
-    return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
-  }
-  if (reply.offset() < object_header::kBytes || reply.offset() + size > arena_->size()) {
-    return Internal("node returned an offset out of range");
-  }
+  auto offset = PinnedOffset(reply, size);
+  if (!offset.ok()) return offset.status();
   rpc::ObjectLocation loc = StoreLocation(key, node_id_, opts_.node_address);
-  loc.set_offset(reply.offset());
+  loc.set_offset(*offset);
   loc.set_size(size);
   return loc;
 }
 
+StatusOr<uint64_t> CoreWorker::PinnedOffset(const rpc::CreateObjectReply& reply, uint64_t size) const {
+  if (reply.has_error() && reply.error().code() != 0) {
+    return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
+  }
+  if (!InArena(reply.offset(), size)) return Internal("node returned an offset out of range");
+  return reply.offset();
+}
+
+bool CoreWorker::InArena(uint64_t offset, uint64_t size) const {
+  return offset >= object_header::kBytes && offset + size <= arena_->size();
+}
+
 bool CoreWorker::PinLocal(const rpc::ObjectLocation& loc) {
-  if (loc.offset() < object_header::kBytes || loc.offset() + loc.size() > arena_->size()) return false;
+  if (!InArena(loc.offset(), loc.size())) return false;
   return object_header::TryPin(arena_->data() + loc.offset() - object_header::kBytes,
                                object_header::TagOf(loc.key()));
 }
@@ -48,12 +56,15 @@ void CoreWorker::UnpinLocal(uint64_t offset) {
   object_header::Unpin(arena_->data() + offset - object_header::kBytes);
 }
 
-void CoreWorker::FreeInStore(const std::string& key) {
-  rpc::FreeObjectsRequest req;
-  req.add_keys(key);
-  rpc::Empty e;
-  auto ctx = NewContext(opts_.token, 5000);
-  (void)node_->FreeObjects(ctx.get(), req, &e);
+void CoreWorker::WriteInStore(const rpc::ObjectLocation& loc, const std::function<void(char*)>& write) {
+  try {
+    write(arena_->data() + loc.offset());
+  } catch (...) {
+    UnpinLocal(loc.offset());
+    FreeInStore({opts_.node_address, {loc.key()}});
+    throw;
+  }
+  UnpinLocal(loc.offset());  // written: the node may spill it from now on
 }
 
 StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::ReadLocal(const rpc::ObjectLocation& loc,
@@ -68,12 +79,9 @@ StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::ReadLocal(const rpc::Obj
   auto ctx = NewContext(opts_.token);
   auto st = node_->RestoreObject(ctx.get(), req, &reply);
   if (!st.ok()) return FromGrpc(st, "the node could not restore object " + object_id);
-  if (reply.has_error() && reply.error().code() != 0) {
-    return Status(static_cast<StatusCode>(reply.error().code()),
-                  "cannot read object " + object_id + ": " + reply.error().message());
-  }
-  if (reply.offset() < object_header::kBytes || reply.offset() + loc.size() > arena_->size()) {
-    return Internal("object " + object_id + " lies outside the arena");
+  auto offset = PinnedOffset(reply, loc.size());
+  if (!offset.ok()) {
+    return Status(offset.status().code(), "cannot read object " + object_id + ": " + offset.status().message());
   }
   {
     // Remember where it is now, so the next read pins it directly.
@@ -81,11 +89,11 @@ StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::ReadLocal(const rpc::Obj
     auto it = refs_.objects().find(object_id);
     if (it != refs_.objects().end()) {
       ObjectEntry& e = it->second;
-      if (e.in_shm && e.shm.key() == loc.key()) e.shm.set_offset(reply.offset());
-      if (e.has_local_copy && e.local_copy.key() == loc.key()) e.local_copy.set_offset(reply.offset());
+      if (e.in_shm && e.shm.key() == loc.key()) e.shm.set_offset(*offset);
+      if (e.has_local_copy && e.local_copy.key() == loc.key()) e.local_copy.set_offset(*offset);
     }
   }
-  return std::shared_ptr<internal::Buffer>(std::make_shared<ArenaBuffer>(arena_, reply.offset(), loc.size()));
+  return std::shared_ptr<internal::Buffer>(std::make_shared<ArenaBuffer>(arena_, *offset, loc.size()));
 }
 
 StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::Materialize(const rpc::ObjectLocation& loc,
@@ -111,7 +119,7 @@ StatusOr<std::shared_ptr<internal::Buffer>> CoreWorker::Materialize(const rpc::O
   if (!local.ok()) return local.status();
   auto free_local = [&] {
     UnpinLocal(local->offset());
-    FreeInStore(local->key());
+    FreeInStore({opts_.node_address, {local->key()}});
   };
   auto stub = NodeStub(loc.node_address());
   rpc::FetchObjectRequest req;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "common/rpc.h"
 
 namespace torus {
 
@@ -141,8 +142,7 @@ grpc::Status ObjectStore::Create(const rpc::CreateObjectRequest& req, rpc::Creat
     MutexLock lock(mu_);
     if (objects_.count(req.key())) return exists();
     if (need > alloc_->capacity()) {  // refused before anything is spilled for it
-      reply->mutable_error()->set_code(static_cast<int>(StatusCode::kResourceExhausted));
-      reply->mutable_error()->set_message(FullMessage(need));
+      SetError(reply->mutable_error(), StatusCode::kResourceExhausted, FullMessage(need));
       return grpc::Status::OK;
     }
     range = alloc_->Allocate(need);
@@ -151,8 +151,7 @@ grpc::Status ObjectStore::Create(const rpc::CreateObjectRequest& req, rpc::Creat
     MutexLock spill_lock(spill_mu_);
     auto got = AllocateSpilling(need);
     if (!got.ok()) {
-      reply->mutable_error()->set_code(static_cast<int>(got.status().code()));
-      reply->mutable_error()->set_message(got.status().message());
+      SetError(reply->mutable_error(), got.status());
       return grpc::Status::OK;
     }
     range = *got;
@@ -179,8 +178,7 @@ grpc::Status ObjectStore::Create(const rpc::CreateObjectRequest& req, rpc::Creat
 
 void ObjectStore::Restore(const std::string& key, rpc::CreateObjectReply* reply) {
   auto fail = [&](const Status& s) {
-    reply->mutable_error()->set_code(static_cast<int>(s.code()));
-    reply->mutable_error()->set_message(s.message());
+    SetError(reply->mutable_error(), s);
   };
   auto gone = [&] { return NotFound("object key " + key + " is not in the store of node " + node_id_); };
   MutexLock spill_lock(spill_mu_);
@@ -236,7 +234,6 @@ void ObjectStore::Abandon(const std::string& key, uint64_t offset, bool created)
 
 void ObjectStore::Free(const rpc::FreeObjectsRequest& req) {
   MutexLock lock(mu_);
-  SweepFreedLocked();
   for (const auto& key : req.keys()) {
     auto it = objects_.find(key);
     if (it == objects_.end()) continue;
@@ -246,12 +243,9 @@ void ObjectStore::Free(const rpc::FreeObjectsRequest& req) {
       --spilled_objects_;
     } else {
       resident_by_age_.erase(it->second.seq);
-      // Claimed (no pin, none possible from now on) it goes back now, else once unpinned. A
-      // value being spilled right now is claimed already: its spiller sees it gone.
-      char* h = HeaderOf(it->second);
-      if (hdr::TryClaim(h, it->second.tag)) {
-        alloc_->Free(it->second.offset - hdr::kBytes);
-      } else if (hdr::StatePart(hdr::At(h).load()) == hdr::kSpilling) {
+      // A value being spilled right now is claimed already: its range goes back now (its
+      // spiller sees it gone). Any other goes back in the sweep below, or once unpinned.
+      if (hdr::StatePart(hdr::At(HeaderOf(it->second)).load()) == hdr::kSpilling) {
         alloc_->Free(it->second.offset - hdr::kBytes);
       } else {
         freed_pinned_[it->second.offset] = it->second.tag;
@@ -259,7 +253,7 @@ void ObjectStore::Free(const rpc::FreeObjectsRequest& req) {
     }
     objects_.erase(it);
   }
-  for (const auto& [off, size] : alloc_->TakeRangesToRelease()) ReleasePages(*arena_, off, size);
+  SweepFreedLocked();
 }
 
 grpc::Status ObjectStore::Fetch(const rpc::FetchObjectRequest& req,

@@ -100,8 +100,9 @@ class ObjectStore {
   std::optional<Victim> ClaimVictimLocked() REQUIRES(mu_);
   // The value's range back to the allocator (and its pages to the OS past the resident budget).
   void FreeRangeLocked(uint64_t value_offset) REQUIRES(mu_);
-  // Freed values whose ranges readers still pinned: those unpinned by now go back (claimed first,
-  // so no stale reader pins them again).
+  // Freed values (freed_pinned_): those with no pin go back now (claimed first, so no stale
+  // reader pins them again), the others on a later sweep; then pages past the resident budget
+  // go back to the OS.
   void SweepFreedLocked() REQUIRES(mu_);
 
   const std::string& node_id_;  // the Node's, outlives this
@@ -116,7 +117,7 @@ class ObjectStore {
   std::unique_ptr<ArenaAllocator> alloc_ GUARDED_BY(mu_);
   std::map<std::string, StoredObject> objects_ GUARDED_BY(mu_);  // by key
   std::map<uint64_t, std::string> resident_by_age_ GUARDED_BY(mu_);  // seq -> key
-  std::map<uint64_t, uint64_t> freed_pinned_ GUARDED_BY(mu_);  // value offset -> tag
+  std::map<uint64_t, uint64_t> freed_pinned_ GUARDED_BY(mu_);  // freed, range not yet back: value offset -> tag
   uint64_t next_seq_ GUARDED_BY(mu_) = 0;
   uint64_t spilled_bytes_ GUARDED_BY(mu_) = 0, spilled_objects_ GUARDED_BY(mu_) = 0;
 };
