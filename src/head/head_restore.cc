@@ -10,9 +10,13 @@ namespace torus {
 using Clock = std::chrono::steady_clock;
 
 Status Head::RestoreState() {
-  auto store = HeadStore::Open(cfg_.state_path);
-  if (!store.ok()) return store.status();
-  store_ = std::move(*store);
+  if (cfg_.store) {
+    store_ = cfg_.store;
+  } else {
+    auto store = HeadStore::Open(cfg_.state_path);
+    if (!store.ok()) return store.status();
+    store_ = std::move(*store);
+  }
   auto kv = kv_.AttachStore(store_.get());
   if (!kv.ok()) return kv.status();
   auto actors = store_->LoadAll(StoreKind::kActor);

@@ -1,4 +1,4 @@
-#include "head/head_store.h"
+#include "head/sqlite_store.h"
 
 #include <sqlite3.h>
 
@@ -21,11 +21,7 @@ Status Bind(sqlite3* db, sqlite3_stmt* st, int index, std::string_view bytes) {
 }
 }  // namespace
 
-std::string HeadStore::PathIn(const std::string& session_dir) {
-  return session_dir + "/head_state.sqlite3";
-}
-
-StatusOr<std::unique_ptr<HeadStore>> HeadStore::Open(const std::string& path) {
+StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
@@ -55,13 +51,13 @@ StatusOr<std::unique_ptr<HeadStore>> HeadStore::Open(const std::string& path) {
     sqlite3_close(db);
     return Unavailable("the head's state " + path + " is damaged (" + why + "); refusing to load it");
   }
-  std::unique_ptr<HeadStore> s(new HeadStore(path, db));
+  std::unique_ptr<SqliteHeadStore> s(new SqliteHeadStore(path, db));
   if (auto st = s->Prepare(); !st.ok()) return st;
   if (auto st = s->CheckFormat(); !st.ok()) return st;
-  return s;
+  return std::unique_ptr<HeadStore>(std::move(s));
 }
 
-Status HeadStore::Prepare() {
+Status SqliteHeadStore::Prepare() {
   MutexLock lock(mu_);
   struct {
     sqlite3_stmt** st;
@@ -80,17 +76,17 @@ Status HeadStore::Prepare() {
   return Status();
 }
 
-HeadStore::~HeadStore() {
+SqliteHeadStore::~SqliteHeadStore() {
   MutexLock lock(mu_);
   for (sqlite3_stmt* s : {put_, del_, load_, count_}) sqlite3_finalize(s);
   sqlite3_close(db_);
 }
 
-Status HeadStore::Error(const char* what) const {
+Status SqliteHeadStore::Error(const char* what) const {
   return Unavailable(std::string("head state ") + path_ + ": " + what + ": " + sqlite3_errmsg(db_));
 }
 
-Status HeadStore::Put(StoreKind kind, std::string_view id, std::string_view value) {
+Status SqliteHeadStore::Put(StoreKind kind, std::string_view id, std::string_view value) {
   MutexLock lock(mu_);
   sqlite3_reset(put_);
   sqlite3_bind_int(put_, 1, static_cast<int>(kind));
@@ -101,7 +97,7 @@ Status HeadStore::Put(StoreKind kind, std::string_view id, std::string_view valu
   return rc == SQLITE_DONE ? Status() : Error("writing a record");
 }
 
-Status HeadStore::Delete(StoreKind kind, std::string_view id) {
+Status SqliteHeadStore::Delete(StoreKind kind, std::string_view id) {
   MutexLock lock(mu_);
   sqlite3_reset(del_);
   sqlite3_bind_int(del_, 1, static_cast<int>(kind));
@@ -111,7 +107,7 @@ Status HeadStore::Delete(StoreKind kind, std::string_view id) {
   return rc == SQLITE_DONE ? Status() : Error("deleting a record");
 }
 
-StatusOr<std::vector<std::pair<std::string, std::string>>> HeadStore::LoadAll(StoreKind kind) {
+StatusOr<std::vector<std::pair<std::string, std::string>>> SqliteHeadStore::LoadAll(StoreKind kind) {
   MutexLock lock(mu_);
   std::vector<std::pair<std::string, std::string>> out;
   sqlite3_reset(load_);
@@ -130,7 +126,7 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> HeadStore::LoadAll(St
   return out;
 }
 
-StatusOr<size_t> HeadStore::Count(StoreKind kind) {
+StatusOr<size_t> SqliteHeadStore::Count(StoreKind kind) {
   MutexLock lock(mu_);
   sqlite3_reset(count_);
   sqlite3_bind_int(count_, 1, static_cast<int>(kind));
@@ -141,28 +137,6 @@ StatusOr<size_t> HeadStore::Count(StoreKind kind) {
   size_t n = static_cast<size_t>(sqlite3_column_int64(count_, 0));
   sqlite3_reset(count_);
   return n;
-}
-
-Status HeadStore::CheckFormat() {
-  auto meta = LoadAll(StoreKind::kMeta);
-  if (!meta.ok()) return meta.status();
-  for (const auto& [k, v] : *meta) {
-    if (k != "format") continue;
-    if (v == kFormat) return Status::Ok();
-    return FailedPrecondition("the head's state " + path_ + " has format " + v + ", this torus reads " + kFormat +
-                              "; refusing to load it (start afresh with --new-session)");
-  }
-  for (StoreKind k : {StoreKind::kKv, StoreKind::kActor, StoreKind::kPlacementGroup, StoreKind::kDriverJob,
-                      StoreKind::kJob}) {
-    auto n = Count(k);
-    if (!n.ok()) return n.status();
-    if (*n) {
-      return FailedPrecondition("the head's state " + path_ +
-                                " has no format mark (written by an older torus); refusing to load it "
-                                "(start afresh with --new-session)");
-    }
-  }
-  return Put(StoreKind::kMeta, "format", kFormat);
 }
 
 }  // namespace torus
