@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli/daemon_threads.h"
+#include "cli/head_etcd.h"
 #include "cli/resume.h"
 #include "common/labels.h"
 #include "common/logging.h"
@@ -21,6 +22,7 @@
 #include "common/session.h"
 #include "common/session_daemons.h"
 #include "head/head.h"
+#include "head/etcd_client.h"
 #include "head/head_store.h"
 #include "node/node.h"
 
@@ -139,11 +141,13 @@ int RunHead(const Args& a) {
   cfg.port = PortFlag(a, "port", kDefaultPort);
   cfg.session_dir = a.Get("session-dir");
   if (!cfg.session_dir.empty()) cfg.state_path = HeadStore::PathIn(cfg.session_dir);
+  if (a.Has("state")) cfg.state_path = a.Get("state");
   SetHeadTuning(a, &cfg);
   SetDashboardFromDaemon(a, &cfg);
   auto tok = FindToken(cfg.session_dir);
   if (!tok.ok()) Die(tok.status().message());
   cfg.token = *tok;
+  if (HeadStore::IsEtcd(cfg.state_path)) return RunHeadOnEtcd(a, cfg, set);
   Head head(cfg);
   if (auto s = head.Start(); !s.ok()) Die(s.ToString());
   WriteHeadAddresses(head, cfg.session_dir);
@@ -367,9 +371,10 @@ int RunHeadInForeground(const Args& a, const std::string& session, int port) {
 std::vector<std::string> HeadDaemonArgs(const Args& a, const std::string& self, const std::string& port,
                                         const std::string& session) {
   std::vector<std::string> hargs = {self, "head", "--port", port, "--session-dir", session};
-  if (a.Has("bind")) {
-    hargs.push_back("--bind");
-    hargs.push_back(a.Get("bind"));
+  for (const char* k : {"bind", "state"}) {
+    if (!a.Has(k)) continue;
+    hargs.push_back(std::string("--") + k);
+    hargs.push_back(a.Get(k));
   }
   for (const auto& f : kHeadTuningFlags) {
     if (!a.Has(f.name)) continue;
@@ -439,8 +444,82 @@ int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& 
   return 0;
 }
 
+// The session a head on etcd runs in: the latest one when it belongs to this cluster (its token
+// is the one etcd keeps: a standby on the active head's machine, or a head restarted), else a new
+// one that takes etcd's token.
+std::string EtcdHeadSession(const std::optional<EtcdKv>& token) {
+  auto latest = FindLatestSession();
+  if (token && latest.ok() && !latest->empty()) {
+    auto t = FindToken(*latest);
+    if (t.ok() && *t == token->value) return *latest;
+  }
+  auto session = CreateSession(/*make_latest=*/false);
+  if (!session.ok()) Die(session.status().message());
+  if (token) {
+    if (auto s = WriteFile(*session + "/token", token->value, 0600); !s.ok()) Die(s.message());
+  }
+  return *session;
+}
+
+// `torus start --head --state etcd://HOST:PORT[/prefix]` (docs/fault_tolerance.md "Standby
+// heads"): with no active head, a head (resuming what etcd holds) and this host's node, as
+// without etcd; with one, a standby head alone, and this returns once it stands by.
+int StartHeadOnEtcd(const Args& a, const std::string& self) {
+  const std::string url = a.Get("state");
+  auto parsed = ParseEtcdUrl(url);
+  if (!parsed.ok()) Die("--state: " + parsed.status().message());
+  auto client = EtcdClient::Connect(parsed->endpoint, 3000);
+  if (!client.ok()) Die("--state " + url + ": " + client.status().message() + "; nothing was started");
+  auto token = (*client)->Get(parsed->prefix + "/token");
+  auto leader = (*client)->Get(parsed->prefix + "/leader");
+  if (!token.ok() || !leader.ok()) Die("--state " + url + ": " + (token.ok() ? leader : token).status().message());
+  const int port = PortFlag(a, "port", kDefaultPort);
+  if (port == 0) Die("a head on etcd needs a fixed --port (its standbys' callers dial it)");
+  const std::string p = std::to_string(port);
+  if (std::string why = WhyCannotListen(a.Get("bind", "127.0.0.1"), port); !why.empty()) {
+    Die("cannot start the head on port " + p + ": " + why + "; nothing was started");
+  }
+  const std::string session = EtcdHeadSession(*token);
+  if (!*leader) {
+    auto store = HeadStore::Open(url);
+    size_t records = 0;
+    for (StoreKind k : kRecordKinds) {
+      auto n = store.ok() ? (*store)->Count(k) : StatusOr<size_t>(store.status());
+      if (n.ok()) records += *n;
+    }
+    if (records) std::cerr << "torus: resuming the cluster's state in " << url << std::endl;
+    return SpawnHeadAndNode(a, self, session, p, /*resumed=*/records > 0);
+  }
+  const std::string state_file = HeadStateFile(session, port);
+  std::error_code ec;
+  std::filesystem::remove(state_file, ec);
+  pid_t hp = SpawnDaemon(session, "head-" + p, HeadDaemonArgs(a, self, p, session));
+  StatusOr<std::string> state = NotFound("");
+  for (int i = 0; i < 1000 && !state.ok(); ++i) {
+    state = ReadFile(state_file);
+    if (state.ok()) break;
+    int status = 0;
+    if (waitpid(hp, &status, WNOHANG) == hp) {
+      auto log = ReadFile(session + "/logs/head-" + p + ".err");
+      Die("the standby head failed to start on port " + p + ":\n" + (log.ok() ? *log : std::string()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!state.ok()) Die("the standby head did not report within 10 s; see " + session + "/logs/head-" + p + ".err");
+  const std::string address = a.Get("bind", "127.0.0.1") + ":" + p;
+  if (*state == "active") {
+    std::cout << "Torus head started at " << address << " (the active head; state " << url << ")" << std::endl;
+  } else {
+    std::cout << "Torus head standing by at " << address << " (state " << url << ")\n  active head: "
+              << state->substr(state->find(' ') + 1) << "; this one takes over when it is gone"
+              << "\n  callers of " << address << " reach the active head" << std::endl;
+  }
+  return 0;
+}
+
 int StartHead(const Args& a, const std::string& self) {
   if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
+  if (HeadStore::IsEtcd(a.Get("state"))) return StartHeadOnEtcd(a, self);
   auto resume = ChooseHeadSession(a);
   if (!resume.ok()) Die(resume.status().message());
   if (resume->empty()) RefuseIfClusterRunning();
@@ -555,7 +634,7 @@ std::vector<std::string> StartFlags() {
                                 "labels", "bind", "block", "heartbeat-ms", "head-lost-ms", "new-session",
                                 "session-dir", "help", "dashboard-host", "dashboard-port", "include-dashboard",
                                 "dashboard-agent-listen-port", "dashboard-agent-host", "object-store-memory",
-                                "object-spilling-directory", "spill-dir"};
+                                "object-spilling-directory", "spill-dir", "state"};
   for (const auto& f : kHeadTuningFlags) v.push_back(f.name);
   return v;
 }

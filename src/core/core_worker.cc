@@ -4,6 +4,8 @@
 
 #include "core/core_worker.h"
 
+#include "common/head_addresses.h"
+
 #include <cxxabi.h>
 #include <poll.h>
 #include <signal.h>
@@ -139,7 +141,8 @@ Status CoreWorker::Connect() {
   if (!arena.ok()) return arena.status();
   arena_ = std::shared_ptr<Mapping>(std::move(*arena));
   session_dir_ = reply.session_dir();
-  if (opts_.head_address.empty()) opts_.head_address = reply.head_address();
+  // The address given first, then every head the node knows (a head on etcd and its standbys).
+  opts_.head_address = HeadAddresses(opts_.head_address + "," + reply.head_address()).joined();
   head_ = std::make_unique<HeadClient>(opts_.head_address, opts_.token);
   if (opts_.is_driver) {
     rpc::JobRequest job;

@@ -160,7 +160,8 @@ class CoreWorker final : public internal::Runtime,
   std::string CurrentActorId() const {
     return task_executor_ ? task_executor_->actor_id() : std::string();
   }
-  const std::string& head_address() const { return opts_.head_address; }
+  // The head called now (of the head and its standbys).
+  std::string head_address() const { return head_ ? head_->address() : opts_.head_address; }
   const std::string& node_address() const { return opts_.node_address; }
   const std::string& token() const { return opts_.token; }
   const std::string& session_dir() const { return session_dir_; }

@@ -24,9 +24,7 @@ void Check(const grpc::Status& st, const char* what) {
 }  // namespace
 
 HeadClient::HeadClient(std::string address, std::string token)
-    : address_(std::move(address)),
-      token_(std::move(token)),
-      stub_(rpc::Head::NewStub(GetChannel(address_))) {}
+    : heads_(address), token_(std::move(token)) {}
 
 HeadClient::~HeadClient() { StopWatching(); }
 
@@ -44,8 +42,10 @@ grpc::Status HeadClient::RetryWhileHeadAway(const std::function<grpc::Status()>&
   auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHeadAwayMs);
   int backoff_ms = 50;
   while (true) {
+    const std::string head = heads_.current();
     grpc::Status st = call();
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::steady_clock::now() >= give_up) return st;
+    heads_.Failed(head);  // a standby, if one is known, is tried next
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min(backoff_ms * 2, 1000);
   }
@@ -56,8 +56,8 @@ grpc::Status HeadClient::RetryWhileHeadAway(const std::function<grpc::Status()>&
 Status HeadClient::RegisterJob(const rpc::JobRequest& job) {
   rpc::Empty e;
   auto ctx = NewContext(token_, 10000);
-  auto st = stub_->RegisterJob(ctx.get(), job, &e);
-  if (!st.ok()) return FromGrpc(st, "cannot register the job with the head at " + address_);
+  auto st = Stub()->RegisterJob(ctx.get(), job, &e);
+  if (!st.ok()) return FromGrpc(st, "cannot register the job with the head at " + heads_.current());
   watch_thread_ = std::thread([this, job] { WatchLoop(job); });
   return Status::Ok();
 }
@@ -72,13 +72,13 @@ void HeadClient::WatchLoop(rpc::JobRequest job) {
       watch_ctx_ = NewContext(token_);
       ctx = watch_ctx_;
     }
-    auto reader = stub_->WatchJob(ctx.get(), job);
+    auto reader = Stub()->WatchJob(ctx.get(), job);
     rpc::Empty ping;
     while (reader->Read(&ping)) {
     }
     (void)reader->Finish();
-    // The head went away (stopped, or killed and restarted): once one answers at this address
-    // again, the job is registered again and watched, so a resumed head keeps it.
+    // The head went away (stopped, or killed and restarted, or a standby took over): once one
+    // answers again, the job is registered again and watched, so a resumed head keeps it.
     while (true) {
       MutexLock lock(watch_mu_);
       if (!watch_stop_) watch_cv_.WaitFor(lock, std::chrono::milliseconds(backoff_ms));
@@ -86,7 +86,12 @@ void HeadClient::WatchLoop(rpc::JobRequest job) {
       backoff_ms = std::min(backoff_ms * 2, 2000);
       rpc::Empty e;
       auto rctx = NewContext(token_, 2000);
-      if (stub_->RegisterJob(rctx.get(), job, &e).ok()) break;
+      const std::string head = heads_.current();
+      auto st = rpc::Head::NewStub(GetChannel(head))->RegisterJob(rctx.get(), job, &e);
+      if (st.ok()) break;
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        heads_.Failed(head);  // a standby, if one is known, is tried next
+      }
     }
     backoff_ms = 100;
   }
@@ -106,7 +111,7 @@ void HeadClient::FinishJob(const std::string& job_id, int64_t tasks_finished, in
     watch_cv_.NotifyAll();
   }
   auto ctx = NewContext(token_, 5000);
-  (void)stub_->FinishJob(ctx.get(), job, &e);
+  (void)Stub()->FinishJob(ctx.get(), job, &e);
   StopWatching();
 }
 
@@ -134,7 +139,7 @@ void HeadClient::ReportActorExit(const std::string& actor_id, const std::string&
   req.set_description("the actor called ray::ExitActor()");
   rpc::Empty e;
   auto ctx = NewContext(token_, 5000);
-  (void)stub_->ActorWorkerDied(ctx.get(), req, &e);
+  (void)Stub()->ActorWorkerDied(ctx.get(), req, &e);
 }
 
 // ------------------------------------------------------------ placement groups and slices
@@ -151,7 +156,7 @@ StatusOr<std::string> HeadClient::BundleNode(const std::string& pg_id, int bundl
     req.set_wait_created_ms(2000);
     auto st = RetryWhileHeadAway([&] {
       reply.Clear();
-      return LaneUnary(address_, token_, 10000, "/torus.rpc.Head/GetPlacementGroup",
+      return LaneUnary(heads_.current(), token_, 10000, "/torus.rpc.Head/GetPlacementGroup",
                        &rpc::Head::Service::GetPlacementGroup, &rpc::Head::Stub::GetPlacementGroup, req, &reply);
     });
     if (!st.ok()) return FromGrpc(st, "cannot look up placement group " + pg_id);
@@ -218,7 +223,7 @@ std::string HeadClient::CreatePlacementGroup(const internal::PlacementGroupSpec&
     }
   }
   rpc::CreatePlacementGroupReply reply;
-  auto st = LaneUnary(address_, token_, 10000, "/torus.rpc.Head/CreatePlacementGroup",
+  auto st = LaneUnary(heads_.current(), token_, 10000, "/torus.rpc.Head/CreatePlacementGroup",
                       &rpc::Head::Service::CreatePlacementGroup, &rpc::Head::Stub::CreatePlacementGroup, req, &reply);
   if (!st.ok()) throw internal::RayException("CreatePlacementGroup failed: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) ThrowStatus(reply.error(), "CreatePlacementGroup: ");
@@ -234,7 +239,7 @@ void HeadClient::RemovePlacementGroup(const std::string& id) {
   req.set_pg_id(id);
   rpc::Empty e;
   auto st = RetryWhileHeadAway([&] {
-    return LaneUnary(address_, token_, 30000, "/torus.rpc.Head/RemovePlacementGroup",
+    return LaneUnary(heads_.current(), token_, 30000, "/torus.rpc.Head/RemovePlacementGroup",
                      &rpc::Head::Service::RemovePlacementGroup, &rpc::Head::Stub::RemovePlacementGroup, req, &e);
   });
   if (!st.ok()) throw internal::RayException("RemovePlacementGroup: " + st.error_message());
@@ -287,7 +292,7 @@ bool HeadClient::WaitPlacementGroup(const std::string& id, int timeout_seconds) 
     rpc::GetPlacementGroupReply reply;
     auto st = RetryWhileHeadAway([&] {
       reply.Clear();
-      return LaneUnary(address_, token_, 15000, "/torus.rpc.Head/GetPlacementGroup",
+      return LaneUnary(heads_.current(), token_, 15000, "/torus.rpc.Head/GetPlacementGroup",
                        &rpc::Head::Service::GetPlacementGroup, &rpc::Head::Stub::GetPlacementGroup, req, &reply);
     });
     if (!st.ok()) throw internal::RayException("PlacementGroup::Wait: " + st.error_message());

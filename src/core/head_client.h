@@ -28,6 +28,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/head_addresses.h"
 #include "common/resources.h"
 #include "common/status.h"
 #include "common/rpc.h"
@@ -44,7 +45,8 @@ class HeadClient {
   HeadClient(const HeadClient&) = delete;
   HeadClient& operator=(const HeadClient&) = delete;
 
-  const std::string& address() const { return address_; }
+  // The head called now (one of those given: "A,B" names a head and its standbys).
+  std::string address() const { return heads_.current(); }
 
   // Drivers: registers the job and holds a WatchJob call open, so the head notices when this
   // process dies. FinishJob marks it finished (best effort) and ends the watch.
@@ -89,9 +91,10 @@ class HeadClient {
   rpc::ListReply ListCluster();
 
  private:
-  const std::string address_;
+  // The head and its standbys; a call that cannot reach the current one moves to the next.
+  HeadAddresses heads_;
   const std::string token_;
-  std::unique_ptr<rpc::Head::Stub> stub_;
+  std::unique_ptr<rpc::Head::Stub> Stub() const { return rpc::Head::NewStub(GetChannel(heads_.current())); }
 
   Mutex mu_;
   std::unordered_set<std::string> created_ GUARDED_BY(mu_);
@@ -100,7 +103,7 @@ class HeadClient {
   // `call` is tried again, with backoff from 50 ms to 1 s, for up to kHeadAwayMs; then its
   // last status is returned. Only for calls that are safe to repeat.
   static constexpr int kHeadAwayMs = 30000;
-  static grpc::Status RetryWhileHeadAway(const std::function<grpc::Status()>& call);
+  grpc::Status RetryWhileHeadAway(const std::function<grpc::Status()>& call);
   // One unary rpc::Head call on a fresh context with `deadline_ms`, under RetryWhileHeadAway.
   template <class Req, class Rep>
   grpc::Status Call(grpc::Status (rpc::Head::Stub::*method)(grpc::ClientContext*, const Req&, Rep*),
@@ -108,7 +111,7 @@ class HeadClient {
     return RetryWhileHeadAway([&] {
       auto ctx = NewContext(token_, deadline_ms);
       reply->Clear();
-      return (stub_.get()->*method)(ctx.get(), req, reply);
+      return (Stub().get()->*method)(ctx.get(), req, reply);
     });
   }
   void WatchLoop(rpc::JobRequest job);  // watch_thread_

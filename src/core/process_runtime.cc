@@ -1,5 +1,7 @@
 #include "core/process_runtime.h"
 
+#include "common/head_addresses.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -77,10 +79,14 @@ std::string RunningAddress() {
 // The address of a live node of the cluster at `address`: the head's own node when it is on this
 // host, else another node of this host, else any live node.
 std::string FindNodeToAttach(const std::string& address, const std::string& token) {
-  auto stub = rpc::Head::NewStub(GetChannel(address));
   rpc::ListReply reply;
-  auto ctx = NewContext(token, 10000);
-  auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
+  grpc::Status st;
+  for (const auto& head : HeadAddresses::Split(address)) {  // "A,B": a head and its standbys
+    reply.Clear();
+    auto ctx = NewContext(token, 10000);
+    st = rpc::Head::NewStub(GetChannel(head))->List(ctx.get(), rpc::Empty(), &reply);
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+  }
   if (!st.ok()) {
     throw internal::RayException("cannot reach the Torus head at " + address + ": " +
                                  st.error_message());

@@ -6,6 +6,7 @@
 
 #include "common/wall_clock.h"
 #include "common/ids.h"
+#include "common/head_addresses.h"
 #include "common/lane.h"
 #include "common/logging.h"
 #include "head/dashboard_http.h"
@@ -49,7 +50,7 @@ Head::~Head() {
 Status Head::Start() {
   if (auto s = ValidateToken(cfg_.token, "the head's configuration"); !s.ok()) return s;
   int port = cfg_.port;
-  if (!cfg_.state_path.empty()) {
+  if (!cfg_.state_path.empty() || cfg_.store) {
     if (auto s = RestoreState(); !s.ok()) return s;
   }
   job_manager_ = std::make_unique<JobManager>(JobManagerConfig{cfg_.token, cfg_.session_dir, store_.get()});
@@ -180,6 +181,9 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   reply->set_session_dir(cfg_.session_dir);
   e.beat_ms = PacedHeartbeatMsLocked();
   reply->set_heartbeat_ms(e.beat_ms);
+  uint64_t heads_version = 0;
+  FillHeads(0, reply->mutable_head_addresses(), &heads_version);
+  reply->set_heads_version(heads_version);
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
   pg_manager_.AssertHeld();  // it shares mu_
@@ -247,7 +251,23 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
     pg_manager_.AssertHeld();  // it shares mu_
     pg_manager_.Wake();
   }
+  uint64_t heads_version = req->heads_version();
+  FillHeads(heads_version, reply->mutable_head_addresses(), &heads_version);
+  reply->set_heads_version(heads_version);
   return grpc::Status::OK;
+}
+
+void Head::SetHeadAddresses(std::vector<std::string> heads) {
+  MutexLock lock(heads_mu_);
+  heads_version_ = heads.empty() ? 0 : HeadAddresses::VersionOf(heads);
+  heads_ = std::move(heads);
+}
+
+void Head::FillHeads(uint64_t known, google::protobuf::RepeatedPtrField<std::string>* out, uint64_t* version) const {
+  MutexLock lock(heads_mu_);
+  *version = heads_version_;
+  if (heads_version_ == known) return;
+  for (const auto& h : heads_) out->Add()->assign(h);
 }
 
 std::optional<std::chrono::milliseconds> Head::MonitorTick() {

@@ -83,6 +83,9 @@ struct HeadConfig {
   // The durable state (head/head_store.h; "" = memory only). A head started on a store that
   // holds state resumes it (docs/fault_tolerance.md).
   std::string state_path;
+  // Instead of opening state_path: a store opened already (a head on etcd elected active opens
+  // its store fenced by its leadership: head/head_election.h).
+  std::shared_ptr<HeadStore> store;
   // A resumed head waits this long for the nodes and drivers it knew to come back; then the
   // actors and bundles on nodes that did not are handled as on a node's death, and the jobs of
   // drivers that did not are finished.
@@ -124,6 +127,9 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   std::string address() const { return address_; }
   // The HTTP surface's "host:port" ("" without one). Set by Start.
   std::string dashboard_address() const { return http_ ? http_->address() : ""; }
+  // The heads of the cluster (the active first, then the standbys: head/head_election.h), sent
+  // to the nodes so they can move to a standby when this head is gone. Any thread.
+  void SetHeadAddresses(std::vector<std::string> heads) EXCLUDES(heads_mu_);
   // What Start() resumed (all zero for a new session).
   const ResumedState& resumed() const { return resumed_; }
 
@@ -246,7 +252,13 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   size_t snapshot_nodes_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point snapshot_built_ GUARDED_BY(mu_);
   std::map<std::string, rpc::JobRequest> jobs_ GUARDED_BY(mu_);
-  std::unique_ptr<HeadStore> store_;  // set by Start when cfg_.state_path is given
+  std::shared_ptr<HeadStore> store_;  // set by Start when cfg_.state_path or cfg_.store is given
+  // The heads' addresses for the nodes (SetHeadAddresses), and their version (0: none).
+  mutable Mutex heads_mu_;
+  std::vector<std::string> heads_ GUARDED_BY(heads_mu_);
+  uint64_t heads_version_ GUARDED_BY(heads_mu_) = 0;
+  void FillHeads(uint64_t known, google::protobuf::RepeatedPtrField<std::string>* out, uint64_t* version) const
+      EXCLUDES(heads_mu_);
   ResumedState resumed_;              // set by Start
   // Resumed drivers that have not registered again, and when the resume grace ends (max: none).
   std::set<std::string> resumed_jobs_ GUARDED_BY(mu_);

@@ -14,8 +14,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
+#include "common/head_addresses.h"
 #include "common/periodic_thread.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -24,7 +26,9 @@ namespace torus {
 class Heartbeat {
  public:
   struct Config {
-    std::string head_address;
+    // The head (and its standbys): a beat that cannot reach the current one moves to the next;
+    // a reply's list of heads is learnt.
+    std::shared_ptr<HeadAddresses> heads;
     std::string token;
     int heartbeat_ms = 100;   // the node's own period (the shortest)
     int head_lost_ms = 30000;  // give up after this long without a successful beat

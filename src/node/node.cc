@@ -48,13 +48,14 @@ NodeConfig WithDefaults(NodeConfig cfg) {
 Node::Node(NodeConfig cfg)
     : cfg_(WithDefaults(std::move(cfg))),
       log_files_(cfg_.serve_session_logs && !cfg_.session_dir.empty() ? cfg_.session_dir + "/logs" : ""),
-      st_(cfg_.node_id, cfg_.resources) {
+      st_(cfg_.node_id, cfg_.resources),
+      heads_(std::make_shared<HeadAddresses>(cfg_.head_address)) {
   shm_prefix_ = "torus." + cfg_.node_id.substr(0, 12) + ".";
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   hostname_ = host;
   heartbeat_ = std::make_unique<Heartbeat>(
-      Heartbeat::Config{cfg_.head_address, cfg_.token, cfg_.heartbeat_ms, cfg_.head_lost_ms},
+      Heartbeat::Config{heads_, cfg_.token, cfg_.heartbeat_ms, cfg_.head_lost_ms},
       Heartbeat::Hooks{[this](rpc::HeartbeatRequest* req) { return FillHeartbeat(req); },
                        [this](const rpc::HeartbeatRequest& req, const rpc::HeartbeatReply& reply) {
                          ApplyHeartbeat(req, reply);
@@ -168,7 +169,7 @@ Status Node::Start() {
   job_runner_->SetSessionDir(cfg_.session_dir);
   {
     MutexLock lock(st_.mu);
-    st_.pool.Configure({cfg_.node_id, address_, cfg_.bind_host, cfg_.token, cfg_.session_dir, cfg_.head_address,
+    st_.pool.Configure({cfg_.node_id, address_, cfg_.bind_host, cfg_.token, cfg_.session_dir, heads_,
                         cfg_.torus_exe, cfg_.logs_dir, static_cast<int>(tpu_chip_ids_.size()), &log_files_});
     TORUS_LOG(INFO) << "node " << cfg_.node_id << " listening on " << address_ << " resources "
                     << ResourcesToString(st_.ledger.total());
@@ -200,8 +201,14 @@ Status Node::Serve() {
   }
   address_ = cfg_.bind_host + ":" + std::to_string(port);
   RegisterInProcessServer(address_, server_.get(), this);
-  head_ = rpc::Head::NewStub(GetChannel(cfg_.head_address));
-  if (auto s = RegisterWithHead(); !s.ok()) {
+  // Each address given (--address A,B: a head and its standbys) is tried once.
+  Status reg = RegisterWithHead();
+  for (size_t i = 1; i < HeadAddresses::Split(cfg_.head_address).size() && reg.code() == StatusCode::kUnavailable;
+       ++i) {
+    reg = RegisterWithHead();
+  }
+  registered_ = reg.ok();
+  if (auto s = reg; !s.ok()) {
     UnregisterInProcessServer(address_);
     server_->Shutdown();
     lane_->Stop();
@@ -231,8 +238,13 @@ Status Node::RegisterWithHead() {
   for (const auto& [k, v] : cfg_.labels) (*n->mutable_labels())[k] = v;
   rpc::RegisterNodeReply reply;
   auto ctx = NewContext(cfg_.token, 10000);
-  auto st = head_->RegisterNode(ctx.get(), req, &reply);
-  if (!st.ok()) return FromGrpc(st, "cannot register with head at " + cfg_.head_address);
+  const std::string head = heads_->current();
+  auto st = HeadStub()->RegisterNode(ctx.get(), req, &reply);
+  if (!st.ok()) {
+    heads_->Failed(head);
+    return FromGrpc(st, "cannot register with head at " + head);
+  }
+  heads_->Learn({reply.head_addresses().begin(), reply.head_addresses().end()}, reply.heads_version());
   if (reply.has_error() && reply.error().code() != 0) {
     return Status(static_cast<StatusCode>(reply.error().code()), reply.error().message());
   }
@@ -296,12 +308,12 @@ void Node::Stop() {
   for (pid_t p : pids) kill(p, SIGKILL);
   UnlinkSegmentsWithPrefix(shm_prefix_);
   shm_lock_.Release();
-  if (head_) {
+  if (registered_) {
     rpc::UnregisterNodeRequest req;
     req.set_node_id(cfg_.node_id);
     rpc::Empty e;
     auto ctx = NewContext(cfg_.token, 1000);
-    (void)head_->UnregisterNode(ctx.get(), req, &e);
+    (void)HeadStub()->UnregisterNode(ctx.get(), req, &e);
   }
   st_.reaper_waiter.Wake();
   heartbeat_->Stop();  // from the heartbeat thread itself (giving up): not joined here
@@ -343,7 +355,7 @@ grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterW
     }
   }
   reply->set_node_id(cfg_.node_id);
-  reply->set_head_address(cfg_.head_address);
+  reply->set_head_address(heads_->joined());
   reply->set_session_dir(cfg_.session_dir);
   reply->set_shm_prefix(shm_prefix_);
   reply->set_node_address(address_);
@@ -450,7 +462,7 @@ void Node::HandleWorkerExit(pid_t pid, int status) {
     req.set_intentional(false);
     rpc::Empty e;
     auto ctx = NewContext(cfg_.token, 5000);
-    auto st = head_->ActorWorkerDied(ctx.get(), req, &e);
+    auto st = HeadStub()->ActorWorkerDied(ctx.get(), req, &e);
     if (!st.ok()) TORUS_LOG(WARNING) << "cannot report actor death: " << st.error_message();
   }
 }
@@ -522,7 +534,7 @@ void Node::ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::Heartbeat
 void Node::GiveUp(const grpc::Status& last) {
   const bool refused = last.error_code() == grpc::StatusCode::UNAUTHENTICATED;
   TORUS_LOG(ERROR) << "node " << cfg_.node_id << ": giving up after " << cfg_.head_lost_ms
-                   << " ms without a successful heartbeat: the head at " << cfg_.head_address
+                   << " ms without a successful heartbeat: the head at " << heads_->joined()
                    << (refused ? " refuses this node's cluster token (it was restarted: a new head is a new "
                                  "session this node cannot join)"
                                : " cannot be reached")

@@ -36,7 +36,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/head_addresses.h"
 #include "common/http_server.h"
+#include "common/rpc.h"
 #include "common/lane.h"
 #include "common/metrics.h"
 #include "common/one_shot_thread.h"
@@ -176,12 +178,16 @@ class Node final : public rpc::Node::Service {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;  // the agent's HTTP surface (cfg_.agent_port >= 0)
   std::atomic<bool> serving_{false};  // Start finished: registered, threads running
-  std::unique_ptr<rpc::Head::Stub> head_;
+  std::atomic<bool> registered_{false};  // Start registered with the head (Stop unregisters)
   LogFiles log_files_;  // before job_runner_ and the pool's users: they claim into it
   std::unique_ptr<JobRunner> job_runner_;  // processes of submitted jobs (docs/jobs.md)
 
   // The parts (each header states its contract and threads).
   NodeState st_;
+  // The head's address (and its standbys', learnt from its replies): the heartbeat moves to the
+  // next one when the current cannot be reached (common/head_addresses.h).
+  std::shared_ptr<HeadAddresses> heads_;
+  std::unique_ptr<rpc::Head::Stub> HeadStub() const { return rpc::Head::NewStub(GetChannel(heads_->current())); }
   ObjectStore objects_{cfg_.node_id};
   LeaseScheduler leases_{st_, cfg_.node_id, cfg_.labels};
   ActorStarter actors_{st_, cfg_.token};

@@ -27,7 +27,7 @@ void SetWorkerEnv(const WorkerPoolConfig& cfg, const std::string& worker_id, con
   opts->env_set["TORUS_WORKER_ID"] = worker_id;
   opts->env_set["TORUS_TOKEN"] = cfg.token;
   opts->env_set["TORUS_SESSION_DIR"] = cfg.session_dir;
-  opts->env_set["TORUS_HEAD_ADDRESS"] = cfg.head_address;
+  opts->env_set["TORUS_HEAD_ADDRESS"] = cfg.heads ? cfg.heads->joined() : "";
   opts->env_unset = {"TORUS_ADDRESS", "RAY_ADDRESS"};
   if (!spawn.command.empty()) {
     // A Python worker: the command it was started with, which it gives the Python work it

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/head_addresses.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "node/ledger.h"
@@ -82,7 +83,7 @@ struct WorkerPoolConfig {
   std::string bind_host;
   std::string token;
   std::string session_dir;
-  std::string head_address;
+  std::shared_ptr<HeadAddresses> heads;  // the node's (node.h); workers get heads->joined()
   std::string torus_exe;
   std::string logs_dir;  // "" = <session_dir>/logs
   int num_chips = 0;     // this host's chips (chip visibility)

@@ -1,0 +1,89 @@
+// HeadElection: one active head among several that share one etcd (`torus start --head --state
+// etcd://HOST:PORT[/prefix]`, docs/fault_tolerance.md "Standby heads").
+//
+// Keys, under the URL's prefix:
+//   <prefix>/leader          the active head's address, bound to its lease (gone when it dies)
+//   <prefix>/heads/<address> every head, active or standing by, bound to its own lease
+//   <prefix>/token           the cluster token, written once by the first head
+//   <prefix>/state/...       the durable records (head/etcd_store.h)
+// Each head holds one lease of ttl_s seconds and renews it every third of that. The first head
+// to create the leader key is active; the others stand by, waiting (etcd's watch) for the key to
+// go. A head that cannot renew its lease for ttl_s has lost its leadership: on_lost runs and the
+// process must stop serving (the daemon exits); its writes were fenced already (the store's
+// guard is the leader key's create revision).
+//
+// THREADS: Campaign blocks its caller; one owned thread (a PeriodicThread) renews the lease and
+// re-reads the list of heads, from Connect until Stop/destruction; on_lost runs on it. Heads()
+// and active() may be called from any thread (mu_).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/periodic_thread.h"
+#include "common/thread_annotations.h"
+#include "head/etcd_client.h"
+#include "head/head_store.h"
+
+namespace torus {
+
+class HeadElection {
+ public:
+  struct Config {
+    std::string url;      // etcd://host:port[/prefix]
+    std::string address;  // this head's "host:port", as clients dial it
+    int ttl_s = 2;        // the lease; etcd may raise it to its minimum
+  };
+  // Connects, takes a lease and announces this head under heads/.
+  static StatusOr<std::unique_ptr<HeadElection>> Connect(Config cfg);
+  ~HeadElection();
+  HeadElection(const HeadElection&) = delete;
+  HeadElection& operator=(const HeadElection&) = delete;
+
+  // The cluster token in etcd, or `proposed` once written there by the first head to ask.
+  StatusOr<std::string> ClusterToken(const std::string& proposed);
+  // The active head's address now ("" when none).
+  StatusOr<std::string> ActiveNow();
+
+  // Blocks until this head is the active one (OK) or Stop (kCancelled). While another head is
+  // active, on_standby(its address) runs each time a different one is seen.
+  Status Campaign(const std::function<void(const std::string& active)>& on_standby) EXCLUDES(mu_);
+  // After a successful Campaign: the durable state, fenced by the leader key.
+  StatusOr<std::unique_ptr<HeadStore>> OpenStore();
+  // After a successful Campaign: on_lost(why) runs once (on the renewal thread) when the lease
+  // is lost.
+  void OnLost(std::function<void(const std::string& why)> on_lost) EXCLUDES(mu_);
+  // The heads alive (the active first), as last read (every renewal).
+  std::vector<std::string> Heads() const EXCLUDES(mu_);
+  // on_heads(list) runs now and (on the renewal thread) whenever the list read changes.
+  void OnHeads(std::function<void(const std::vector<std::string>&)> on_heads) EXCLUDES(mu_);
+  // Gives the leadership up at once (revokes the lease: a standby takes over without waiting
+  // for the TTL) and ends Campaign and the renewal thread.
+  void Stop();
+
+ private:
+  HeadElection(Config cfg, std::string prefix, std::shared_ptr<EtcdClient> client);
+  Status NewLease() EXCLUDES(mu_);
+  std::optional<std::chrono::milliseconds> Renew() EXCLUDES(mu_);
+  void ReadHeads() EXCLUDES(mu_);
+
+  // constant after construction
+  const Config cfg_;
+  const std::string prefix_;
+  const std::shared_ptr<EtcdClient> client_;
+
+  mutable Mutex mu_;
+  int64_t lease_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point renewed_ GUARDED_BY(mu_);
+  int64_t leader_revision_ GUARDED_BY(mu_) = 0;  // the leader key's create revision while active
+  bool lost_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  std::function<void(const std::string&)> on_lost_ GUARDED_BY(mu_);
+  std::vector<std::string> heads_ GUARDED_BY(mu_);
+  std::function<void(const std::vector<std::string>&)> on_heads_ GUARDED_BY(mu_);
+  PeriodicThread renewer_;
+};
+
+}  // namespace torus
