@@ -3,9 +3,13 @@
   - the cost on the paths that write it: placement-group create+ready and remove, actor
     creation (create until its first call returns), job submission (`torus job submit --no-wait`);
   - the time from a `kill -9` of the head to the cluster serving again: the resuming
-    `torus start --head` command, and until a new driver has called a named actor.
+    `torus start --head` command, and until a new driver has called a named actor;
+  - with --etcd HOST:PORT (a running etcd): the same costs with the state in etcd, and instead
+    of a restart, the failover: a standby head started next to the active one, the active head
+    killed, and the time until the standby serves (`torus status` through it answers as the
+    active head), until the node is back, and until a new driver has called a named actor.
 
-Usage: python bench/head_durability.py [--torus BIN] [--rounds N] [--skip-restart]
+Usage: python bench/head_durability.py [--torus BIN] [--rounds N] [--skip-restart] [--etcd HOST:PORT]
   BIN: the `torus` binary of the build to measure (default build/torus); run it twice, once per
   build, to compare (the Python driver is the installed `torus` package either way; the head,
   nodes and CLI come from BIN). Prints one JSON line per measurement (medians, microseconds).
@@ -78,11 +82,44 @@ def median(xs):
     return round(statistics.median(xs), 1)
 
 
+def failover(cli, py, env, root, state, build):
+    """A standby next to the active head; kill -9 the active one; time the takeover."""
+    standby = str(free_port())
+    cli("start", "--head", "--port", standby, *state)
+    session = (Path(root) / "session_latest").resolve()
+    pid = int((session / "pids" / "head.pid").read_text().split()[0])
+    time.sleep(1.5)  # the node learns the standby from a heartbeat reply (list re-read every ~0.7 s)
+    os.kill(pid, signal.SIGKILL)
+    t0 = time.perf_counter()
+    while True:
+        try:
+            os.kill(pid, 0)
+            time.sleep(0.002)
+        except ProcessLookupError:
+            break
+    while "active" not in (session / f"head_{standby}.state").read_text():
+        time.sleep(0.005)
+    t1 = time.perf_counter()
+    while True:
+        out = cli("list", "nodes", "--format", "json", "--address", f"127.0.0.1:{standby}", check=False).stdout
+        if '"state": "ALIVE"' in out:
+            break
+        time.sleep(0.005)
+    t2 = time.perf_counter()
+    env["RAY_ADDRESS"] = f"127.0.0.1:{standby}"  # the dead head's address no longer answers
+    py(CHECK)
+    t3 = time.perf_counter()
+    for name, t in (("failover_kill9_to_standby_active_us", t1), ("failover_kill9_to_node_back_us", t2),
+                    ("failover_kill9_to_named_actor_call_us", t3)):
+        print(json.dumps({"name": name, "value": round((t - t0) * 1e6, 1), "build": build}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--torus", default=str(Path(__file__).resolve().parents[1] / "build" / "torus"))
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--skip-restart", action="store_true")
+    ap.add_argument("--etcd", default="", help="HOST:PORT of a running etcd: state there, measure failover")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="torus-durability-")
     env = {k: v for k, v in os.environ.items() if k not in ("TORUS_ADDRESS", "RAY_ADDRESS", "TORUS_TOKEN")}
@@ -99,7 +136,8 @@ def main():
         return subprocess.run([sys.executable, "-m", "torus.ray", str(f), *a], env=env,
                               capture_output=True, text=True, check=True)
 
-    cli("start", "--head", "--port", port, "--num-cpus", "2")
+    state = ["--state", f"etcd://{args.etcd}/bench-{os.getpid()}"] if args.etcd else []
+    cli("start", "--head", "--port", port, "--num-cpus", "2", *state)
     try:
         res = json.loads(py(DRIVER, str(args.rounds)).stdout.strip().splitlines()[-1])
         submit = []
@@ -114,6 +152,9 @@ def main():
         print(json.dumps({"name": "job_submit_no_wait_us", "median": median(submit), "n": len(submit),
                           "build": build}))
         if args.skip_restart:
+            return
+        if args.etcd:
+            failover(cli, py, env, root, state, build)
             return
         session = (Path(root) / "session_latest").resolve()
         pid = int((session / "pids" / "head.pid").read_text().split()[0])
