@@ -36,6 +36,10 @@ void AdoptClusterToken(HeadElection& election, HeadConfig* cfg) {
 
 int RunHeadOnEtcd(const Args& a, HeadConfig cfg, const sigset_t& signals) {
   if (cfg.port == 0) Die("a head on etcd needs a fixed --port: its standbys' callers dial it");
+  if (cfg.bind_host == "0.0.0.0" || cfg.bind_host == "::") {
+    Die("a head on etcd announces its --bind address to the other heads and the nodes: give this "
+        "host's address, not " + cfg.bind_host);
+  }
   const std::string address = cfg.bind_host + ":" + std::to_string(cfg.port);
   const std::string state_file = HeadStateFile(cfg.session_dir, cfg.port);
   auto election = HeadElection::Connect({cfg.state_path, address});
@@ -49,8 +53,10 @@ int RunHeadOnEtcd(const Args& a, HeadConfig cfg, const sigset_t& signals) {
   std::atomic<bool> stop{false};
   SignalThread on_signal(signals, [&] {
     stop = true;
-    (*election)->Stop();  // ends the campaign, or hands the leadership over at once
+    // Stop serving first, then hand the leadership over (revoking the lease): a standby must
+    // not start while this head still answers.
     if (Head* h = serving.load()) h->Stop();
+    (*election)->Stop();  // ends the campaign, or hands the leadership over at once
   });
   auto campaign = (*election)->Campaign([&](const std::string& active) {
     relay.SetUpstream(active == address ? "" : active);  // our own stale key: wait for it to expire
@@ -58,17 +64,20 @@ int RunHeadOnEtcd(const Args& a, HeadConfig cfg, const sigset_t& signals) {
   });
   relay.Stop();
   if (!campaign.ok() || stop) return 0;
-
-  // Active: the state is ours (fenced by the leader key); serve it on the relay's port.
-  auto store = (*election)->OpenStore();
-  if (!store.ok()) Die(store.status().message());
-  cfg.store = std::shared_ptr<HeadStore>(std::move(*store));
-  Head head(cfg);
-  (*election)->OnLost([&](const std::string& why) {
+  (*election)->OnLost([address](const std::string& why) {
     // Another head may be active already: stop serving now, without a word to the nodes.
     std::cerr << "torus head " << address << ": lost the leadership (" << why << "); exiting" << std::endl;
     _exit(3);
   });
+
+  // Active: the state is ours (fenced by the leader key); serve it on the relay's port.
+  auto store = (*election)->OpenStore();
+  if (!store.ok()) {
+    (*election)->Stop();  // a standby takes over now, not after the lease's TTL
+    Die(store.status().message());
+  }
+  cfg.store = std::shared_ptr<HeadStore>(std::move(*store));
+  Head head(cfg);
   if (auto s = head.Start(); !s.ok()) {
     (*election)->Stop();
     Die(s.ToString());

@@ -519,6 +519,10 @@ int StartHeadOnEtcd(const Args& a, const std::string& self) {
 
 int StartHead(const Args& a, const std::string& self) {
   if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
+  if (a.Has("state") && !HeadStore::IsEtcd(a.Get("state"))) {
+    Die("--state " + a.Get("state") + ": give etcd://HOST:PORT[/prefix] (without --state the head keeps its "
+        "state in its session directory)");
+  }
   if (HeadStore::IsEtcd(a.Get("state"))) return StartHeadOnEtcd(a, self);
   auto resume = ChooseHeadSession(a);
   if (!resume.ok()) Die(resume.status().message());

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -29,7 +30,8 @@ int Resolve(const std::string& host, const std::string& port, bool passive, addr
   return getaddrinfo(host.c_str(), port.c_str(), &hints, res);
 }
 
-// A blocking connect with a 2 s limit, then non-blocking: the upstream is a head nearby.
+// A blocking connect with a 300 ms limit, then non-blocking: the upstream is a head nearby,
+// and a host that is gone must not hold the relay (or its Stop) for long.
 int Dial(const std::string& address) {
   std::string host, port;
   if (!lane_internal::SplitHostPort(address, &host, &port)) return -1;
@@ -37,7 +39,7 @@ int Dial(const std::string& address) {
   if (Resolve(host, port, false, &res) != 0 || !res) return -1;
   int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd >= 0) {
-    timeval tv{2, 0};
+    timeval tv{0, 300000};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
       close(fd);
@@ -68,6 +70,10 @@ struct TcpRelay::Pair {
   // Moves what it can; false when the pair is finished (an error, or both sides done).
   bool Pump(const pollfd* p) {
     for (int i = 0; i < 2; ++i) {
+      // An error, or a hang-up on a side not being read (its buffer full, or done): nothing
+      // more can move on this pair, and poll would report it forever.
+      if (p[i].revents & (POLLERR | POLLNVAL)) return false;
+      if ((p[i].revents & POLLHUP) && !(p[i].events & POLLIN)) return false;
       if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) && !eof[i] && buf[i].size() < kBuffer) {
         char chunk[64 << 10];
         ssize_t n = read(fd[i], chunk, sizeof chunk);
@@ -141,8 +147,10 @@ void TcpRelay::Stop() {
 }
 
 void TcpRelay::Loop() {
+  using Clock = std::chrono::steady_clock;
   std::vector<std::unique_ptr<Pair>> pairs;
   std::vector<pollfd> fds;
+  Clock::time_point accept_after{};
   for (;;) {
     std::string upstream;
     uint64_t generation;
@@ -162,7 +170,9 @@ void TcpRelay::Loop() {
         fds.push_back({p->fd[i], ev, 0});
       }
     }
-    if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) break;
+    const bool accepting = Clock::now() >= accept_after;
+    if (!accepting) fds[0].events = 0;
+    if (poll(fds.data(), fds.size(), accepting ? -1 : 100) < 0 && errno != EINTR) break;
     if (fds[1].revents & POLLIN) {
       char drain[64];
       while (read(wake_[0], drain, sizeof drain) > 0) {
@@ -175,9 +185,17 @@ void TcpRelay::Loop() {
     }
     std::erase_if(pairs, [](const auto& p) { return !p; });
     if (fds[0].revents & POLLIN) {
-      for (;;) {
+      for (int n = 0; n < 16; ++n) {  // a few per round: Stop and the pairs are not kept waiting
+        {
+          MutexLock lock(mu_);
+          if (stop_) break;
+        }
         int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) break;
+        if (c < 0) {
+          // Out of descriptors: the listener stays readable; stop accepting for a while.
+          if (errno == EMFILE || errno == ENFILE) accept_after = Clock::now() + std::chrono::milliseconds(100);
+          break;
+        }
         int u = upstream.empty() ? -1 : Dial(upstream);
         if (u < 0) {
           close(c);  // no active head to join: the caller retries

@@ -11,8 +11,9 @@ StatusOr<std::unique_ptr<HeadStore>> EtcdHeadStore::Open(const std::string& url,
 }
 
 StatusOr<std::unique_ptr<HeadStore>> EtcdHeadStore::Open(std::shared_ptr<EtcdClient> client, const std::string& url,
-                                                         const std::string& prefix, const EtcdGuard& guard) {
-  std::unique_ptr<EtcdHeadStore> s(new EtcdHeadStore(std::move(client), url, prefix, guard));
+                                                         const std::string& prefix, const EtcdGuard& guard,
+                                                         std::function<void(const Status&)> on_fenced) {
+  std::unique_ptr<EtcdHeadStore> s(new EtcdHeadStore(std::move(client), url, prefix, guard, std::move(on_fenced)));
   if (auto st = s->CheckFormat(); !st.ok()) return st;
   return std::unique_ptr<HeadStore>(std::move(s));
 }
@@ -21,16 +22,25 @@ std::string EtcdHeadStore::KindPrefix(StoreKind kind) const {
   return prefix_ + "/state/" + std::to_string(static_cast<int>(kind)) + "/";
 }
 
+Status EtcdHeadStore::Fenced(Status s) const {
+  if (s.code() == StatusCode::kFailedPrecondition && on_fenced_) on_fenced_(s);
+  return s;
+}
+
 Status EtcdHeadStore::Put(StoreKind kind, std::string_view id, std::string_view value) {
   std::string key = KindPrefix(kind);
   key.append(id);
-  return client_->Put(key, value, /*lease=*/0, guard_);
+  if (key.size() + value.size() > kMaxRecordBytes) {
+    return InvalidArgument("a record of " + std::to_string(value.size()) + " bytes is larger than " + url_ +
+                           " takes in one request (etcd's --max-request-bytes, 1.5 MiB by default)");
+  }
+  return Fenced(client_->Put(key, value, /*lease=*/0, guard_));
 }
 
 Status EtcdHeadStore::Delete(StoreKind kind, std::string_view id) {
   std::string key = KindPrefix(kind);
   key.append(id);
-  return client_->Delete(key, guard_);
+  return Fenced(client_->Delete(key, guard_));
 }
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> EtcdHeadStore::LoadAll(StoreKind kind) {

@@ -11,6 +11,7 @@
 // THREADS: every method may be called from any thread (EtcdClient is thread-safe; no lock here).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,8 +25,13 @@ class EtcdHeadStore final : public HeadStore {
   // Connects to the etcd `url` names ("etcd://host:port[/prefix]").
   static StatusOr<std::unique_ptr<HeadStore>> Open(const std::string& url, const EtcdGuard& guard);
   // On a connected client: the keys go under `prefix`.
+  // `on_fenced` runs when a write is refused by the guard (another head is active).
   static StatusOr<std::unique_ptr<HeadStore>> Open(std::shared_ptr<EtcdClient> client, const std::string& url,
-                                                   const std::string& prefix, const EtcdGuard& guard);
+                                                   const std::string& prefix, const EtcdGuard& guard,
+                                                   std::function<void(const Status&)> on_fenced = nullptr);
+  // etcd refuses requests over --max-request-bytes (1.5 MiB by default); a record larger than
+  // this is refused here, naming its size, before it is sent.
+  static constexpr size_t kMaxRecordBytes = (3u << 19) - (16u << 10);
 
   Status Put(StoreKind kind, std::string_view id, std::string_view value) override;
   Status Delete(StoreKind kind, std::string_view id) override;
@@ -34,15 +40,19 @@ class EtcdHeadStore final : public HeadStore {
   const std::string& path() const override { return url_; }
 
  private:
-  EtcdHeadStore(std::shared_ptr<EtcdClient> client, std::string url, std::string prefix, EtcdGuard guard)
-      : client_(std::move(client)), url_(std::move(url)), prefix_(std::move(prefix)), guard_(std::move(guard)) {}
+  EtcdHeadStore(std::shared_ptr<EtcdClient> client, std::string url, std::string prefix, EtcdGuard guard,
+                std::function<void(const Status&)> on_fenced)
+      : client_(std::move(client)), url_(std::move(url)), prefix_(std::move(prefix)), guard_(std::move(guard)),
+        on_fenced_(std::move(on_fenced)) {}
   std::string KindPrefix(StoreKind kind) const;
+  Status Fenced(Status s) const;
 
   // constant after construction
   const std::shared_ptr<EtcdClient> client_;
   const std::string url_;
   const std::string prefix_;
   const EtcdGuard guard_;
+  const std::function<void(const Status&)> on_fenced_;
 };
 
 }  // namespace torus

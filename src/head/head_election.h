@@ -6,11 +6,14 @@
 //   <prefix>/heads/<address> every head, active or standing by, bound to its own lease
 //   <prefix>/token           the cluster token, written once by the first head
 //   <prefix>/state/...       the durable records (head/etcd_store.h)
-// Each head holds one lease of ttl_s seconds and renews it every third of that. The first head
-// to create the leader key is active; the others stand by, waiting (etcd's watch) for the key to
-// go. A head that cannot renew its lease for ttl_s has lost its leadership: on_lost runs and the
-// process must stop serving (the daemon exits); its writes were fenced already (the store's
-// guard is the leader key's create revision).
+// Each head holds one lease of ttl_s seconds and renews it every third of that (each renewal
+// may take a quarter of the TTL). The first head to create the leader key is active; the others
+// stand by, waiting (etcd's watch) for the key to go. An active head whose last successful
+// renewal was *sent* kStepDownMs before the TTL runs out ago has lost its leadership: on_lost
+// runs and the process must stop serving (the daemon exits). It steps down before etcd can
+// expire its lease (a renewal takes effect in etcd after it was sent), so two heads never
+// serve at once; its writes are fenced besides (the store's guard is the leader key's create
+// revision).
 //
 // THREADS: Campaign blocks its caller; one owned thread (a PeriodicThread) renews the lease and
 // re-reads the list of heads, from Connect until Stop/destruction; on_lost runs on it. Heads()
@@ -52,8 +55,9 @@ class HeadElection {
   Status Campaign(const std::function<void(const std::string& active)>& on_standby) EXCLUDES(mu_);
   // After a successful Campaign: the durable state, fenced by the leader key.
   StatusOr<std::unique_ptr<HeadStore>> OpenStore();
-  // After a successful Campaign: on_lost(why) runs once (on the renewal thread) when the lease
-  // is lost.
+  // After a successful Campaign: on_lost(why) runs once when the leadership is lost (the lease
+  // ran out, or a write was fenced: another head is active), on the thread that found it; at
+  // once if it was lost already.
   void OnLost(std::function<void(const std::string& why)> on_lost) EXCLUDES(mu_);
   // The heads alive (the active first), as last read (every renewal).
   std::vector<std::string> Heads() const EXCLUDES(mu_);
@@ -64,21 +68,30 @@ class HeadElection {
   void Stop();
 
  private:
-  HeadElection(Config cfg, std::string prefix, std::shared_ptr<EtcdClient> client);
+  HeadElection(Config cfg, std::string prefix, std::shared_ptr<EtcdClient> client,
+               std::unique_ptr<EtcdClient> renew_client);
+  // How long before the TTL an active head without a renewal steps down.
+  static constexpr int kStepDownMs = 500;
   Status NewLease() EXCLUDES(mu_);
   std::optional<std::chrono::milliseconds> Renew() EXCLUDES(mu_);
-  void ReadHeads() EXCLUDES(mu_);
+  // Once: marks the leadership lost and runs on_lost (if set yet; else OnLost runs it).
+  void LoseLeadership(const std::string& why) EXCLUDES(mu_);
+  void ReadHeads(EtcdClient& client) EXCLUDES(mu_);
 
   // constant after construction
   const Config cfg_;
   const std::string prefix_;
   const std::shared_ptr<EtcdClient> client_;
+  const std::unique_ptr<EtcdClient> renew_client_;  // renewals only: a deadline of ttl/4
 
   mutable Mutex mu_;
   int64_t lease_ GUARDED_BY(mu_) = 0;
-  std::chrono::steady_clock::time_point renewed_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point renewed_ GUARDED_BY(mu_);  // when the last good renewal was sent
   int64_t leader_revision_ GUARDED_BY(mu_) = 0;  // the leader key's create revision while active
   bool lost_ GUARDED_BY(mu_) = false;
+  std::string lost_why_ GUARDED_BY(mu_);
+  CondVar stop_cv_;  // stopped_ set (ends a campaign's back-off)
+  int renew_failures_ = 0;  // the renewal thread's only
   bool stopped_ GUARDED_BY(mu_) = false;
   std::function<void(const std::string&)> on_lost_ GUARDED_BY(mu_);
   std::vector<std::string> heads_ GUARDED_BY(mu_);

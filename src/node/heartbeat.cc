@@ -34,13 +34,13 @@ std::optional<std::chrono::milliseconds> Heartbeat::Beat() {
     if (++failures_ % 50 == 1) {
       TORUS_LOG(WARNING) << "heartbeat to head " << head << " failed: " << st.error_message();
     }
-    if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      // Gone or unreachable: a standby (if any is known) is tried next.
-      if (cfg_.heads->Failed(head) != head) return std::chrono::milliseconds(50);
-    }
     if (std::chrono::steady_clock::now() - last_ok_ >= std::chrono::milliseconds(cfg_.head_lost_ms)) {
       hooks_.give_up(st);
       return std::nullopt;
+    }
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      // Gone or unreachable: a standby (if any is known) is tried next, soon.
+      if (cfg_.heads->Failed(head) != head) return std::chrono::milliseconds(std::min(period_ms(), 200));
     }
   } else {
     failures_ = 0;

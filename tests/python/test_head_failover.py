@@ -39,7 +39,7 @@ def etcd():
             return s.connect_ex(("127.0.0.1", client)) == 0
     wait_until(up, timeout=30, what="etcd to listen")
     try:
-        yield f"127.0.0.1:{client}"
+        yield f"127.0.0.1:{client}", proc
     finally:
         proc.kill()
         proc.wait()
@@ -118,7 +118,7 @@ print("TASK", ray.get(f.remote()))
 
 def test_standby_takes_over_after_kill9_of_the_active_head(etcd):
     c = Cluster()
-    url = f"etcd://{etcd}/failover-test"
+    url = f"etcd://{etcd[0]}/failover-test"
     pa, pb = free_port(), free_port()
     a_addr, b_addr = f"127.0.0.1:{pa}", f"127.0.0.1:{pb}"
     try:
@@ -191,5 +191,40 @@ def test_a_head_on_an_unreachable_etcd_fails_clearly():
         assert "--state etcd://" in p.stderr and "nothing was started" in p.stderr, p.stderr
         p = c.torus("start", "--head", "--state", "etcd://nohostport", check=False)
         assert p.returncode != 0 and "--state" in p.stderr, p.stderr
+    finally:
+        c.stop()
+
+
+def test_a_head_cut_off_from_etcd_stops_serving_and_a_new_one_resumes(etcd):
+    """Fencing by time: an active head that cannot renew its lease exits before etcd lets
+    another head take over; the same start command then resumes the state kept in etcd."""
+    endpoint, proc = etcd
+    c = Cluster()
+    url = f"etcd://{endpoint}/cut-off"
+    port = free_port()
+    try:
+        c.torus("start", "--head", "--port", str(port), "--state", url, "--num-cpus", "2")
+        c.kind = "start"
+        session = str((Path(c.root) / "session_latest").resolve())
+        out = run_python(CREATE, env=c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}, shim=True).stdout
+        assert "CREATED" in out
+        head = _pid(session, "head")
+        proc.send_signal(signal.SIGSTOP)  # etcd stops answering (a partition)
+        stopped = time.monotonic()
+        try:
+            wait_until(lambda: not Path(f"/proc/{head}").exists() or
+                       Path(f"/proc/{head}/stat").read_text().split()[2] == "Z",
+                       timeout=15, interval=0.05, what="the cut-off head to exit")
+            took = time.monotonic() - stopped
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        # It must step down before its 2 s lease can run out in etcd.
+        assert took < 2.0, f"the cut-off head served {took:.2f} s"
+        err = (Path(session) / "logs" / "head.err").read_text()
+        assert "lost its leadership" in err, err[-2000:]
+        p = c.torus("start", "--head", "--port", str(port), "--state", url, "--num-cpus", "2")
+        assert "resum" in p.stdout + p.stderr, p.stdout + p.stderr
+        out = run_python(CHECK, env=c.env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}, shim=True).stdout
+        assert "INC 3" in out and "TASK 7" in out, out
     finally:
         c.stop()
