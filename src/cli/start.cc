@@ -480,7 +480,10 @@ int StartHeadOnEtcd(const Args& a, const std::string& self) {
     Die("cannot start the head on port " + p + ": " + why + "; nothing was started");
   }
   const std::string session = EtcdHeadSession(*token);
-  if (!*leader) {
+  const std::string address = a.Get("bind", "127.0.0.1") + ":" + p;
+  // The leader key of a head that died at this very address (a restart): it goes with its
+  // lease within the TTL, and this head takes over then.
+  if (!*leader || (*leader)->value == address) {
     auto store = HeadStore::Open(url);
     size_t records = 0;
     for (StoreKind k : kRecordKinds) {
@@ -506,7 +509,6 @@ int StartHeadOnEtcd(const Args& a, const std::string& self) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!state.ok()) Die("the standby head did not report within 10 s; see " + session + "/logs/head-" + p + ".err");
-  const std::string address = a.Get("bind", "127.0.0.1") + ":" + p;
   if (*state == "active") {
     std::cout << "Torus head started at " << address << " (the active head; state " << url << ")" << std::endl;
   } else {

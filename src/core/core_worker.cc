@@ -143,7 +143,13 @@ Status CoreWorker::Connect() {
   session_dir_ = reply.session_dir();
   // The address given first, then every head the node knows (a head on etcd and its standbys).
   opts_.head_address = HeadAddresses(opts_.head_address + "," + reply.head_address()).joined();
-  head_ = std::make_unique<HeadClient>(opts_.head_address, opts_.token);
+  head_ = std::make_unique<HeadClient>(opts_.head_address, opts_.token, [this] {
+    std::vector<std::string> heads;
+    rpc::HeadAddressesReply reply;
+    auto ctx = NewContext(opts_.token, 1000);
+    if (node_->HeadAddresses(ctx.get(), rpc::Empty(), &reply).ok()) heads.assign(reply.addresses().begin(), reply.addresses().end());
+    return heads;
+  });
   if (opts_.is_driver) {
     rpc::JobRequest job;
     job.set_job_id(opts_.job_id);

@@ -470,8 +470,8 @@ class CoreWorker final : public internal::Runtime,
   std::string python_runtime_key_;           // "cmd:" + python_command_
   std::unique_ptr<LaneServer> lane_;  // workers: PushTasks over the lane (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<HeadClient> head_;  // set by Connect
   std::unique_ptr<rpc::Node::Stub> node_;
+  std::unique_ptr<HeadClient> head_;  // set by Connect; after node_: its refresh calls the node
 
   std::mutex mu_;
   std::condition_variable cv_;  // object readiness, lease/conn changes

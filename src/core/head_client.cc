@@ -23,8 +23,22 @@ void Check(const grpc::Status& st, const char* what) {
 }
 }  // namespace
 
-HeadClient::HeadClient(std::string address, std::string token)
-    : heads_(address), token_(std::move(token)) {}
+HeadClient::HeadClient(std::string address, std::string token,
+                       std::function<std::vector<std::string>()> refresh)
+    : heads_(address), token_(std::move(token)), refresh_(std::move(refresh)) {}
+
+void HeadClient::HeadFailed(const std::string& failed) {
+  heads_.Failed(failed);
+  if (!refresh_) return;
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  int64_t last = refreshed_ms_.load();
+  if (now - last < 1000 || !refreshed_ms_.compare_exchange_strong(last, now)) return;
+  auto heads = refresh_();
+  // The node's current head first; keep moving away from the one that failed.
+  if (!heads.empty()) heads_.Learn(heads, 0);
+  if (heads_.current() == failed) heads_.Failed(failed);
+}
 
 HeadClient::~HeadClient() { StopWatching(); }
 
@@ -45,7 +59,7 @@ grpc::Status HeadClient::RetryWhileHeadAway(const std::function<grpc::Status()>&
     const std::string head = heads_.current();
     grpc::Status st = call();
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::steady_clock::now() >= give_up) return st;
-    heads_.Failed(head);  // a standby, if one is known, is tried next
+    HeadFailed(head);  // a standby, if one is known, is tried next
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min(backoff_ms * 2, 1000);
   }
@@ -90,7 +104,7 @@ void HeadClient::WatchLoop(rpc::JobRequest job) {
       auto st = rpc::Head::NewStub(GetChannel(head))->RegisterJob(rctx.get(), job, &e);
       if (st.ok()) break;
       if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-        heads_.Failed(head);  // a standby, if one is known, is tried next
+        HeadFailed(head);  // a standby, if one is known, is tried next
       }
     }
     backoff_ms = 100;

@@ -40,7 +40,11 @@ namespace torus::core {
 
 class HeadClient {
  public:
-  HeadClient(std::string address, std::string token);
+  // `refresh` (optional) asks the local node which heads it knows now (the active first); it
+  // is called, at most once a second, when the current head cannot be reached, so a long-lived
+  // worker or driver follows a failover to a head started after it (docs/fault_tolerance.md).
+  HeadClient(std::string address, std::string token,
+             std::function<std::vector<std::string>()> refresh = nullptr);
   ~HeadClient();
   HeadClient(const HeadClient&) = delete;
   HeadClient& operator=(const HeadClient&) = delete;
@@ -94,6 +98,10 @@ class HeadClient {
   // The head and its standbys; a call that cannot reach the current one moves to the next.
   HeadAddresses heads_;
   const std::string token_;
+  const std::function<std::vector<std::string>()> refresh_;
+  std::atomic<int64_t> refreshed_ms_{0};  // steady clock of the last refresh
+  // The current head `failed` could not be reached: the next one, after a refresh from the node.
+  void HeadFailed(const std::string& failed);
   std::unique_ptr<rpc::Head::Stub> Stub() const { return rpc::Head::NewStub(GetChannel(heads_.current())); }
 
   Mutex mu_;

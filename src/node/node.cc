@@ -49,7 +49,7 @@ Node::Node(NodeConfig cfg)
     : cfg_(WithDefaults(std::move(cfg))),
       log_files_(cfg_.serve_session_logs && !cfg_.session_dir.empty() ? cfg_.session_dir + "/logs" : ""),
       st_(cfg_.node_id, cfg_.resources),
-      heads_(std::make_shared<HeadAddresses>(cfg_.head_address)) {
+      heads_(std::make_shared<torus::HeadAddresses>(cfg_.head_address)) {
   shm_prefix_ = "torus." + cfg_.node_id.substr(0, 12) + ".";
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -203,7 +203,7 @@ Status Node::Serve() {
   RegisterInProcessServer(address_, server_.get(), this);
   // Each address given (--address A,B: a head and its standbys) is tried once.
   Status reg = RegisterWithHead();
-  for (size_t i = 1; i < HeadAddresses::Split(cfg_.head_address).size() && reg.code() == StatusCode::kUnavailable;
+  for (size_t i = 1; i < torus::HeadAddresses::Split(cfg_.head_address).size() && reg.code() == StatusCode::kUnavailable;
        ++i) {
     reg = RegisterWithHead();
   }
@@ -591,6 +591,12 @@ grpc::Status Node::ListLogs(grpc::ServerContext* ctx, const rpc::Empty*, rpc::Lo
 grpc::Status Node::ReadLog(grpc::ServerContext* ctx, const rpc::ReadLogRequest* req, rpc::ReadLogReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   return ToGrpc(log_files_.Read(*req, reply));
+}
+
+grpc::Status Node::HeadAddresses(grpc::ServerContext* ctx, const rpc::Empty*, rpc::HeadAddressesReply* reply) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  for (auto& a : torus::HeadAddresses::Split(heads_->joined())) reply->add_addresses(std::move(a));
+  return grpc::Status::OK;
 }
 
 grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeInfoReply* reply) {

@@ -137,6 +137,7 @@ class Node final : public rpc::Node::Service {
   grpc::Status ListLogs(grpc::ServerContext*, const rpc::Empty*, rpc::LogFileList*) override;
   grpc::Status ReadLog(grpc::ServerContext*, const rpc::ReadLogRequest*, rpc::ReadLogReply*) override;
   grpc::Status Info(grpc::ServerContext*, const rpc::Empty*, rpc::NodeInfoReply*) override;
+  grpc::Status HeadAddresses(grpc::ServerContext*, const rpc::Empty*, rpc::HeadAddressesReply*) override;
   grpc::Status Shutdown(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
   grpc::Status PrepareBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
                               rpc::PrepareBundlesReply*) override;
@@ -186,7 +187,7 @@ class Node final : public rpc::Node::Service {
   NodeState st_;
   // The head's address (and its standbys', learnt from its replies): the heartbeat moves to the
   // next one when the current cannot be reached (common/head_addresses.h).
-  std::shared_ptr<HeadAddresses> heads_;
+  std::shared_ptr<torus::HeadAddresses> heads_;
   std::unique_ptr<rpc::Head::Stub> HeadStub() const { return rpc::Head::NewStub(GetChannel(heads_->current())); }
   ObjectStore objects_{cfg_.node_id};
   LeaseScheduler leases_{st_, cfg_.node_id, cfg_.labels};
