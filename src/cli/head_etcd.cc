@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/daemon_threads.h"
+#include "cli/start.h"
 #include "common/logging.h"
 #include "common/session.h"
 #include "common/tcp_relay.h"
@@ -85,15 +86,8 @@ int RunHeadOnEtcd(const Args& a, HeadConfig cfg, const sigset_t& signals) {
   (*election)->OnHeads([&head](const std::vector<std::string>& heads) { head.SetHeadAddresses(heads); });
   serving = &head;
   if (stop) head.Stop();
-  if (!cfg.session_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove(cfg.session_dir + "/dashboard_address", ec);
-    if (!head.dashboard_address().empty()) {
-      (void)WriteFile(cfg.session_dir + "/dashboard_address", head.dashboard_address());
-    }
-    (void)WriteFile(cfg.session_dir + "/head_address", head.address());
-    (void)WriteFile(state_file, "active");
-  }
+  WriteHeadAddresses(head, cfg.session_dir);
+  if (!cfg.session_dir.empty()) (void)WriteFile(state_file, "active");
   head.Wait();
   serving = nullptr;
   (*election)->Stop();

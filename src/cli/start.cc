@@ -105,15 +105,6 @@ void SetDashboardFromDaemon(const Args& a, HeadConfig* cfg) {
   cfg->dashboard_port_fallback = a.Has("dashboard-port-fallback");
 }
 
-// Writes what a started head serves on into its session (the CLI reads them): the dashboard's
-// address first, so that it is there once head_address is.
-void WriteHeadAddresses(const Head& head, const std::string& session) {
-  if (session.empty()) return;
-  std::error_code ec;
-  std::filesystem::remove(session + "/dashboard_address", ec);
-  if (!head.dashboard_address().empty()) (void)WriteFile(session + "/dashboard_address", head.dashboard_address());
-  (void)WriteFile(session + "/head_address", head.address());
-}
 
 // How to reach the HTTP surface, for the start message ("" without one).
 std::string DashboardNote(const std::string& session) {
@@ -125,6 +116,16 @@ std::string DashboardNote(const std::string& session) {
 }
 
 }  // namespace
+
+// Writes what a started head serves on into its session (the CLI reads them): the dashboard's
+// address first, so that it is there once head_address is.
+void WriteHeadAddresses(const Head& head, const std::string& session) {
+  if (session.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove(session + "/dashboard_address", ec);
+  if (!head.dashboard_address().empty()) (void)WriteFile(session + "/dashboard_address", head.dashboard_address());
+  (void)WriteFile(session + "/head_address", head.address());
+}
 
 int RunHead(const Args& a) {
   // The head daemon is a control plane with many gRPC threads: one malloc arena per thread

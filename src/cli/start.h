@@ -23,6 +23,10 @@ extern const std::set<std::string> kBoolFlags;
 std::vector<std::string> StartFlags();
 
 void BlockSignals(sigset_t* set);
+class Head;
+// Writes what a started head serves on into its session (<session>/dashboard_address, then
+// head_address: the CLI reads them); nothing when `session` is "".
+void WriteHeadAddresses(const Head& head, const std::string& session);
 int RunHead(const Args& a);  // `torus head` (a daemon)
 int RunNode(const Args& a);  // `torus node` (a daemon)
 int Start(const Args& a);

@@ -25,19 +25,6 @@ namespace {
 // Keys per Range call of GetPrefix: bounds the size of one response.
 constexpr int64_t kPageSize = 500;
 
-// A plain insecure channel (etcd knows nothing of Torus' token), with the reconnect settings of
-// common/rpc.cc's channels: a restarted etcd is reached again within about a second.
-std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // Also the shortest time a connection attempt may take (see common/rpc.cc).
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
-}
-
 // The end of the range of the keys starting with `prefix`: the prefix with its last byte below
 // 0xff incremented and what follows it dropped; "\0" (every key from the start on) when the
 // prefix has no such byte (empty or all 0xff).
@@ -82,7 +69,9 @@ std::string LeaseName(int64_t lease) {
 
 EtcdClient::EtcdClient(std::string endpoint, int timeout_ms)
     : endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms), stubs_(std::make_unique<Stubs>()) {
-  stubs_->channel = NewChannel(endpoint_);
+  // An uncached insecure channel with the runtime's reconnect settings (etcd knows nothing of
+  // the cluster token: no Torus metadata is added by channels, only by contexts).
+  stubs_->channel = GetOneOffChannel(endpoint_);
   stubs_->kv = pb::KV::NewStub(stubs_->channel);
   stubs_->lease = pb::Lease::NewStub(stubs_->channel);
   stubs_->watch = pb::Watch::NewStub(stubs_->channel);
