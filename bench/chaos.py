@@ -35,13 +35,9 @@ forever; a value lost with a node is rebuilt from lineage, docs/objects.md); eve
 owned by the driver, which is attached to the head's node (never killed), so no OwnerDiedError;
 actors have `max_restarts=-1, max_task_retries=-1` (a call whose worker died runs again on the
 restarted instance); calls to the head retry while it is unreachable for 30 s
-(`HeadClient::RetryWhileHeadAway`) and the head is back within seconds. One exception is
-allowed: `placement_group()` while the head is away or dies raises (RaySystemError
-"CreatePlacementGroup failed: failed to connect to all addresses / connection lost / Socket
-closed / Connection reset by peer": docs/fault_tolerance.md, "calls that need the head while it
-is away fail with the RPC error"; the core does not repeat a creation, which is not idempotent).
-It is counted apart, and the driver creates the group again under the same name, as an
-application would (a group the failed call created after all shows as a name clash or a leak). Every other exception from `ray.get`, a placement group or an actor call is counted as
+(`HeadClient::RetryWhileHeadAway`) and the head is back within seconds; a placement group's
+creation repeated that way is idempotent (the driver mints the group's id). Every exception from
+`ray.get`, a placement group or an actor call is counted as
 missing, by type, and fails the run; a `ray.get` that times out is a hang, named.
 
 Actor state: a restarted actor starts afresh (its constructor runs again; Ray's semantics), so an
@@ -274,36 +270,16 @@ def head_call(what, fn):
         return None
 
 
-# The one exception the documented semantics allow: creating a placement group while the head
-# is away fails (docs/fault_tolerance.md "Drivers": calls that need the head fail with the RPC
-# error; the core does not repeat a creation, which is not idempotent). Allowed only for the
-# transport errors of a head that is away or dies during the call; the driver then creates the
-# group again under the same name, as an application would (if the first call had created it
-# after all, the name clash or the leak check at the end shows it). Anything else is missing.
-HEAD_AWAY = ("failed to connect to all addresses", "connection lost", "Socket closed",
-             "Connection reset by peer")
-allowed = Counter()
-group_retried = False
+allowed = Counter()  # failures the semantics allow: none (kept in the summary's format)
 
 
 def create_group(r):
-    """The round's group; with an allowed failure, also the name to look for duplicates of."""
-    global group_retried
-    group_retried = False
-    end = deadline
-    while True:
-        try:
-            return placement_group([{"CPU": 0.5}, {"CPU": 0.5}], strategy="SPREAD", name=f"chaos-{r}")
-        except Exception as e:
-            msg = str(e)
-            why = next((w for w in HEAD_AWAY if w in msg), None)
-            if "CreatePlacementGroup failed:" in msg and why and time.monotonic() < end:
-                allowed[f"{type(e).__name__}: CreatePlacementGroup failed: {why} (head away)"] += 1
-                group_retried = True
-                time.sleep(0.2)
-                continue
-            note_missing(f"round {r}: placement_group", e)
-            return None
+    """The round's group (None, noted missing, if its creation failed)."""
+    try:
+        return placement_group([{"CPU": 0.5}, {"CPU": 0.5}], strategy="SPREAD", name=f"chaos-{r}")
+    except Exception as e:
+        note_missing(f"round {r}: placement_group", e)
+        return None
 
 
 ray.init(namespace="chaos")
@@ -360,10 +336,9 @@ while not os.path.exists(STOP):
         B_v.append(A_v[2 * j] + A_v[2 * j + 1])
         items.append((f"add#{j}", B[-1], B_v[-1]))
     # C: nested refs (a list of refs in an argument: task outputs and ray.put values), read with
-    # ray.get inside the task. Submitted once A and B are ready, unless NESTED_EARLY: a task
-    # blocked in ray.get gets short tasks of the same shape pipelined behind it on its worker,
-    # and when those are what it waits for it never returns (the runtime bug the report
-    # names; --nested-early shows it).
+    # ray.get inside the task. Submitted at once (NESTED_EARLY, unless --nested-late): a task
+    # blocked in ray.get may have short tasks of the same shape pipelined behind it on its
+    # worker, which must hand them back (docs/architecture.md, path of a task, step 6).
     if not NESTED_EARLY:
         ready, _ = ray.wait(A + B, num_returns=len(A + B), timeout=left(), fetch_local=False)
         if len(ready) < len(A + B):  # counted, by name, in collect()
@@ -408,13 +383,6 @@ while not os.path.exists(STOP):
     collect(items, r)
     if pg is not None:
         head_call(f"round {r}: remove_placement_group", lambda: remove_placement_group(pg))
-    if group_retried:  # did a failed creation make a group after all?
-        table = head_call(f"round {r}: placement_group_table", placement_group_table) or {}
-        extra = [k for k, v in table.items() if v.get("name") == f"chaos-{r}" and v.get("state") != "REMOVED"]
-        checked += 1
-        if extra:
-            note_wrong(f"round {r} placement group chaos-{r}",
-                       f"a creation that failed (head away) made a group after all: {extra}")
     del items, A, B, small, big, base, x
     round_times.append(round(time.monotonic() - t_round, 2))
     status()
@@ -662,7 +630,7 @@ class StallWatch:
             return
         path = self.dir / f"stall-round{r + 1}.json"
         doc = {"round": r + 1, "stalled_s": round(time.monotonic() - self.last[1], 1)}
-        for kind in ("tasks", "workers", "nodes"):
+        for kind in ("tasks", "workers", "nodes", "actors", "placement-groups"):
             try:
                 rows = self.c.cli_json("list", kind, timeout=30)
                 doc[kind] = [t for t in rows if t.get("state") != "FINISHED"] if kind == "tasks" else rows
@@ -784,9 +752,10 @@ def main():
     ap.add_argument("--torus", default=os.environ.get("TORUS_BIN") or str(REPO / "build" / "torus"))
     venv = REPO / ".venv-py" / "bin" / "python"
     ap.add_argument("--python", default=str(venv) if venv.exists() else sys.executable)
-    ap.add_argument("--nested-early", action="store_true",
-                    help="submit the nested-ref tasks before the tasks they read have finished "
-                         "(hangs on the runtime's pipelining of tasks behind a blocked worker)")
+    ap.add_argument("--nested-late", action="store_true",
+                    help="diagnosis only: submit the nested-ref tasks once the tasks they read "
+                         "have finished (by default they go at once, so they block in ray.get on "
+                         "tasks that may be pipelined behind them)")
     ap.add_argument("--no-nested", action="store_true",
                     help="diagnosis only: leave out the nested-ref tasks (the run then does not "
                          "cover nested refs; the summary says so)")
@@ -826,7 +795,7 @@ def main():
         derr = open(run_dir / "driver.err", "w")
         driver = subprocess.Popen([args.python, "-m", "torus.ray", str(run_dir / "driver.py"), str(stop),
                                    str(status), str(result), str(ROUND_TIMEOUT_S),
-                                   "1" if args.nested_early else "0", "1" if args.no_nested else "0"],
+                                   "0" if args.nested_late else "1", "1" if args.no_nested else "0"],
                                   env=denv, cwd=run_dir, stdout=dout, stderr=derr)
 
         def rounds():

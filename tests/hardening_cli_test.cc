@@ -313,6 +313,44 @@ TEST_F(HardeningCli, NodeAndHeadRefuseInvalidResourcesInHandMadeRpcs) {
   }
 }
 
+// A caller repeats a create whose answer it lost (its head died): the id it minted finds the
+// group the first call made; removing twice, or a group the head never knew, is not an error
+// (as in Ray); an id that is not one is refused.
+TEST_F(HardeningCli, RepeatedCreateFindsTheFirstGroupAndRemoveIsIdempotent) {
+  const std::string token = cluster().token();
+  auto head = rpc::Head::NewStub(Channel(cluster().address()));
+  const std::string id = "0123456789abcdef0123456789ab";
+  auto create = [&](const std::string& pg_id, rpc::CreatePlacementGroupReply* reply) {
+    rpc::PlacementGroupRecord req;
+    req.set_pg_id(pg_id);
+    req.set_name("made-once");
+    req.set_strategy("PACK");
+    (*req.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 0.25;
+    auto ctx = Context(token);
+    return head->CreatePlacementGroup(ctx.get(), req, reply);
+  };
+  rpc::CreatePlacementGroupReply first, second, bad;
+  ASSERT_TRUE(create(id, &first).ok());
+  ASSERT_EQ(first.error().code(), 0) << first.error().message();
+  ASSERT_TRUE(create(id, &second).ok());
+  EXPECT_EQ(second.error().code(), 0) << "a repeated create is no name clash: " << second.error().message();
+  EXPECT_EQ(first.pg_id(), id);
+  EXPECT_EQ(second.pg_id(), id);
+  int made = 0;
+  for (const auto& p : cluster().ListJson("placement-groups")) made += p.value("name", "") == "made-once";
+  EXPECT_EQ(made, 1);
+  ASSERT_TRUE(create("not-an-id", &bad).ok());
+  EXPECT_TRUE(Contains(bad.error().message(), "not-an-id")) << bad.error().message();
+  for (const std::string& pg : {id, id, std::string("fedcba9876543210fedcba987654")}) {
+    rpc::PlacementGroupRequest req;
+    req.set_pg_id(pg);
+    rpc::Empty e;
+    auto ctx = Context(token);
+    auto st = head->RemovePlacementGroup(ctx.get(), req, &e);
+    EXPECT_TRUE(st.ok()) << pg << ": " << st.error_message();
+  }
+}
+
 TEST_F(HardeningCli, HeadRefusesSpoofedLabelsInHandMadeRegistrations) {
   const std::string token = cluster().token();
   auto head = rpc::Head::NewStub(Channel(cluster().address()));

@@ -1,9 +1,12 @@
-# A task in a placement group whose bundle's node was just kill -9'd (not declared dead yet).
+# A task in a placement group whose bundle's node was just kill -9'd (not declared dead yet):
+# it must wait for the group to be placed again, then run.
 import json, os, signal, subprocess, sys, time, ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 TORUS = sys.argv[1]
 ray.init()
+subprocess.check_call([TORUS, "start", "--address", os.environ["RAY_ADDRESS"], "--num-cpus", "2"],
+                      stdout=subprocess.DEVNULL)           # somewhere for the group to go next
 pg = placement_group([{"CPU": 1}], strategy="STRICT_PACK")
 ray.get(pg.ready(), timeout=30)
 node = ray.util.placement_group_table()[pg.id.hex()]["bundles_to_node_id"][0] if False else None

@@ -91,10 +91,7 @@ void Conn::Flush(bool direct) {
   }
   writing_ = true;
   rpc::TaskBatch batch;
-  if (!first_sent_) {
-    batch.set_lease_id(lease_id_for_worker_);
-    first_sent_ = true;
-  }
+  StartBatchLocked(batch);
   std::vector<std::shared_ptr<TaskRecord>> sending(std::make_move_iterator(q_.begin()),
                                                    std::make_move_iterator(q_.end()));
   q_.clear();
@@ -124,6 +121,22 @@ void Conn::SetLease(const std::string& lease_id) {
   lease_id_for_worker_ = lease_id;
 }
 
+void Conn::ResumeNext() {
+  std::lock_guard<std::mutex> lock(mu_);
+  resume_ = true;
+}
+
+void Conn::StartBatchLocked(rpc::TaskBatch& batch) {
+  if (!first_sent_) {
+    batch.set_lease_id(lease_id_for_worker_);
+    first_sent_ = true;
+  }
+  if (resume_) {
+    batch.set_resume(true);
+    resume_ = false;
+  }
+}
+
 void Conn::Join() {
   Close();
   if (writer_.joinable()) writer_.join();
@@ -150,10 +163,7 @@ void Conn::WriteLoop() {
       cv_.wait(lock, [&] { return (!q_.empty() || closing_) && !writing_; });
       if (q_.empty()) break;
       writing_ = true;
-      if (!first_sent_) {
-        batch.set_lease_id(lease_id_for_worker_);
-        first_sent_ = true;
-      }
+      StartBatchLocked(batch);
       sending.assign(std::make_move_iterator(q_.begin()), std::make_move_iterator(q_.end()));
       q_.clear();
     }

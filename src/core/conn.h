@@ -93,6 +93,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Lets the worker give the lease back itself if this process dies mid-lease (sent with the
   // first batch).
   void SetLease(const std::string& lease_id);
+  // The next batch sent tells the worker to run tasks again after it handed back the ones
+  // queued behind a blocked task (TaskBatch.resume).
+  void ResumeNext();
   void Join();
   const std::string& address() const { return address_; }
 
@@ -110,12 +113,18 @@ class Conn : public std::enable_shared_from_this<Conn> {
     return place_;
   }
   std::unordered_map<uint64_t, std::shared_ptr<TaskRecord>> in_flight;  // by TaskCounterOf(task id)
+  uint64_t sent = 0;   // tasks assigned to this stream so far (their stream_pos)
+  // The worker handed back the tasks queued behind a blocked one: nothing more goes to it until
+  // the blocked task's result is back (then ResumeNext).
+  bool held = false;
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
   bool broken = false;
   bool returned = false;
 
  private:
   bool WriteSpecs(rpc::TaskBatch& batch, const std::shared_ptr<TaskRecord>* ts, size_t n);
+  // Requires mu_: the fields of the next batch besides its tasks (lease id, resume).
+  void StartBatchLocked(rpc::TaskBatch& batch);
   void WriteLoop();
   void ReadLoop();
   // Requires rmu_: ends a park (the reader thread reads again).
@@ -130,6 +139,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool closing_ = false;
   bool writing_ = false;
   bool first_sent_ = false;
+  bool resume_ = false;  // ResumeNext() was called; the next batch carries it
   std::string lease_id_for_worker_;
   std::thread reader_, writer_;
   std::shared_ptr<const Place> place_;  // guarded by CoreWorker::mu_ (place())

@@ -272,6 +272,19 @@ void CoreWorker::ExitSoon(std::chrono::milliseconds grace) {
   WakeWorkerLoop();
 }
 
+bool CoreWorker::NodeGone(std::chrono::milliseconds wait) {
+  if (opts_.is_driver) return false;
+  if (getppid() != node_pid_) return true;
+  if (wait.count() <= 0) return false;
+  // Its sockets close a moment before the kernel reparents us: wait for the end on a pidfd.
+  int fd = static_cast<int>(syscall(SYS_pidfd_open, node_pid_, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const bool ended = poll(&p, 1, static_cast<int>(wait.count())) > 0;
+  close(fd);
+  return ended || getppid() != node_pid_;
+}
+
 void CoreWorker::RunWorkerLoop() {
   pid_t parent = getppid();
   // The node's end wakes us through a pidfd (a node that dies without stopping its workers).

@@ -234,6 +234,7 @@ class CoreWorker final : public internal::Runtime,
   void ReportActorExit(const std::string& actor_id) override;
   void ExitSoon(std::chrono::milliseconds grace) override;
   void ReturnLease(const std::string& lease_id) override;
+  bool NodeGone(std::chrono::milliseconds wait) override;
   // Executor side: registers `submitter` as a borrower of each id (with their owners) and lists
   // the registered ones in *registered. No lock.
   void RegisterResultBorrows(const std::string& submitter, std::vector<std::string> ids,
@@ -289,14 +290,15 @@ class CoreWorker final : public internal::Runtime,
   // else why it cannot be. Requires mu_.
   std::string Rebuild(const std::string& id, const std::unordered_set<std::string>& live,
                       const std::string& cause);
-  // The nodes the head lists alive. No lock; throws when the head cannot be asked.
-  std::unordered_set<std::string> LiveNodes();
+  // The nodes the head lists alive; nullopt while the head is settling (ListReply.settling: a
+  // node it does not list may still be alive) or cannot be asked. No lock.
+  std::optional<std::unordered_set<std::string>> LiveNodes();
   // Rebuild() of our `id`, lost because of `cause`; when it cannot be rebuilt, fails it with
   // ObjectLost saying why. Requires mu_.
   void RebuildOrFail(const std::string& id, const std::unordered_set<std::string>& live,
                      const std::string& cause);
   // Waiting for the head to declare a node dead: calls `step` under mu_ with the nodes listed
-  // alive (nullptr when the head could not be asked) every 250 ms until it returns true
+  // alive (nullptr when the head could not say) every 250 ms until it returns true
   // (returns true), shutdown (true), or kNodeDeathWaitMs pass (false). No lock.
   bool PollNodeDeath(const std::function<bool(const std::unordered_set<std::string>* live)>& step);
   // A value Get could not read from the node at `loc`.
@@ -405,9 +407,9 @@ class CoreWorker final : public internal::Runtime,
   int PipelineDepth(const std::string& function) const;
   void RequestLease(SchedulingQueue& q);
   void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address, int spread);
-  // Asks *node_address for a worker, following spillbacks; "" once *reply grants one, else why
-  // not. No lock.
-  std::string RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_address,
+  // Asks *node_address for a worker, following spillbacks; OK once *reply grants one, else why
+  // not (kUnavailable: a node could not be reached). No lock.
+  Status RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_address,
                                rpc::LeaseReply* reply);
   void ReturnLease(Conn* conn, bool worker_dead);
   // The steps of OnConnBroken. DetachConn requires mu_: takes the broken stream out of the
@@ -448,6 +450,9 @@ class CoreWorker final : public internal::Runtime,
   // those of `serialized_runtime_env` merged over them). Throws RayRuntimeEnvException.
   void SetJobConfig(const std::string& serialized_runtime_env, rpc::TaskSpec* spec,
                     bool with_env = true);
+  // Requires mu_. ResultBatch.requeue_from: takes the tasks of `conn` from stream position
+  // `from` on back into `q` and holds the stream until its blocked task is done.
+  void RequeueYielded(Conn* conn, SchedulingQueue& q, uint64_t from);
   void ReleaseTaskPins(TaskRecord& t);
   void HousekeepingLoop();
   // Marks the leases idle past the linger time returned and lists them; returns when the next
@@ -537,6 +542,7 @@ class CoreWorker final : public internal::Runtime,
   // Workers: RunWorkerLoop sleeps in poll() on wake_fd_ (an eventfd: Exit, ExitSoon and the
   // SIGTERM handler write to it) and on a pidfd of its node; nothing polls on a timer.
   int wake_fd_ = -1;
+  const pid_t node_pid_ = getppid();    // workers: the node that started us
   std::atomic<int64_t> exit_at_ms_{0};  // ExitSoon: steady-clock ms after which to end
   void WakeWorkerLoop();
   // With mu_: wakes housekeeping (WakeHousekeeping, shutdown). Its own condition variable: cv_

@@ -31,9 +31,22 @@ std::vector<std::string> ArgRefs(const rpc::TaskSpec& spec) {
   return refs;
 }
 
-// A value read from a node that is not (or no longer) listed alive is lost.
+// A value read from a node that is not (or no longer) listed alive is lost, unless this process
+// pulled a copy of it (PromoteLocalCopy).
 bool LostWith(const ObjectEntry& e, const std::unordered_set<std::string>& live) {
   return e.ready && !e.is_error && e.in_shm && !e.has_local_copy && !live.count(e.shm.node_id());
+}
+
+// The copy this process pulled into its own node's store becomes the value's location when the
+// node of the first copy is gone (then every reader is sent to it). Whether it did.
+bool PromoteLocalCopy(ObjectEntry& e, const std::unordered_set<std::string>& live) {
+  if (!e.ready || e.is_error || !e.in_shm || !e.has_local_copy || live.count(e.shm.node_id())) {
+    return false;
+  }
+  e.shm = std::move(e.local_copy);
+  e.local_copy.Clear();
+  e.has_local_copy = false;
+  return true;
 }
 }  // namespace
 
@@ -80,12 +93,13 @@ std::string CoreWorker::Rebuild(const std::string& id, const std::unordered_set<
     if (!a.is_ref() || OwnerOf(a.ref_id()) != address_) continue;
     ObjectEntry* ae = refs_.Find(a.ref_id());
     if (!ae) return "its argument " + a.ref_id() + " was freed";
+    PromoteLocalCopy(*ae, live);
     if (!ae->evicted && !LostWith(*ae, live)) continue;
     std::string why = Rebuild(a.ref_id(), live, "an argument of " + spec.function());
     if (!why.empty()) return "its argument " + a.ref_id() + " cannot be rebuilt: " + why;
   }
   TORUS_LOG(INFO) << "rebuilding object " << id << ": running task " << spec.function()
-                  << " again (attempt " << spec.attempt() + 2 << " of " << made_by->max_retries + 1
+                  << " again (" << AttemptText(spec.attempt() + 2, made_by->max_retries)
                   << ") because " << cause;
   const int n = std::max(spec.num_returns(), 1);
   for (int i = 0; i < n; ++i) {
@@ -122,9 +136,16 @@ void CoreWorker::Requeue(std::shared_ptr<TaskRecord> again, bool pin) {
   Enqueue(std::move(again));
 }
 
-std::unordered_set<std::string> CoreWorker::LiveNodes() {
+std::optional<std::unordered_set<std::string>> CoreWorker::LiveNodes() {
+  rpc::ListReply cluster;
+  try {
+    cluster = head_->ListCluster();
+  } catch (const internal::RayException& e) {
+    TORUS_LOG(WARNING) << "cannot ask the head which nodes are alive: " << e.what();
+    return std::nullopt;
+  }
+  if (cluster.settling()) return std::nullopt;
   std::unordered_set<std::string> live;
-  const rpc::ListReply cluster = head_->ListCluster();
   for (const auto& n : cluster.nodes()) {
     if (n.alive()) live.insert(n.node_id());
   }
@@ -132,12 +153,12 @@ std::unordered_set<std::string> CoreWorker::LiveNodes() {
 }
 
 bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
-  std::unordered_set<std::string> live;
-  try {
-    live = LiveNodes();
-  } catch (const internal::RayException& e) {
-    throw internal::UnreconstructableException(lost[0].message + " (and the head cannot say whether its node is gone: " +
-                                               e.what() + ")");
+  // The head cannot say yet (it restarts, or its nodes are registering again): treated as if
+  // every node were alive, so each unreadable copy waits (bounded below) and is read again.
+  const std::optional<std::unordered_set<std::string>> listed = LiveNodes();
+  std::unordered_set<std::string> live = listed ? *listed : std::unordered_set<std::string>{};
+  if (!listed) {
+    for (const auto& l : lost) live.insert(l.loc.node_id());
   }
   bool waiting_for_death = false;
   std::lock_guard<std::mutex> lock(mu_);
@@ -150,7 +171,7 @@ bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
         unreadable_since_.erase(l.id);
         throw internal::UnreconstructableException(
             l.message + " (for " + std::to_string(kNodeDeathWaitMs / 1000) +
-            " s, while the head lists node " + l.loc.node_id() + " alive)");
+            " s, while node " + l.loc.node_id() + " was not declared dead)");
       }
       waiting_for_death = true;
       continue;
@@ -159,6 +180,7 @@ bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
     ObjectEntry* e = refs_.Find(l.id);
     if (!e || !e->ready || e->rebuilding || e->fetching) continue;  // already on its way again
     if (!e->in_shm || e->shm.key() != l.loc.key()) continue;  // stored again since: read again
+    if (PromoteLocalCopy(*e, live)) continue;                  // read our own copy instead
     const std::string cause = "its copy on node " + l.loc.node_id() + " (" + l.loc.node_address() +
                               ") is gone with the node";
     if (e->owned) {
@@ -186,12 +208,7 @@ bool CoreWorker::PollNodeDeath(
     const std::function<bool(const std::unordered_set<std::string>* live)>& step) {
   const auto give_up = Clock::now() + std::chrono::milliseconds(kNodeDeathWaitMs);
   for (;;) {
-    std::optional<std::unordered_set<std::string>> live;
-    try {
-      live = LiveNodes();
-    } catch (const internal::RayException&) {
-      // asked again on the next round
-    }
+    const std::optional<std::unordered_set<std::string>> live = LiveNodes();  // nullopt: next round
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (shutting_down_ || step(live ? &*live : nullptr)) return true;
@@ -206,7 +223,7 @@ void CoreWorker::RebuildForBorrower(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ObjectEntry* e = refs_.Find(id);
-    if (!e || !e->owned || !e->ready || e->is_error || !e->in_shm || e->has_local_copy) return;
+    if (!e || !e->owned || !e->ready || e->is_error || !e->in_shm) return;
     loc = e->shm;
   }
   PollNodeDeath([&](const std::unordered_set<std::string>* live) {
@@ -214,6 +231,7 @@ void CoreWorker::RebuildForBorrower(const std::string& id) {
     ObjectEntry* e = refs_.Find(id);
     if (!e || !e->ready || !e->in_shm || e->shm.key() != loc.key()) return true;  // changed
     if (live->count(loc.node_id())) return false;
+    if (PromoteLocalCopy(*e, *live)) return true;  // the borrower is sent to our copy
     RebuildOrFail(id, *live,
                   "a borrower cannot read its copy on node " + loc.node_id() + " (" +
                       loc.node_address() + "), which is gone");
@@ -229,16 +247,26 @@ void CoreWorker::RetryAfterLostArg(std::shared_ptr<TaskRecord> t, std::string lo
     cv_.notify_all();
     return true;
   };
+  std::string failed_key;  // the copy the task could not read
+  for (const auto& a : t->spec.args()) {
+    if (a.is_ref() && a.ref_id() == lost_id && a.location().in_shm()) failed_key = a.location().key();
+  }
   const bool done = PollNodeDeath([&](const std::unordered_set<std::string>* live) {
     ObjectEntry* e = refs_.Find(lost_id);
     if (!e) return fail("the argument was freed");
     bool go = !e->ready || e->rebuilding;  // on its way again already
+    if (!go && live && PromoteLocalCopy(*e, *live)) go = true;  // the task reads our copy
     if (!go && live && LostWith(*e, *live)) {
       std::string why = Rebuild(lost_id, *live, "task " + t->spec.function() + " could not read it");
       if (!why.empty()) return fail("it cannot be rebuilt: " + why);
       go = true;
     }
-    if (!go && e->ready && (e->is_error || !e->in_shm || e->has_local_copy)) go = true;
+    // Stored again meanwhile (a value whose copy is still on a live node waits for that node's
+    // death to be declared, or for PollNodeDeath to give up).
+    if (!go && e->ready &&
+        (e->is_error || !e->in_shm || (!failed_key.empty() && e->shm.key() != failed_key))) {
+      go = true;
+    }
     if (!go) return false;
     TORUS_LOG(INFO) << "running task " << t->spec.function() << " again: its argument " << lost_id
                     << " was lost and is made again";

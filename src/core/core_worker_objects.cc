@@ -435,6 +435,7 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
     if (!scan.AllReady()) {
       if (!opts_.is_driver) {
         lock.unlock();
+        YieldQueuedTasks();  // nothing this task waits for may wait behind it on this worker
         SetBlocked(true);
         blocked.on = true;
         lock.lock();
@@ -614,6 +615,14 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
                                  : Clock::now() + std::chrono::milliseconds(timeout_ms);
   std::vector<bool> ready(ids.size(), false);
   bool unparked = false;
+  // A worker that waits lends its CPU and hands back the tasks queued behind it, as in Get.
+  struct Blocked {
+    CoreWorker* cw;
+    bool on = false;
+    ~Blocked() {
+      if (on) cw->SetBlocked(false);
+    }
+  } blocked{this};
   std::unique_lock<std::mutex> lock(mu_);
   for (const auto& id : ids) {
     if (!refs_.objects().count(id) && OwnerOf(id) != address_) refs_.Entry(id);
@@ -635,6 +644,14 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
     if (!unparked) {
       UnparkReaders();
       unparked = true;
+      if (!opts_.is_driver && timeout_ms != 0) {
+        lock.unlock();
+        YieldQueuedTasks();
+        SetBlocked(true);
+        blocked.on = true;
+        lock.lock();
+        continue;  // look again: what came meanwhile was not waited for
+      }
     }
     if (deadline == Clock::time_point::max()) {
       cv_.wait(lock);

@@ -309,7 +309,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q, Outbox* outbox) {
     int refill_below = depth > 1 ? depth / 2 : depth;
     Conn* best = nullptr;
     for (Conn* c : q.leases) {
-      if (c->broken || c->returned) continue;
+      if (c->broken || c->returned || c->held) continue;
       int n = static_cast<int>(c->in_flight.size());
       if (n >= depth) continue;
       if (n >= refill_below && !opened(c)) continue;
@@ -319,6 +319,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q, Outbox* outbox) {
     auto t = std::move(q.tasks.front());
     q.tasks.pop_front();
     t->conn = best;
+    t->stream_pos = ++best->sent;
     t->sent_at = Clock::now();
     best->in_flight[TaskCounterOf(t->spec.task_id())] = t;
     SetTaskState(t->spec, rpc::TaskInfo::RUNNING, best);
@@ -355,15 +356,44 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
                              int spread) {
   rpc::LeaseReply reply;
   std::string error;
-  if (!req.placement_group_id().empty()) {
-    // Lease straight from the node of the bundle (waits while the group is not CREATED, e.g.
-    // while a lost slice is re-granted).
-    auto node = head_->BundleNode(req.placement_group_id(), req.bundle_index(),
-                                  FromProto(req.resources()), spread, shutting_down_);
-    if (!node.ok()) error = node.status().message();
-    else node_address = *node;
+  const bool in_group = !req.placement_group_id().empty();
+  const std::string own_node = node_address;
+  for (int attempt = 0;; ++attempt) {
+    Status st;
+    node_address = own_node;
+    if (in_group) {
+      // Lease straight from the node of the bundle (waits while the group is not CREATED, e.g.
+      // while a lost slice is re-granted). Its answer is final: the group is gone or wrong.
+      auto node = head_->BundleNode(req.placement_group_id(), req.bundle_index(),
+                                    FromProto(req.resources()), spread, shutting_down_);
+      if (!node.ok()) {
+        error = node.status().message();
+        break;
+      }
+      node_address = *node;
+    }
+    req.set_spilled(false);
+    st = RequestLeaseFrom(req, &node_address, &reply);
+    error = st.message();
+    // A node that cannot be reached (it died and is not yet declared dead, or restarts), or a
+    // bundle not (or no longer) where the head said: the head will know better soon, and these
+    // tasks never ran, so they wait for a worker rather than fail.
+    const bool transient = st.code() == StatusCode::kUnavailable ||
+                           (in_group && st.code() == StatusCode::kNotFound);
+    if (st.ok() || !transient || shutting_down_) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    auto& q = *queues_[key];
+    if (q.tasks.empty()) {  // nothing waits for this lease any more
+      q.lease_requests--;
+      return;
+    }
+    if (attempt % 20 == 0) {
+      TORUS_LOG(WARNING) << "cannot get a worker for " << q.lease_template.description() << " yet ("
+                         << error << "); " << q.tasks.size() << " task(s) wait, asking again";
+    }
+    auto backoff = std::chrono::milliseconds(std::min(1000, 50 << std::min(attempt, 5)));
+    cv_.wait_for(lock, backoff, [this] { return shutting_down_.load(); });
   }
-  if (error.empty()) error = RequestLeaseFrom(req, &node_address, &reply);
   std::shared_ptr<Conn> conn;
   if (error.empty() && shutting_down_) {
     rpc::ReturnLeaseRequest rreq;
@@ -403,7 +433,7 @@ void CoreWorker::LeaseThread(std::string key, rpc::LeaseRequest req, std::string
   WakeHousekeeping();
 }
 
-std::string CoreWorker::RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_address,
+Status CoreWorker::RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_address,
                                          rpc::LeaseReply* reply) {
   // A request spilled to a node that cannot serve it waits there, and is spilled on only after
   // waiting (Node::TrySpillback), so following spillbacks needs no hop limit.
@@ -428,16 +458,18 @@ std::string CoreWorker::RequestLeaseFrom(rpc::LeaseRequest& req, std::string* no
         req.set_spilled(false);
         continue;
       }
-      return "lease request to node " + *node_address + " failed: " + st.error_message();
+      return Unavailable("lease request to node " + *node_address + " failed: " + st.error_message());
     }
-    if (reply->has_error() && reply->error().code() != 0) return reply->error().message();
-    if (reply->granted()) return "";
+    if (reply->has_error() && reply->error().code() != 0) {
+      return Status(static_cast<StatusCode>(reply->error().code()), reply->error().message());
+    }
+    if (reply->granted()) return Status::Ok();
     if (!reply->spillback_node_address().empty()) {
       *node_address = reply->spillback_node_address();
       req.set_spilled(true);
       continue;
     }
-    return "node returned an empty lease reply";
+    return Internal("node " + *node_address + " returned an empty lease reply");
   }
 }
 
@@ -477,6 +509,7 @@ bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
     auto it = queues_.find(conn->key);
     if (it != queues_.end()) q = it->second.get();
   }
+  if (batch.requeue_from() && q) RequeueYielded(conn, *q, batch.requeue_from());
   for (auto& r : *batch.mutable_results()) {
     auto it = conn->in_flight.find(TaskCounterOf(r.task_id()));
     if (it == conn->in_flight.end()) continue;
@@ -513,10 +546,39 @@ bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
                  r.is_error() ? r.error().message() : raised ? "the task raised an exception" : "", &r);
     StoreTaskResult(t->spec, r);
   }
-  if (conn->in_flight.empty()) conn->idle_since = Clock::now();
+  if (conn->in_flight.empty()) {
+    conn->idle_since = Clock::now();
+    if (conn->held) {  // the blocked task is done: the worker may take tasks again
+      conn->held = false;
+      conn->ResumeNext();
+    }
+  }
   if (q) PumpQueue(*q);
   if (q && conn->in_flight.empty()) WakeHousekeeping();
   return conn->in_flight.empty();
+}
+
+void CoreWorker::RequeueYielded(Conn* conn, SchedulingQueue& q, uint64_t from) {
+  // The worker's running task blocked: what was queued behind it there goes back to the front
+  // of the queue, in order, without spending a retry (it never ran). Fresh records: the
+  // stream's writer may still be reading the sent specs.
+  conn->held = true;
+  std::vector<std::shared_ptr<TaskRecord>> back;
+  for (auto it = conn->in_flight.begin(); it != conn->in_flight.end();) {
+    if (it->second->stream_pos >= from) {
+      back.push_back(std::move(it->second));
+      it = conn->in_flight.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(back.begin(), back.end(), [](const auto& a, const auto& b) { return a->stream_pos > b->stream_pos; });
+  for (auto& t : back) {
+    auto fresh = std::make_shared<TaskRecord>(*t);
+    fresh->conn = nullptr;
+    SetTaskState(fresh->spec, rpc::TaskInfo::PENDING);
+    q.tasks.push_front(std::move(fresh));
+  }
 }
 
 void CoreWorker::ReleaseTaskPins(TaskRecord& t) {
@@ -646,8 +708,8 @@ void CoreWorker::RetryOrFail(std::shared_ptr<TaskRecord> t, const std::string& w
     return;
   }
   if (t->spec.attempt() < t->max_retries) {
-    TORUS_LOG(INFO) << "retrying task " << t->spec.function() << " (attempt "
-                    << t->spec.attempt() + 2 << " of " << t->max_retries + 1 << ") because " << why;
+    TORUS_LOG(INFO) << "retrying task " << t->spec.function() << " ("
+                    << AttemptText(t->spec.attempt() + 2, t->max_retries) << ") because " << why;
     Resubmit(*t);
     return;
   }

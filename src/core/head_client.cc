@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/ids.h"
 #include "common/lane.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
@@ -236,9 +237,14 @@ std::string HeadClient::CreatePlacementGroup(const internal::PlacementGroupSpec&
       }
     }
   }
+  // Our id: a call repeated because the head went away finds the group the first call made.
+  req.set_pg_id(NewPgId());
   rpc::CreatePlacementGroupReply reply;
-  auto st = LaneUnary(heads_.current(), token_, 10000, "/torus.rpc.Head/CreatePlacementGroup",
-                      &rpc::Head::Service::CreatePlacementGroup, &rpc::Head::Stub::CreatePlacementGroup, req, &reply);
+  auto st = RetryWhileHeadAway([&] {
+    reply.Clear();
+    return LaneUnary(heads_.current(), token_, 10000, "/torus.rpc.Head/CreatePlacementGroup",
+                     &rpc::Head::Service::CreatePlacementGroup, &rpc::Head::Stub::CreatePlacementGroup, req, &reply);
+  });
   if (!st.ok()) throw internal::RayException("CreatePlacementGroup failed: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) ThrowStatus(reply.error(), "CreatePlacementGroup: ");
   if (reply.state() == rpc::PlacementGroupRecord::CREATED) {

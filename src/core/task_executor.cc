@@ -182,6 +182,34 @@ class TaskPool {
   bool stop_ = false;
 };
 
+// A leased stream's state for YieldQueuedTasks, used on the stream's thread only.
+struct TaskExecutor::QueueYield {
+  std::function<void(rpc::ResultBatch&)> write;  // writes on the stream
+  rpc::ResultBatch* pending = nullptr;  // results of this batch not yet written
+  uint64_t position = 0;                // of the task read last (1-based)
+  bool yielded = false;                 // until the submitter's `resume`
+};
+
+namespace {
+thread_local TaskExecutor::QueueYield* t_yield = nullptr;
+
+struct YieldScope {
+  explicit YieldScope(TaskExecutor::QueueYield* y) { t_yield = y; }
+  ~YieldScope() { t_yield = nullptr; }
+};
+}  // namespace
+
+void YieldQueuedTasks() {
+  TaskExecutor::QueueYield* y = t_yield;
+  if (!y || y->yielded) return;
+  y->yielded = true;
+  // The results this batch already has go first: a task waited for may be one of them.
+  rpc::ResultBatch notice;
+  notice.mutable_results()->Swap(y->pending->mutable_results());
+  notice.set_requeue_from(y->position + 1);
+  y->write(notice);
+}
+
 TaskExecutor::TaskExecutor(Host* host, std::unique_ptr<Executor> executor)
     : host_(host), executor_(std::move(executor)), pool_(std::make_unique<TaskPool>(this)) {}
 
@@ -197,6 +225,10 @@ grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
   bool refused = false;
   std::string refusal;  // a call for an actor that does not live here
   lease_use_.StreamOpened();
+  rpc::ResultBatch results;
+  QueueYield yield;
+  yield.write = [&](rpc::ResultBatch& b) { sink.WriteDirect(stream, b); };
+  yield.pending = &results;
   while (stream->Read(&batch)) {
     if (lease_id.empty() && !batch.lease_id().empty()) {
       if (!lease_use_.Named(batch.lease_id())) {
@@ -212,9 +244,10 @@ grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
     if (max_concurrency_ <= 1) {
       // Only this thread writes while the stream is sequential (the sink's writer thread
       // serves the pool path), so writing here directly is safe and saves a thread hand-off.
-      rpc::ResultBatch results;
-      refusal = RunSequential(batch, &results);
+      if (batch.resume()) yield.yielded = false;
+      refusal = RunSequential(batch, &results, lease_id.empty() ? nullptr : &yield);
       if (results.results_size()) sink.WriteDirect(stream, results);
+      results.Clear();
       // A caller with a stale address for an actor (its worker died and this process took its
       // port): end the stream without running or answering the call, so the caller treats it
       // as the lost connection it is and asks the head where the actor lives.
@@ -239,6 +272,16 @@ grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
   return grpc::Status::OK;
 }
 
+bool TaskExecutor::NodeEndedDuring(const rpc::TaskResult& r) {
+  switch (static_cast<StatusCode>(r.error().code())) {
+    case StatusCode::kObjectLost:   // an argument could not be read (into our node's store)
+    case StatusCode::kUnavailable:  // the result could not be stored in our node's store
+      return host_->NodeGone(std::chrono::milliseconds(200));
+    default:  // anything else the user code met: only when the node is known gone already
+      return host_->NodeGone(std::chrono::milliseconds(0));
+  }
+}
+
 std::string TaskExecutor::NotHostedHere(const rpc::TaskSpec& spec) const {
   if (spec.actor_creation() || spec.actor_id().empty() || spec.actor_id() == actor_id_) return {};
   // A caller with a stale address: the actor's worker died and this process took its port.
@@ -247,15 +290,32 @@ std::string TaskExecutor::NotHostedHere(const rpc::TaskSpec& spec) const {
          ")";
 }
 
-std::string TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results) {
+std::string TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results,
+                                        QueueYield* yield) {
   // One task at a time (exec_mu_ serialises callers of an actor); the whole batch is answered
   // with one write.
   for (auto& spec : *batch.mutable_tasks()) {
+    if (yield) {
+      yield->position++;
+      if (yield->yielded) continue;  // handed back to the submitter, which runs it elsewhere
+    }
     std::lock_guard<std::mutex> exec_lock(exec_mu_);
     if (std::string why = NotHostedHere(spec); !why.empty()) return why;  // see ServeTasks
-    rpc::TaskResult* r = results->add_results();
-    Execute(spec, r);
-    if (spec.actor_creation() && !r->is_error() && spec.max_concurrency() > 1) {
+    rpc::TaskResult r;
+    {
+      const bool plain_task = spec.actor_id().empty() && !spec.actor_creation();
+      YieldScope scope(yield && plain_task ? yield : nullptr);
+      Execute(spec, &r);
+    }
+    if (r.is_error() && yield && NodeEndedDuring(r)) {
+      // What failed here is this worker's node, not the task: answer nothing (this process
+      // ends with its node), so that the submitter sees the worker die and retries the tasks.
+      results->Clear();
+      return "the node of this worker ended while task " + spec.function() + " ran";
+    }
+    const bool created = spec.actor_creation() && !r.is_error();
+    *results->add_results() = std::move(r);
+    if (created && spec.max_concurrency() > 1) {
       pool_->Resize(spec.max_concurrency());
       max_concurrency_ = spec.max_concurrency();
     }
@@ -441,7 +501,11 @@ bool TaskExecutor::StoreWritten(const rpc::TaskSpec& spec, int index, size_t siz
   }
   auto stored = host_->StoreLarge(spec, index, size, write);
   if (!stored.ok()) {
-    Fail(result, StatusCode::kInternal,
+    // Unreachable node: kUnavailable (see NodeEndedDuring); anything else the store said.
+    const StatusCode code = stored.status().code() == StatusCode::kUnavailable
+                                ? StatusCode::kUnavailable
+                                : StatusCode::kInternal;
+    Fail(result, code,
          "cannot store the result of " + spec.function() + ": " + stored.status().message());
     return false;
   }

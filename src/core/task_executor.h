@@ -52,6 +52,13 @@ class TaskPool;
 // recursive cancel. An async actor's coroutines run on its loop thread, which has none.
 const std::string& CurrentTaskId();
 
+// Called by the core worker on the thread of a running task that is about to block in Get or
+// Wait. On a leased task stream (not an actor's) the worker then hands every task queued behind
+// this one back to its submitter (ResultBatch.requeue_from, after the results this stream has
+// not yet written), so that no task it waits for waits behind it; it skips what it reads until
+// the submitter's `resume`. Once per blocked task; a no-op on any other thread.
+void YieldQueuedTasks();
+
 class TaskExecutor {
  public:
   // What the executor needs from the core worker. Called without TaskExecutor's locks.
@@ -81,6 +88,9 @@ class TaskExecutor {
     // Ends this process once `grace` has passed (ray::ExitActor(): its result goes out first).
     virtual void ExitSoon(std::chrono::milliseconds grace) = 0;
     virtual void ReturnLease(const std::string& lease_id) = 0;
+    // Whether the node this worker belongs to has ended (waiting up to `wait` for a node whose
+    // sockets are already closed to be gone). Always false in a driver.
+    virtual bool NodeGone(std::chrono::milliseconds wait) = 0;
   };
 
   TaskExecutor(Host* host, std::unique_ptr<Executor> executor);
@@ -96,6 +106,8 @@ class TaskExecutor {
   void Interrupt(const std::string& task_id) { executor_->Interrupt(task_id); }
 
   LeaseUse& lease_use() { return lease_use_; }
+  // A leased stream's state for YieldQueuedTasks (task_executor.cc).
+  struct QueueYield;
   // The actor this worker runs ("" if none), and whether it is a restart.
   const std::string& actor_id() const { return actor_id_; }
   bool actor_restarted() const { return actor_restarted_; }
@@ -104,7 +116,11 @@ class TaskExecutor {
   // One batch on a sequential worker or actor, run on the stream's thread.
   // Runs the batch's tasks in order into *results. Stops at a call for an actor that does not
   // live in this worker and says so ("" when all ran).
-  std::string RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results);
+  // `yield` is the stream's state for YieldQueuedTasks (null on an actor's stream).
+  std::string RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch* results, QueueYield* yield);
+  // Whether failed result `r` failed because this worker's node ended meanwhile (may wait
+  // briefly for the node's end to show; see Host::NodeGone).
+  bool NodeEndedDuring(const rpc::TaskResult& r);
   // Why `spec`, an actor call, cannot run here (the actor lives elsewhere); "" when it can.
   // Called under exec_mu_ or on the pool (both ordered after the creation that set actor_id_).
   std::string NotHostedHere(const rpc::TaskSpec& spec) const;

@@ -28,6 +28,13 @@ inline int RetryLimit(int max_retries) {
   return max_retries < 0 ? std::numeric_limits<int>::max() : max_retries;
 }
 
+// "attempt N of M" for a log line, or "attempt N (retried forever)" when the limit is RetryLimit(-1).
+inline std::string AttemptText(int attempt_number, int max_retries) {
+  std::string s = "attempt " + std::to_string(attempt_number);
+  if (max_retries == std::numeric_limits<int>::max()) return s + " (retried without limit)";
+  return s + " of " + std::to_string(static_cast<int64_t>(max_retries) + 1);
+}
+
 // Whether `id` is one of the objects `spec` returns (its first, or one of num_returns).
 inline bool IsReturnOf(const rpc::TaskSpec& spec, const std::string& id) {
   if (id == spec.return_id()) return true;
@@ -61,6 +68,7 @@ struct TaskRecordFields {
   bool retry_exceptions = false;   // retry when the value is a Python exception value
   std::string parent_task;         // the running task that submitted it (workers; recursive cancel)
   Conn* conn = nullptr;
+  uint64_t stream_pos = 0;         // its position on `conn` (1-based, in the order sent)
   std::chrono::steady_clock::time_point sent_at;
 };
 

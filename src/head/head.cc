@@ -50,6 +50,7 @@ Head::~Head() {
 Status Head::Start() {
   if (auto s = ValidateToken(cfg_.token, "the head's configuration"); !s.ok()) return s;
   int port = cfg_.port;
+  started_at_ = std::chrono::steady_clock::now();
   if (!cfg_.state_path.empty() || cfg_.store) {
     if (auto s = RestoreState(); !s.ok()) return s;
   }
@@ -407,6 +408,9 @@ grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListRe
   for (const auto& [id, j] : jobs_) *reply->add_jobs() = j;
   pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.AppendTo(reply);
+  const auto now = std::chrono::steady_clock::now();
+  reply->set_settling(now - started_at_ < std::chrono::milliseconds(cfg_.node_timeout_ms) ||
+                      resume_until_ != std::chrono::steady_clock::time_point::max());
   return grpc::Status::OK;
 }
 

@@ -260,6 +260,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   void FillHeads(uint64_t known, google::protobuf::RepeatedPtrField<std::string>* out, uint64_t* version) const
       EXCLUDES(heads_mu_);
   ResumedState resumed_;              // set by Start
+  std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();  // set by Start
   // Resumed drivers that have not registered again, and when the resume grace ends (max: none).
   std::set<std::string> resumed_jobs_ GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point resume_until_ GUARDED_BY(mu_) = std::chrono::steady_clock::time_point::max();

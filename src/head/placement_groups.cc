@@ -117,6 +117,9 @@ StatusOr<PgEntry> ParsePgRequest(const rpc::PlacementGroupRecord& req, PgEntry::
   if (IsSliceReservation(req)) {
     if (auto s = ParseSliceRequest(&e, now); !s.ok()) return s;
   }
+  if (!req.pg_id().empty() && !IsPgId(req.pg_id())) {
+    return InvalidArgument("placement group id '" + req.pg_id() + "' is not 28 hex digits");
+  }
   return e;
 }
 
@@ -150,7 +153,13 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
     return grpc::Status::OK;
   }
   PgEntry& e = *parsed;
+  std::string id = req.pg_id();  // minted by the caller: a repeated call finds its first group
   MutexLock lock(mu_);
+  if (auto it = pgs_.find(id); it != pgs_.end()) {
+    reply->set_pg_id(id);
+    reply->set_state(it->second.rec.state());
+    return grpc::Status::OK;
+  }
   if (!req.name().empty()) {
     auto it = named_.find({req.ray_namespace(), req.name()});
     if (it != named_.end() && pgs_.count(it->second) &&
@@ -160,7 +169,7 @@ grpc::Status PlacementGroupManager::Create(const rpc::PlacementGroupRecord& req,
       return grpc::Status::OK;
     }
   }
-  std::string id = RandomHex(14);
+  if (id.empty()) id = NewPgId();
   e.rec.set_pg_id(id);
   e.rec.set_state(rpc::PlacementGroupRecord::PENDING);
   e.rec.set_created_ms(WallClockMs());
@@ -189,7 +198,7 @@ grpc::Status PlacementGroupManager::Remove(const rpc::PlacementGroupRequest& req
   {
     MutexLock lock(mu_);
     auto it = pgs_.find(req.pg_id());
-    if (it == pgs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no placement group " + req.pg_id());
+    if (it == pgs_.end()) return grpc::Status::OK;  // removed long ago, or a repeated call: Ray's too
     if (it->second.rec.state() == rpc::PlacementGroupRecord::REMOVED) return grpc::Status::OK;
     release = RemoveLocked(it->second, "removed by the user");
   }

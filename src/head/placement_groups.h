@@ -79,8 +79,8 @@ struct PgEntry {
 };
 
 // A group as requested (`req`, from a client), checked and normalised: bundle indexes set,
-// placements cleared, selectors parsed, the slice request turned into its shape; no id or state
-// yet. InvalidArgument with the message the client sees when the request is wrong. `now` starts
+// placements cleared, selectors parsed, the slice request turned into its shape; the id the
+// caller minted checked (none: the head mints one), no state yet. InvalidArgument with the message the client sees when the request is wrong. `now` starts
 // a slice request's timeout. Pure.
 StatusOr<PgEntry> ParsePgRequest(const rpc::PlacementGroupRecord& req, PgEntry::Clock::time_point now);
 
