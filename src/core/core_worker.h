@@ -57,6 +57,7 @@
 #include "core/conn.h"
 #include "core/cpp_executor.h"
 #include "core/head_client.h"
+#include "core/node_liveness.h"
 #include "core/reference_counter.h"
 #include "core/task_executor.h"
 #include "proto/torus.grpc.pb.h"
@@ -286,21 +287,20 @@ class CoreWorker final : public internal::Runtime,
   // Call before its pins are released. Requires mu_.
   void KeepLineage(const std::shared_ptr<TaskRecord>& t);
   // Runs the task that made `id` (owned) again, first rebuilding those of its owned arguments
-  // that are evicted or stored on a node not in `live`. "" when it was started (or already runs),
+  // that are evicted or stored on a node `nodes` says is gone. "" when it was started (or already runs),
   // else why it cannot be. Requires mu_.
-  std::string Rebuild(const std::string& id, const std::unordered_set<std::string>& live,
+  std::string Rebuild(const std::string& id, const NodeLiveness& nodes,
                       const std::string& cause);
-  // The nodes the head lists alive; nullopt while the head is settling (ListReply.settling: a
-  // node it does not list may still be alive) or cannot be asked. No lock.
-  std::optional<std::unordered_set<std::string>> LiveNodes();
+  // What the head's node list says (node_liveness.h). No lock.
+  NodeLiveness LiveNodes();
   // Rebuild() of our `id`, lost because of `cause`; when it cannot be rebuilt, fails it with
   // ObjectLost saying why. Requires mu_.
-  void RebuildOrFail(const std::string& id, const std::unordered_set<std::string>& live,
+  void RebuildOrFail(const std::string& id, const NodeLiveness& nodes,
                      const std::string& cause);
-  // Waiting for the head to declare a node dead: calls `step` under mu_ with the nodes listed
-  // alive (nullptr when the head could not say) every 250 ms until it returns true
+  // Waiting for the head to declare a node dead: calls `step` under mu_ with what the head
+  // says of the nodes (LiveNodes) every 250 ms until it returns true
   // (returns true), shutdown (true), or kNodeDeathWaitMs pass (false). No lock.
-  bool PollNodeDeath(const std::function<bool(const std::unordered_set<std::string>* live)>& step);
+  bool PollNodeDeath(const std::function<bool(const NodeLiveness& nodes)>& step);
   // A value Get could not read from the node at `loc`.
   struct LostRead {
     std::string id;

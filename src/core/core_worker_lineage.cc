@@ -31,16 +31,16 @@ std::vector<std::string> ArgRefs(const rpc::TaskSpec& spec) {
   return refs;
 }
 
-// A value read from a node that is not (or no longer) listed alive is lost, unless this process
+// A value stored on a node that is gone (NodeLiveness) is lost, unless this process
 // pulled a copy of it (PromoteLocalCopy).
-bool LostWith(const ObjectEntry& e, const std::unordered_set<std::string>& live) {
-  return e.ready && !e.is_error && e.in_shm && !e.has_local_copy && !live.count(e.shm.node_id());
+bool LostWith(const ObjectEntry& e, const NodeLiveness& nodes) {
+  return e.ready && !e.is_error && e.in_shm && !e.has_local_copy && nodes.Gone(e.shm.node_id());
 }
 
 // The copy this process pulled into its own node's store becomes the value's location when the
 // node of the first copy is gone (then every reader is sent to it). Whether it did.
-bool PromoteLocalCopy(ObjectEntry& e, const std::unordered_set<std::string>& live) {
-  if (!e.ready || e.is_error || !e.in_shm || !e.has_local_copy || live.count(e.shm.node_id())) {
+bool PromoteLocalCopy(ObjectEntry& e, const NodeLiveness& nodes) {
+  if (!e.ready || e.is_error || !e.in_shm || !e.has_local_copy || !nodes.Gone(e.shm.node_id())) {
     return false;
   }
   e.shm = std::move(e.local_copy);
@@ -72,7 +72,7 @@ void CoreWorker::ResetValue(ObjectEntry& e) {
   e.inline_data.reset();
 }
 
-std::string CoreWorker::Rebuild(const std::string& id, const std::unordered_set<std::string>& live,
+std::string CoreWorker::Rebuild(const std::string& id, const NodeLiveness& nodes,
                                 const std::string& cause) {
   ObjectEntry* e = refs_.Find(id);
   if (!e || !e->owned) return "it was freed";
@@ -93,9 +93,9 @@ std::string CoreWorker::Rebuild(const std::string& id, const std::unordered_set<
     if (!a.is_ref() || OwnerOf(a.ref_id()) != address_) continue;
     ObjectEntry* ae = refs_.Find(a.ref_id());
     if (!ae) return "its argument " + a.ref_id() + " was freed";
-    PromoteLocalCopy(*ae, live);
-    if (!ae->evicted && !LostWith(*ae, live)) continue;
-    std::string why = Rebuild(a.ref_id(), live, "an argument of " + spec.function());
+    PromoteLocalCopy(*ae, nodes);
+    if (!ae->evicted && !LostWith(*ae, nodes)) continue;
+    std::string why = Rebuild(a.ref_id(), nodes, "an argument of " + spec.function());
     if (!why.empty()) return "its argument " + a.ref_id() + " cannot be rebuilt: " + why;
   }
   TORUS_LOG(INFO) << "rebuilding object " << id << ": running task " << spec.function()
@@ -136,36 +136,29 @@ void CoreWorker::Requeue(std::shared_ptr<TaskRecord> again, bool pin) {
   Enqueue(std::move(again));
 }
 
-std::optional<std::unordered_set<std::string>> CoreWorker::LiveNodes() {
+NodeLiveness CoreWorker::LiveNodes() {
+  NodeLiveness nodes;
   rpc::ListReply cluster;
   try {
     cluster = head_->ListCluster();
   } catch (const internal::RayException& e) {
     TORUS_LOG(WARNING) << "cannot ask the head which nodes are alive: " << e.what();
-    return std::nullopt;
+    nodes.known = false;
+    return nodes;
   }
-  if (cluster.settling()) return std::nullopt;
-  std::unordered_set<std::string> live;
-  for (const auto& n : cluster.nodes()) {
-    if (n.alive()) live.insert(n.node_id());
-  }
-  return live;
+  nodes.settling = cluster.settling();
+  for (const auto& n : cluster.nodes()) (n.alive() ? nodes.alive : nodes.dead).insert(n.node_id());
+  return nodes;
 }
 
 bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
-  // The head cannot say yet (it restarts, or its nodes are registering again): treated as if
-  // every node were alive, so each unreadable copy waits (bounded below) and is read again.
-  const std::optional<std::unordered_set<std::string>> listed = LiveNodes();
-  std::unordered_set<std::string> live = listed ? *listed : std::unordered_set<std::string>{};
-  if (!listed) {
-    for (const auto& l : lost) live.insert(l.loc.node_id());
-  }
+  const NodeLiveness nodes = LiveNodes();
   bool waiting_for_death = false;
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
   for (const auto& l : lost) {
-    if (live.count(l.loc.node_id())) {
-      // Unreadable, but its node is not declared dead (yet): wait for that, for so long.
+    if (!nodes.Gone(l.loc.node_id())) {
+      // Unreadable, but its node is not known gone (yet): wait for that, for so long.
       auto since = unreadable_since_.try_emplace(l.id, now).first->second;
       if (now - since > std::chrono::milliseconds(kNodeDeathWaitMs)) {
         unreadable_since_.erase(l.id);
@@ -180,11 +173,11 @@ bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
     ObjectEntry* e = refs_.Find(l.id);
     if (!e || !e->ready || e->rebuilding || e->fetching) continue;  // already on its way again
     if (!e->in_shm || e->shm.key() != l.loc.key()) continue;  // stored again since: read again
-    if (PromoteLocalCopy(*e, live)) continue;                  // read our own copy instead
+    if (PromoteLocalCopy(*e, nodes)) continue;                  // read our own copy instead
     const std::string cause = "its copy on node " + l.loc.node_id() + " (" + l.loc.node_address() +
                               ") is gone with the node";
     if (e->owned) {
-      RebuildOrFail(l.id, live, cause);
+      RebuildOrFail(l.id, nodes, cause);
     } else {
       // Borrowed: its owner rebuilds it (or says why not) before it answers.
       ResetValue(*e);
@@ -195,23 +188,22 @@ bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
   return !waiting_for_death;
 }
 
-void CoreWorker::RebuildOrFail(const std::string& id, const std::unordered_set<std::string>& live,
+void CoreWorker::RebuildOrFail(const std::string& id, const NodeLiveness& nodes,
                                const std::string& cause) {
-  std::string why = Rebuild(id, live, cause);
+  std::string why = Rebuild(id, nodes, cause);
   if (why.empty()) return;
   if (ObjectEntry* e = refs_.Find(id)) ResetValue(*e);
   FailObject(id, StatusCode::kObjectLost,
              "object " + id + " is lost: " + cause + ", and it cannot be rebuilt: " + why);
 }
 
-bool CoreWorker::PollNodeDeath(
-    const std::function<bool(const std::unordered_set<std::string>* live)>& step) {
+bool CoreWorker::PollNodeDeath(const std::function<bool(const NodeLiveness& nodes)>& step) {
   const auto give_up = Clock::now() + std::chrono::milliseconds(kNodeDeathWaitMs);
   for (;;) {
-    const std::optional<std::unordered_set<std::string>> live = LiveNodes();  // nullopt: next round
+    const NodeLiveness nodes = LiveNodes();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (shutting_down_ || step(live ? &*live : nullptr)) return true;
+      if (shutting_down_ || step(nodes)) return true;
     }
     if (Clock::now() >= give_up) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -226,13 +218,13 @@ void CoreWorker::RebuildForBorrower(const std::string& id) {
     if (!e || !e->owned || !e->ready || e->is_error || !e->in_shm) return;
     loc = e->shm;
   }
-  PollNodeDeath([&](const std::unordered_set<std::string>* live) {
-    if (!live) return true;  // the borrower reads the old location again and tells us again
+  PollNodeDeath([&](const NodeLiveness& nodes) {
+    if (!nodes.known) return true;  // the borrower reads the old location again and tells us again
     ObjectEntry* e = refs_.Find(id);
     if (!e || !e->ready || !e->in_shm || e->shm.key() != loc.key()) return true;  // changed
-    if (live->count(loc.node_id())) return false;
-    if (PromoteLocalCopy(*e, *live)) return true;  // the borrower is sent to our copy
-    RebuildOrFail(id, *live,
+    if (!nodes.Gone(loc.node_id())) return false;
+    if (PromoteLocalCopy(*e, nodes)) return true;  // the borrower is sent to our copy
+    RebuildOrFail(id, nodes,
                   "a borrower cannot read its copy on node " + loc.node_id() + " (" +
                       loc.node_address() + "), which is gone");
     return true;
@@ -251,13 +243,13 @@ void CoreWorker::RetryAfterLostArg(std::shared_ptr<TaskRecord> t, std::string lo
   for (const auto& a : t->spec.args()) {
     if (a.is_ref() && a.ref_id() == lost_id && a.location().in_shm()) failed_key = a.location().key();
   }
-  const bool done = PollNodeDeath([&](const std::unordered_set<std::string>* live) {
+  const bool done = PollNodeDeath([&](const NodeLiveness& nodes) {
     ObjectEntry* e = refs_.Find(lost_id);
     if (!e) return fail("the argument was freed");
     bool go = !e->ready || e->rebuilding;  // on its way again already
-    if (!go && live && PromoteLocalCopy(*e, *live)) go = true;  // the task reads our copy
-    if (!go && live && LostWith(*e, *live)) {
-      std::string why = Rebuild(lost_id, *live, "task " + t->spec.function() + " could not read it");
+    if (!go && PromoteLocalCopy(*e, nodes)) go = true;  // the task reads our copy
+    if (!go && LostWith(*e, nodes)) {
+      std::string why = Rebuild(lost_id, nodes, "task " + t->spec.function() + " could not read it");
       if (!why.empty()) return fail("it cannot be rebuilt: " + why);
       go = true;
     }
@@ -277,7 +269,7 @@ void CoreWorker::RetryAfterLostArg(std::shared_ptr<TaskRecord> t, std::string lo
   });
   if (done) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!shutting_down_) fail("its node is still listed alive");
+  if (!shutting_down_) fail("its node was not declared dead");
 }
 
 }  // namespace torus::core

@@ -409,8 +409,9 @@ grpc::Status Head::List(grpc::ServerContext* ctx, const rpc::Empty*, rpc::ListRe
   pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.AppendTo(reply);
   const auto now = std::chrono::steady_clock::now();
-  reply->set_settling(now - started_at_ < std::chrono::milliseconds(cfg_.node_timeout_ms) ||
-                      resume_until_ != std::chrono::steady_clock::time_point::max());
+  // Every live node beats at least once per node timeout, and registers again on its first
+  // beat to a head that does not know it.
+  reply->set_settling(now - started_at_ < std::chrono::milliseconds(cfg_.node_timeout_ms));
   return grpc::Status::OK;
 }
 
