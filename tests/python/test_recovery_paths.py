@@ -66,3 +66,41 @@ def test_a_live_nodes_object_is_not_judged_lost_while_the_restarted_head_settles
     out, err = _run("putlost2.py", "TORUS", "PORT", "1")
     assert _verdict(out).startswith("OK rebuilt on") and out.rstrip().endswith("True"), \
         out + err[-3000:]
+
+
+WAIT_SCRIPT = """
+import time, ray
+ray.init()
+
+@ray.remote
+def fast(x, i):
+    return x + i
+
+@ray.remote
+def waiter(refs):  # blocks in ray.wait (not ray.get) on a task that may be queued behind it
+    ready, _ = ray.wait(refs, num_returns=1, timeout=15)
+    return ray.get(ready[0]) if ready else -1
+
+@ray.remote(num_cpus=0.5)
+def gate():
+    time.sleep(1.0)
+    return 100
+
+ray.get([fast.remote(i, 1) for i in range(500)])  # fast is now short: pipelined
+g = gate.remote()
+inner = [fast.remote(g, i) for i in range(4)]
+t0 = time.time()
+print("OK" if ray.get([waiter.remote([r]) for r in inner], timeout=30) == [100, 101, 102, 103]
+      else "FAIL", f"{time.time() - t0:.1f} s")
+"""
+
+
+def test_tasks_queued_behind_a_task_blocked_in_wait_run_elsewhere():
+    c = Cluster().start_head("--num-cpus", "2")
+    try:
+        p = run_python(WAIT_SCRIPT, env=c.driver_env(RAY_ADDRESS=c.address), shim=True,
+                       timeout=120, check=False)
+        line = _verdict(p.stdout)
+        assert line.startswith("OK") and float(line.split()[1]) < 10, p.stdout + p.stderr[-3000:]
+    finally:
+        c.stop()
