@@ -356,6 +356,38 @@ TEST(EtcdConnectTest, NothingListeningIsUnavailable) {
   EXPECT_LT(ms, 2500);
 }
 
+// An etcd cluster of three: the client goes on with the members left when the one it used dies,
+// and a list whose first member never answers still connects.
+TEST(EtcdMembersTest, CallsGoOnWithTheMembersLeft) {
+  torus_test::EtcdCluster etcd;
+  etcd.Start(3);
+  auto client = EtcdClient::Connect(etcd.endpoints(), 2000);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE((*client)->Put("/k", "before").ok());
+  etcd.Kill(0);  // the member calls went to first
+  auto start = Clock::now();
+  torus::Status put = (*client)->Put("/k", "after");
+  ASSERT_TRUE(put.ok()) << put.ToString();
+  EXPECT_LT(MsSince(start), 3000);
+  auto got = (*client)->Get("/k");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->value, "after");
+  auto lease = (*client)->GrantLease(5);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_TRUE((*client)->KeepAlive(*lease).ok());
+  // A fresh client given the dead member first.
+  auto fresh = EtcdClient::Connect(etcd.endpoints(), 2000);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  auto again = (*fresh)->Get("/k");
+  ASSERT_TRUE(again.ok() && again->has_value()) << again.status().ToString();
+  EXPECT_EQ((*again)->value, "after");
+  // With no member left, the error names them.
+  etcd.Kill(1);
+  etcd.Kill(2);
+  torus::Status dead = (*client)->Put("/k", "none");
+  EXPECT_FALSE(dead.ok());
+}
+
 TEST(EtcdUrlTest, ParsesHostPortAndPrefix) {
   struct Good {
     const char* url;
@@ -366,7 +398,8 @@ TEST(EtcdUrlTest, ParsesHostPortAndPrefix) {
                         Good{"etcd://etcd.svc:2379/", "etcd.svc:2379", "/torus"},
                         Good{"etcd://h:1/clusters/a", "h:1", "/clusters/a"},
                         Good{"etcd://h:65535/x//", "h:65535", "/x"},
-                        Good{"etcd://[::1]:2379/p", "[::1]:2379", "/p"}}) {
+                        Good{"etcd://[::1]:2379/p", "[::1]:2379", "/p"},
+                        Good{"etcd://a:1,b:2,[::1]:3/c", "a:1,b:2,[::1]:3", "/c"}}) {
     auto u = torus::ParseEtcdUrl(g.url);
     ASSERT_TRUE(u.ok()) << g.url << ": " << u.status().ToString();
     EXPECT_EQ(u->endpoint, g.endpoint) << g.url;
@@ -375,7 +408,8 @@ TEST(EtcdUrlTest, ParsesHostPortAndPrefix) {
   for (const char* bad : {"", "etcd://", "etcd:///p", "etcd://host", "etcd://host:", "etcd://:2379",
                           "etcd://host:0", "etcd://host:65536", "etcd://host:12ab", "etcd://host:-1",
                           "http://host:2379", "host:2379", "etcd:/host:2379", "etcd://[::1]",
-                          "etcd://::1:2379", "etcd://host:2379/a b"}) {
+                          "etcd://::1:2379", "etcd://host:2379/a b", "etcd://a:1,", "etcd://a:1,,b:2",
+                          "etcd://,a:1", "etcd://a:1,b"}) {
     auto u = torus::ParseEtcdUrl(bad);
     EXPECT_FALSE(u.ok()) << "accepted '" << bad << "'";
     if (!u.ok()) {

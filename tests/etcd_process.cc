@@ -136,4 +136,54 @@ void EtcdProcess::Kill() {
   }
 }
 
+EtcdCluster::~EtcdCluster() {
+  for (size_t i = 0; i < members_.size(); ++i) Kill(static_cast<int>(i));
+  std::error_code ec;
+  if (!dir_.empty()) fs::remove_all(dir_, ec);
+}
+
+void EtcdCluster::Start(int n) {
+  std::string etcd = FindOnPath("etcd");
+  if (etcd.empty()) throw std::runtime_error("etcd is not on PATH (scripts/deps.sh installs etcd-server)");
+  std::string tmpl = "/tmp/torus-etcdc-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed: " + tmpl);
+  dir_ = tmpl;
+  std::vector<std::string> client, peer;
+  std::string initial;
+  for (int i = 0; i < n; ++i) {
+    client.push_back("http://127.0.0.1:" + std::to_string(FreePort()));
+    peer.push_back("http://127.0.0.1:" + std::to_string(FreePort()));
+    initial += (i ? "," : "") + ("m" + std::to_string(i)) + "=" + peer.back();
+  }
+  for (int i = 0; i < n; ++i) {
+    std::string name = "m" + std::to_string(i);
+    Member m;
+    m.endpoint = client[i].substr(std::string("http://").size());
+    m.pid = SpawnTied({etcd, "--name", name, "--data-dir", dir_ + "/" + name,
+                       "--listen-client-urls", client[i], "--advertise-client-urls", client[i],
+                       "--listen-peer-urls", peer[i], "--initial-advertise-peer-urls", peer[i],
+                       "--initial-cluster", initial, "--initial-cluster-state", "new"},
+                      dir_ + "/" + name + ".log");
+    endpoints_ += (i ? "," : "") + m.endpoint;
+    members_.push_back(m);
+  }
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline) {
+    auto c = torus::EtcdClient::Connect(endpoints_, 1000);
+    if (c.ok() && (*c)->Put("/up", "1").ok()) return;  // a write: the members have a leader
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  throw std::runtime_error("the etcd cluster " + endpoints_ + " did not serve within 30 s; member 0's log:\n" +
+                           ReadFileOr(dir_ + "/m0.log"));
+}
+
+void EtcdCluster::Kill(int i) {
+  Member& m = members_.at(static_cast<size_t>(i));
+  if (m.pid == 0) return;
+  kill(m.pid, SIGKILL);
+  int status = 0;
+  waitpid(m.pid, &status, 0);
+  m.pid = 0;
+}
+
 }  // namespace torus_test

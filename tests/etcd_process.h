@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace torus_test {
 
@@ -47,6 +48,34 @@ class EtcdProcess {
   std::string dir_;       // the data directory's parent: data/ and etcd.log inside
   std::string endpoint_;
   pid_t pid_ = 0;
+};
+
+// EtcdCluster: a throwaway etcd cluster of `n` members (3 by default) on loopback ports, each with
+// its own data directory, for tests of what a client does when a member dies. Same rules as
+// EtcdProcess (found on PATH, SIGKILL when the starting thread ends, throws when it cannot start).
+class EtcdCluster {
+ public:
+  EtcdCluster() = default;
+  ~EtcdCluster();
+  EtcdCluster(const EtcdCluster&) = delete;
+  EtcdCluster& operator=(const EtcdCluster&) = delete;
+
+  // Starts every member and waits (up to 30 s) until the cluster serves reads.
+  void Start(int n = 3);
+  // "127.0.0.1:p1,127.0.0.1:p2,...": every member's client endpoint, in order.
+  const std::string& endpoints() const { return endpoints_; }
+  const std::string& endpoint(int i) const { return members_[i].endpoint; }
+  // SIGKILLs member i (its data stays until the cluster goes). Idempotent.
+  void Kill(int i);
+
+ private:
+  struct Member {
+    std::string endpoint;
+    pid_t pid = 0;
+  };
+  std::string dir_;
+  std::string endpoints_;
+  std::vector<Member> members_;
 };
 
 }  // namespace torus_test

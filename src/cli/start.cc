@@ -462,7 +462,7 @@ std::string EtcdHeadSession(const std::optional<EtcdKv>& token) {
   return *session;
 }
 
-// `torus start --head --state etcd://HOST:PORT[/prefix]` (docs/fault_tolerance.md "Standby
+// `torus start --head --state etcd://HOST:PORT[,HOST:PORT...][/prefix]` (docs/fault_tolerance.md "Standby
 // heads"): with no active head, a head (resuming what etcd holds) and this host's node, as
 // without etcd; with one, a standby head alone, and this returns once it stands by.
 int StartHeadOnEtcd(const Args& a, const std::string& self) {
@@ -523,7 +523,7 @@ int StartHeadOnEtcd(const Args& a, const std::string& self) {
 int StartHead(const Args& a, const std::string& self) {
   if (auto s = CheckSessionRoot(); !s.ok()) Die(s.message());
   if (a.Has("state") && !HeadStore::IsEtcd(a.Get("state"))) {
-    Die("--state " + a.Get("state") + ": give etcd://HOST:PORT[/prefix] (without --state the head keeps its "
+    Die("--state " + a.Get("state") + ": give etcd://HOST:PORT[,HOST:PORT...][/prefix] (without --state the head keeps its "
         "state in its session directory)");
   }
   if (HeadStore::IsEtcd(a.Get("state"))) return StartHeadOnEtcd(a, self);

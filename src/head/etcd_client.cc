@@ -14,6 +14,7 @@ namespace torus {
 namespace pb = etcdserverpb;
 
 struct EtcdClient::Stubs {
+  std::string endpoint;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::KV::Stub> kv;
   std::unique_ptr<pb::Lease::Stub> lease;
@@ -68,20 +69,51 @@ std::string LeaseName(int64_t lease) {
 }  // namespace
 
 EtcdClient::EtcdClient(std::string endpoint, int timeout_ms)
-    : endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms), stubs_(std::make_unique<Stubs>()) {
-  // An uncached insecure channel with the runtime's reconnect settings (etcd knows nothing of
-  // the cluster token: no Torus metadata is added by channels, only by contexts).
-  stubs_->channel = GetOneOffChannel(endpoint_);
-  stubs_->kv = pb::KV::NewStub(stubs_->channel);
-  stubs_->lease = pb::Lease::NewStub(stubs_->channel);
-  stubs_->watch = pb::Watch::NewStub(stubs_->channel);
+    : endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms) {
+  // One uncached insecure channel per member, with the runtime's reconnect settings (etcd knows
+  // nothing of the cluster token: no Torus metadata is added by channels, only by contexts).
+  for (size_t start = 0; start <= endpoint_.size();) {
+    size_t comma = std::min(endpoint_.find(',', start), endpoint_.size());
+    auto st = std::make_unique<Stubs>();
+    st->endpoint = endpoint_.substr(start, comma - start);
+    st->channel = GetOneOffChannel(st->endpoint);
+    st->kv = pb::KV::NewStub(st->channel);
+    st->lease = pb::Lease::NewStub(st->channel);
+    st->watch = pb::Watch::NewStub(st->channel);
+    stubs_.push_back(std::move(st));
+    start = comma + 1;
+  }
+}
+
+grpc::Status EtcdClient::OnAny(const std::function<grpc::Status(Stubs&)>& call, std::string* used) {
+  const size_t first = current_.load();
+  grpc::Status s;
+  for (size_t i = 0; i < stubs_.size(); ++i) {
+    const size_t at = (first + i) % stubs_.size();
+    Stubs& st = *stubs_[at];
+    *used = st.endpoint;
+    s = call(st);
+    // Only a member that could not be reached, or did not answer in time (a hung or cut-off
+    // member), is passed over: any other answer is etcd's. Every call we make may be repeated
+    // (writes of the same value, fenced transactions, a create-if-absent that then finds its own
+    // key, a lease grant whose twin expires unused).
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      if (at != first) current_.store(at);
+      return s;
+    }
+  }
+  return s;
 }
 
 EtcdClient::~EtcdClient() = default;
 
 StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::string& endpoint,
                                                           int timeout_ms) {
-  if (endpoint.empty()) return InvalidArgument("no etcd endpoint given");
+  if (endpoint.empty() || endpoint.front() == ',' || endpoint.back() == ',' ||
+      endpoint.find(",,") != std::string::npos) {
+    return InvalidArgument("no etcd endpoint given ('" + endpoint + "')");
+  }
   if (timeout_ms <= 0) {
     return InvalidArgument("the etcd timeout must be positive, not " + std::to_string(timeout_ms));
   }
@@ -104,8 +136,8 @@ std::unique_ptr<grpc::ClientContext> EtcdClient::Context() const {
   return ctx;
 }
 
-std::string EtcdClient::What(const char* call) const {
-  return "etcd at " + endpoint_ + " (" + call + ")";
+std::string EtcdClient::What(const char* call, const std::string& used) const {
+  return "etcd at " + (used.empty() ? endpoint_ : used) + " (" + call + ")";
 }
 
 // ------------------------------------------------------------------------------- reads
@@ -114,9 +146,9 @@ StatusOr<std::optional<EtcdKv>> EtcdClient::Get(std::string_view key) {
   pb::RangeRequest req;
   req.set_key(std::string(key));
   pb::RangeResponse rep;
-  auto ctx = Context();
-  grpc::Status s = stubs_->kv->Range(ctx.get(), req, &rep);
-  if (!s.ok()) return FromGrpc(s, What("Range"));
+  std::string used;
+  grpc::Status s = OnAny([&](Stubs& st) { return st.kv->Range(Context().get(), req, &rep); }, &used);
+  if (!s.ok()) return FromGrpc(s, What("Range", used));
   if (rep.kvs_size() == 0) return std::optional<EtcdKv>();
   return std::optional<EtcdKv>(FromPb(rep.kvs(0)));
 }
@@ -129,9 +161,9 @@ StatusOr<std::vector<EtcdKv>> EtcdClient::GetPrefix(std::string_view prefix) {
   req.set_limit(kPageSize);
   while (true) {
     pb::RangeResponse rep;
-    auto ctx = Context();
-    grpc::Status s = stubs_->kv->Range(ctx.get(), req, &rep);
-    if (!s.ok()) return FromGrpc(s, What("Range"));
+    std::string used;
+    grpc::Status s = OnAny([&](Stubs& st) { return st.kv->Range(Context().get(), req, &rep); }, &used);
+    if (!s.ok()) return FromGrpc(s, What("Range", used));
     for (const pb::KeyValue& kv : rep.kvs()) out.push_back(FromPb(kv));
     if (!rep.more() || rep.kvs_size() == 0) return out;
     // The next page starts right after this one's last key, at the first page's revision: the
@@ -147,18 +179,18 @@ StatusOr<int64_t> EtcdClient::CountPrefix(std::string_view prefix) {
   req.set_range_end(PrefixEnd(prefix));
   req.set_count_only(true);
   pb::RangeResponse rep;
-  auto ctx = Context();
-  grpc::Status s = stubs_->kv->Range(ctx.get(), req, &rep);
-  if (!s.ok()) return FromGrpc(s, What("Range"));
+  std::string used;
+  grpc::Status s = OnAny([&](Stubs& st) { return st.kv->Range(Context().get(), req, &rep); }, &used);
+  if (!s.ok()) return FromGrpc(s, What("Range", used));
   return rep.count();
 }
 
 // ------------------------------------------------------------------------------- writes
 
 Status EtcdClient::Txn(const pb::TxnRequest& req, pb::TxnResponse* rep, const char* call) {
-  auto ctx = Context();
-  grpc::Status s = stubs_->kv->Txn(ctx.get(), req, rep);
-  return FromGrpc(s, What(call));
+  std::string used;
+  grpc::Status s = OnAny([&](Stubs& st) { return st.kv->Txn(Context().get(), req, rep); }, &used);
+  return FromGrpc(s, What(call, used));
 }
 
 Status EtcdClient::Commit(pb::TxnRequest& req, const EtcdGuard& guard, const char* call) {
@@ -184,8 +216,9 @@ Status EtcdClient::Put(std::string_view key, std::string_view value, int64_t lea
     return Commit(txn, guard, "Put");
   }
   pb::PutResponse rep;
-  auto ctx = Context();
-  return FromGrpc(stubs_->kv->Put(ctx.get(), put, &rep), What("Put"));
+  std::string used;
+  grpc::Status s = OnAny([&](Stubs& st) { return st.kv->Put(Context().get(), put, &rep); }, &used);
+  return FromGrpc(s, What("Put", used));
 }
 
 Status EtcdClient::Delete(std::string_view key, const EtcdGuard& guard) {
@@ -197,8 +230,9 @@ Status EtcdClient::Delete(std::string_view key, const EtcdGuard& guard) {
     return Commit(txn, guard, "DeleteRange");
   }
   pb::DeleteRangeResponse rep;
-  auto ctx = Context();
-  return FromGrpc(stubs_->kv->DeleteRange(ctx.get(), del, &rep), What("DeleteRange"));
+  std::string used;
+  grpc::Status s = OnAny([&](Stubs& st) { return st.kv->DeleteRange(Context().get(), del, &rep); }, &used);
+  return FromGrpc(s, What("DeleteRange", used));
 }
 
 StatusOr<EtcdKv> EtcdClient::CreateIfAbsent(std::string_view key, std::string_view value,
@@ -228,9 +262,9 @@ StatusOr<int64_t> EtcdClient::GrantLease(int64_t ttl_s) {
   pb::LeaseGrantRequest req;
   req.set_ttl(ttl_s);
   pb::LeaseGrantResponse rep;
-  auto ctx = Context();
-  grpc::Status s = stubs_->lease->LeaseGrant(ctx.get(), req, &rep);
-  if (!s.ok()) return FromGrpc(s, What("LeaseGrant"));
+  std::string used;
+  grpc::Status s = OnAny([&](Stubs& st) { return st.lease->LeaseGrant(Context().get(), req, &rep); }, &used);
+  if (!s.ok()) return FromGrpc(s, What("LeaseGrant", used));
   if (!rep.error().empty()) return Internal(What("LeaseGrant") + ": " + rep.error());
   return rep.id();
 }
@@ -239,15 +273,17 @@ StatusOr<int64_t> EtcdClient::KeepAlive(int64_t lease) {
   pb::LeaseKeepAliveRequest req;
   req.set_id(lease);
   pb::LeaseKeepAliveResponse rep;
-  auto ctx = Context();
-  auto stream = stubs_->lease->LeaseKeepAlive(ctx.get());
-  bool replied = stream->Write(req) && stream->Read(&rep);
-  stream->WritesDone();
-  grpc::Status s = stream->Finish();
-  if (!replied) {
-    if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended without a reply");
-    return FromGrpc(s, What("LeaseKeepAlive"));
-  }
+  std::string used;
+  grpc::Status s = OnAny([&](Stubs& st) {
+    auto ctx = Context();
+    auto stream = st.lease->LeaseKeepAlive(ctx.get());
+    bool replied = stream->Write(req) && stream->Read(&rep);
+    stream->WritesDone();
+    grpc::Status f = stream->Finish();
+    if (replied) return grpc::Status::OK;
+    return f.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended without a reply") : f;
+  }, &used);
+  if (!s.ok()) return FromGrpc(s, What("LeaseKeepAlive", used));
   if (rep.ttl() <= 0) return NotFound(What("LeaseKeepAlive") + ": lease " + LeaseName(lease) + " has expired");
   return rep.ttl();
 }
@@ -256,9 +292,9 @@ Status EtcdClient::RevokeLease(int64_t lease) {
   pb::LeaseRevokeRequest req;
   req.set_id(lease);
   pb::LeaseRevokeResponse rep;
-  auto ctx = Context();
-  return FromGrpc(stubs_->lease->LeaseRevoke(ctx.get(), req, &rep),
-                  What("LeaseRevoke") + " of lease " + LeaseName(lease));
+  std::string used;
+  grpc::Status s = OnAny([&](Stubs& st) { return st.lease->LeaseRevoke(Context().get(), req, &rep); }, &used);
+  return FromGrpc(s, What("LeaseRevoke", used) + " of lease " + LeaseName(lease));
 }
 
 // ------------------------------------------------------------------------------- watches
@@ -321,7 +357,9 @@ StatusOr<bool> EtcdClient::WaitDeleted(std::string_view key, int64_t after_revis
 
 StatusOr<bool> EtcdClient::WatchOnce(grpc::ClientContext* ctx, std::string_view key,
                                      int64_t start_revision, int64_t* compacted) {
-  auto stream = stubs_->watch->Watch(ctx);
+  // One member: a watch that fails is started again by the caller, on the member then current.
+  Stubs& st = *stubs_[current_.load() % stubs_.size()];
+  auto stream = st.watch->Watch(ctx);
   pb::WatchRequest req;
   req.mutable_create_request()->set_key(std::string(key));
   req.mutable_create_request()->set_start_revision(start_revision);
@@ -341,7 +379,7 @@ StatusOr<bool> EtcdClient::WatchOnce(grpc::ClientContext* ctx, std::string_view 
   ctx->TryCancel();
   grpc::Status s = stream->Finish();
   if (deleted || *compacted > 0) return deleted;
-  if (!refused.empty()) return Internal(What("Watch") + " of '" + std::string(key) + "': " + refused);
+  if (!refused.empty()) return Internal(What("Watch", st.endpoint) + " of '" + std::string(key) + "': " + refused);
   if (Cancelled()) return CancelledStatus(key);
   // Past the deadline etcd may end the stream first (then it is CANCELLED, not DEADLINE_EXCEEDED).
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
@@ -349,7 +387,8 @@ StatusOr<bool> EtcdClient::WatchOnce(grpc::ClientContext* ctx, std::string_view 
     return false;
   }
   if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the watch ended without an event");
-  return FromGrpc(s, What("Watch"));
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) current_.store((current_.load() + 1) % stubs_.size());
+  return FromGrpc(s, What("Watch", st.endpoint));
 }
 
 // ------------------------------------------------------------------------------- URLs
@@ -357,7 +396,7 @@ StatusOr<bool> EtcdClient::WatchOnce(grpc::ClientContext* ctx, std::string_view 
 StatusOr<EtcdUrl> ParseEtcdUrl(std::string_view url) {
   auto bad = [&](const std::string& why) -> Status {
     return InvalidArgument("bad etcd URL '" + std::string(url) + "': " + why +
-                           " (expected etcd://host:port[/prefix])");
+                           " (expected etcd://host:port[,host:port...][/prefix])");
   };
   constexpr std::string_view kScheme = "etcd://";
   if (url.substr(0, kScheme.size()) != kScheme) {
@@ -365,32 +404,38 @@ StatusOr<EtcdUrl> ParseEtcdUrl(std::string_view url) {
     if (sep == std::string_view::npos) return bad("it does not start with etcd://");
     return bad("the scheme is " + std::string(url.substr(0, sep)) + ", not etcd");
   }
-  std::string_view rest = url.substr(kScheme.size());
-  size_t slash = rest.find('/');
-  std::string_view hostport = rest.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
-  size_t colon = hostport.rfind(':');
-  if (hostport.empty()) return bad("no host");
-  if (colon == std::string_view::npos || (hostport.back() == ']' && hostport.front() == '[')) {
-    return bad("no port");
-  }
-  std::string_view host = hostport.substr(0, colon), port = hostport.substr(colon + 1);
-  if (host.empty()) return bad("no host");
-  bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
-  if (!bracketed && (host.find_first_of(":[]") != std::string_view::npos)) {
-    return bad("host '" + std::string(host) + "' is not a name or address (an IPv6 address goes in [])");
-  }
-  int port_num = 0;
-  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), port_num);
-  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || port_num < 1 ||
-      port_num > 65535) {
-    return bad("port '" + std::string(port) + "' is not a number from 1 to 65535");
-  }
   if (url.find_first_of(" \t\r\n?#") != std::string_view::npos) {
     return bad("it contains a space, '?' or '#'");
   }
+  std::string_view rest = url.substr(kScheme.size());
+  size_t slash = rest.find('/');
+  std::string_view members = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
+  if (members.empty()) return bad("no host");
+  for (size_t start = 0; start <= members.size();) {
+    size_t comma = std::min(members.find(',', start), members.size());
+    std::string_view hostport = members.substr(start, comma - start);
+    start = comma + 1;
+    if (hostport.empty()) return bad("an empty member between commas");
+    size_t colon = hostport.rfind(':');
+    if (colon == std::string_view::npos || (hostport.back() == ']' && hostport.front() == '[')) {
+      return bad("no port in '" + std::string(hostport) + "'");
+    }
+    std::string_view host = hostport.substr(0, colon), port = hostport.substr(colon + 1);
+    if (host.empty()) return bad("no host in '" + std::string(hostport) + "'");
+    bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+    if (!bracketed && (host.find_first_of(":[]") != std::string_view::npos)) {
+      return bad("host '" + std::string(host) + "' is not a name or address (an IPv6 address goes in [])");
+    }
+    int port_num = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), port_num);
+    if (port.empty() || ec != std::errc() || end != port.data() + port.size() || port_num < 1 ||
+        port_num > 65535) {
+      return bad("port '" + std::string(port) + "' is not a number from 1 to 65535");
+    }
+  }
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-  return EtcdUrl{std::string(hostport), path.empty() ? std::string("/torus") : std::string(path)};
+  return EtcdUrl{std::string(members), path.empty() ? std::string("/torus") : std::string(path)};
 }
 
 }  // namespace torus

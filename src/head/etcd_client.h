@@ -17,7 +17,9 @@
 // ends every WaitDeleted in flight, which then return kCancelled.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -31,6 +33,7 @@
 namespace grpc {
 class Channel;
 class ClientContext;
+class Status;
 }  // namespace grpc
 namespace etcdserverpb {
 class TxnRequest;
@@ -55,8 +58,10 @@ struct EtcdGuard {
 
 class EtcdClient {
  public:
-  // `endpoint` is "host:port" of etcd's client URL. Checks that etcd answers (one read) within
-  // timeout_ms, which is also every later call's deadline.
+  // `endpoint` is "host:port" of etcd's client URL, or several members' separated by commas
+  // (a call goes to the member that last answered, and on to the next while one cannot be
+  // reached or does not answer in time). Checks that etcd answers (one read) within timeout_ms, which is also every later
+  // call's deadline (per member tried).
   static StatusOr<std::unique_ptr<EtcdClient>> Connect(const std::string& endpoint, int timeout_ms = 5000);
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
@@ -97,8 +102,13 @@ class EtcdClient {
   EtcdClient(std::string endpoint, int timeout_ms);
   // A context whose deadline is timeout_ms from now.
   std::unique_ptr<grpc::ClientContext> Context() const;
-  // "etcd at <endpoint> (<call>)", the start of every error message.
-  std::string What(const char* call) const;
+  // "etcd at <endpoint> (<call>)", the start of every error message (`used`: the member asked
+  // last; empty: the whole list).
+  std::string What(const char* call, const std::string& used = "") const;
+  // Runs `call` on the current member; while a member cannot be reached or does not answer in
+  // time, on the next one, each once; the first that answers becomes current. *used: the last
+  // one asked.
+  grpc::Status OnAny(const std::function<grpc::Status(Stubs&)>& call, std::string* used);
   // A fenced write: `req` with `guard`'s compare (empty guard: none); kFailedPrecondition when
   // the guard no longer holds.
   Status Commit(etcdserverpb::TxnRequest& req, const EtcdGuard& guard, const char* call);
@@ -112,15 +122,17 @@ class EtcdClient {
   bool Cancelled() EXCLUDES(waits_mu_);
   Status CancelledStatus(std::string_view key) const;
 
-  const std::string endpoint_;
+  const std::string endpoint_;  // "host:port[,host:port...]"
   const int timeout_ms_;
-  std::unique_ptr<Stubs> stubs_;
+  std::vector<std::unique_ptr<Stubs>> stubs_;  // one per member, in the order given
+  std::atomic<size_t> current_{0};            // the member calls go to first
   Mutex waits_mu_;
   bool cancelled_ GUARDED_BY(waits_mu_) = false;
   std::set<grpc::ClientContext*> waits_ GUARDED_BY(waits_mu_);  // WaitDeleted calls in flight
 };
 
-// Parses "etcd://host:port[/prefix]" (the head's --state flag): endpoint "host:port" and the key
+// Parses "etcd://host:port[,host:port...][/prefix]" (the head's --state flag): endpoint
+// "host:port[,host:port...]" (the members, for EtcdClient::Connect) and the key
 // prefix every key of this cluster goes under ("/torus" when none is given; always starting with
 // '/' and without a trailing '/').
 struct EtcdUrl {
