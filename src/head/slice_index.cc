@@ -54,7 +54,8 @@ void SliceIndex::Upsert(std::string_view node_id, const SliceHostInfo& info) {
     if (worker < 0 || worker >= s.hosts_expected || !s.hosts[worker].empty() ||
         s.pod_type != info.pod_type) {
       s.duplicate = true;
-      members_[node_id] = {name, -1, false};
+      const bool could_take = worker >= 0 && worker < s.hosts_expected && s.pod_type == info.pod_type;
+      members_[node_id] = {name, -1, busy, could_take ? worker : -1, info.chips};
       Evaluate(s);
       return;
     }
@@ -133,6 +134,7 @@ void SliceIndex::Remove(std::string_view node_id) {
     s.hosts[m.worker] = std::string_view();
     s.chips[m.worker] = 0;
     s.busy -= m.busy;
+    if (s.duplicate) PromoteDuplicate(s, m.worker);
   } else {
     // A duplicate left: re-check from the members that remain.
     s.duplicate = false;
@@ -147,6 +149,25 @@ void SliceIndex::Remove(std::string_view node_id) {
     idle_[s.pod_type].erase(s.name);
     slices_.erase(sit);
   }
+}
+
+void SliceIndex::PromoteDuplicate(Slice& s, int worker) {
+  // A host that claimed this worker id while another held it (a replacement that registered
+  // before the host it replaces was declared dead) takes the slot now it is free.
+  bool more = false;
+  for (auto& [id, mm] : members_) {
+    if (mm.slice != s.name || mm.worker >= 0) continue;
+    if (s.hosts[worker].empty() && mm.claimed == worker) {
+      mm.worker = worker;
+      mm.claimed = -1;
+      s.hosts[worker] = id;
+      s.chips[worker] = mm.chips;
+      s.busy += mm.busy;
+      continue;
+    }
+    more = true;
+  }
+  s.duplicate = more;
 }
 
 void SliceIndex::Evaluate(Slice& s) {

@@ -72,10 +72,15 @@ class SliceIndex {
  private:
   struct Member {
     std::string slice;
-    int worker = -1;
-    bool busy = false;
+    int worker = -1;      // -1: a duplicate (its worker id taken, out of range, or another pod type)
+    bool busy = false;    // a duplicate's is counted once it takes a slot
+    int claimed = -1;     // a duplicate's worker id, when it could take that slot once it is free
+    int chips = 0;        // a duplicate's chips, for that
   };
   void Evaluate(Slice& s);  // recompute intact/idle and the idle set / counters
+  // Slot `worker` of `s` just became free while `s` has duplicates: the one that claimed it takes
+  // it; s.duplicate is recomputed. O(members).
+  void PromoteDuplicate(Slice& s, int worker);
   // The fast path of Upsert: only the host's busy state changed; false when it does not apply.
   bool UpdateBusyInPlace(std::string_view node_id, const SliceHostInfo& info);
   // The slice name, worker id and hosts per slice `info` puts the node in; false when it

@@ -89,6 +89,27 @@ TEST(SliceIndexTest, PinnedNameAcceptFilterAndAnonymousSingleHost) {
   EXPECT_EQ(idx.size(), 2u);
 }
 
+// A host restarted at once (new node id, same slice and worker id) registers before the old one
+// is declared dead: a duplicate until then, then the host of that slot (bench/chaos_repro/slicedup.py).
+TEST(SliceIndexTest, AReplacementThatCameEarlyTakesTheSlotWhenTheOldHostGoes) {
+  SliceIndex idx;
+  AddSlice(idx, "s");
+  idx.Upsert(Id("s-n1-new"), Host("s", 1, /*free=*/false));
+  idx.Upsert(Id("other-new"), Host("s", 2, /*free=*/true, 4, "v5p-16"));  // never takes a slot
+  EXPECT_EQ(idx.NumIntact("v6e-16"), 0);
+  idx.Remove("s-n1");
+  EXPECT_EQ(idx.NumIntact("v6e-16"), 0) << "a host of another pod type is still in the slice";
+  idx.Remove("other-new");
+  ASSERT_NE(idx.Find("s"), nullptr);
+  EXPECT_EQ(idx.Find("s")->hosts[1], "s-n1-new");
+  EXPECT_EQ(idx.NumIntact("v6e-16"), 1);
+  EXPECT_EQ(idx.FirstIdle("v6e-16", "", kAny), nullptr) << "the new host's chips are in use";
+  idx.Upsert(Id("s-n1-new"), Host("s", 1, /*free=*/true));
+  ASSERT_NE(idx.FirstIdle("v6e-16", "", kAny), nullptr);
+  idx.Remove("s-n1-new");
+  EXPECT_EQ(idx.NumIntact("v6e-16"), 0);
+}
+
 TEST(SliceIndexTest, NodeMovingToAnotherSliceLeavesTheOldOne) {
   SliceIndex idx;
   AddSlice(idx, "s1");

@@ -104,3 +104,10 @@ def test_tasks_queued_behind_a_task_blocked_in_wait_run_elsewhere():
         assert line.startswith("OK") and float(line.split()[1]) < 10, p.stdout + p.stderr[-3000:]
     finally:
         c.stop()
+
+
+def test_a_slice_host_restarted_at_once_makes_its_slice_whole_again():
+    # The replacement registers (same TPU_NAME and worker id, new node id) before the killed
+    # host is declared dead; once it is, a reservation of the slice is granted.
+    out, err = _run("slicedup.py", "TORUS", head=("--num-cpus", "1"))
+    assert _verdict(out).startswith("OK granted"), out + err[-3000:]
