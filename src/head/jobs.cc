@@ -193,10 +193,17 @@ void JobManager::RemoveReservation(const std::string& pg_id) {
 JobManager::AttemptResult JobManager::ReserveSlices(const std::string& id, std::string* pg_id,
                                                     std::vector<Target>* targets) {
   rpc::PlacementGroupRecord want;
+  // The reservation's id is saved with the job before the reservation is made: a head that dies
+  // in between resumes the job knowing what to release (a reservation made but not recorded
+  // would hold its slices for good).
+  *pg_id = NewPgId();
   {
     MutexLock lock(mu_);
     want = jobs_[id].slice_request;
+    jobs_[id].rec.set_placement_group_id(*pg_id);
+    SaveLocked(id);
   }
+  want.set_pg_id(*pg_id);
   auto head = rpc::Head::NewStub(GetChannel(head_address_));
   {
     rpc::CreatePlacementGroupReply reply;
@@ -206,12 +213,6 @@ JobManager::AttemptResult JobManager::ReserveSlices(const std::string& id, std::
     if (reply.has_error() && reply.error().code() != 0) {
       return {Outcome::kFailed, "cannot reserve the slices: " + reply.error().message(), -1};
     }
-    *pg_id = reply.pg_id();
-  }
-  {
-    MutexLock lock(mu_);
-    jobs_[id].rec.set_placement_group_id(*pg_id);
-    SaveLocked(id);
   }
   rpc::PlacementGroupRecord pg;
   while (true) {

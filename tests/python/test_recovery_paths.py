@@ -111,3 +111,10 @@ def test_a_slice_host_restarted_at_once_makes_its_slice_whole_again():
     # host is declared dead; once it is, a reservation of the slice is granted.
     out, err = _run("slicedup.py", "TORUS", head=("--num-cpus", "1"))
     assert _verdict(out).startswith("OK granted"), out + err[-3000:]
+
+
+def test_a_gang_jobs_reservation_survives_a_failover_without_leaking():
+    # The job's reservation id is saved with the job before the reservation is made: the head
+    # that takes over releases it and starts the attempt over (its own cluster: etcd, two heads).
+    p = run_python((REPRO / "jobpg.py").read_text(), args=[torus_bin(), "10"], timeout=300, check=False)
+    assert _verdict(p.stdout).startswith("OK 10 tries"), p.stdout + p.stderr[-3000:]
