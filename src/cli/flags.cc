@@ -1,12 +1,15 @@
 #include "cli/flags.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/head_addresses.h"
 #include "common/labels.h"
+#include "common/rpc.h"
 #include "common/session.h"
 
 namespace torus {
@@ -162,6 +165,16 @@ StatusOr<std::map<std::string, std::string>> ParseLabels(const std::string& s) {
   return out;
 }
 
+std::string FirstReachable(const std::string& list) {
+  const std::vector<std::string> heads = HeadAddresses::Split(list);
+  if (heads.size() <= 1) return heads.empty() ? list : heads[0];
+  for (const auto& h : heads) {
+    auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(1000);
+    if (GetOneOffChannel(h)->WaitForConnected(deadline)) return h;
+  }
+  return heads[0];  // none answers: the caller reports the first
+}
+
 std::string ResolveAddress(const Args& a, bool* from_session) {
   std::string addr = a.Get("address");
   if (addr.empty()) addr = AddressFromEnv();
@@ -172,7 +185,7 @@ std::string ResolveAddress(const Args& a, bool* from_session) {
     if (from_session) *from_session = !addr.empty();
   }
   while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
-  return addr;
+  return FirstReachable(addr);
 }
 
 }  // namespace torus

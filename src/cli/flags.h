@@ -51,8 +51,13 @@ StatusOr<ResourceMap> ParseResources(const Args& a);
 // --labels "k=v,k2=v2" as a map, checked by ValidateUserLabels.
 StatusOr<std::map<std::string, std::string>> ParseLabels(const std::string& s);
 
+// Of heads "A,B,..." (a standby relays to the active head, so any live one serves), the first
+// that accepts a connection within 1 s, else the first; a single address as it is.
+std::string FirstReachable(const std::string& list);
+
 // The cluster to talk to: --address, else $TORUS_ADDRESS/$RAY_ADDRESS, else the latest session's
-// head. *from_session tells the last case (a stopped session's head means "no cluster").
+// head; of a list, FirstReachable. *from_session tells the last case (a stopped session's head
+// means "no cluster").
 std::string ResolveAddress(const Args& a, bool* from_session = nullptr);
 
 // The known flag closest to `flag` by edit distance, or "" when none is close (distance > 2,

@@ -579,9 +579,11 @@ int JoinCluster(const Args& a, const std::string& self) {
     if (!s.ok()) Die(s.status().message());
     session = *s;
   }
-  // Count nodes first so we can tell when ours has joined.
+  // Count nodes first so we can tell when ours has joined. The node gets every head given.
+  const std::string heads = address;
+  address = FirstReachable(heads);
   size_t before = AliveNodes(address, *token);
-  std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session};
+  std::vector<std::string> nargs = {self, "node", "--address", heads, "--session-dir", session};
   for (auto& s : NodeArgs(a)) nargs.push_back(s);
   if (a.Has("block")) {
     std::vector<char*> cargv;

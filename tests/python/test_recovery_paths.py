@@ -118,3 +118,19 @@ def test_a_gang_jobs_reservation_survives_a_failover_without_leaking():
     # that takes over releases it and starts the attempt over (its own cluster: etcd, two heads).
     p = run_python((REPRO / "jobpg.py").read_text(), args=[torus_bin(), "10"], timeout=300, check=False)
     assert _verdict(p.stdout).startswith("OK 10 tries"), p.stdout + p.stderr[-3000:]
+
+
+def test_the_cli_and_a_new_node_take_a_list_of_heads():
+    # As drivers do (RAY_ADDRESS=A,B): the first head that answers serves (a standby relays to
+    # the active one); the node keeps the whole list. A list none of which answers fails clearly.
+    from helpers import free_port
+    c = Cluster().start_head("--num-cpus", "1")
+    try:
+        dead = f"127.0.0.1:{free_port()}"
+        c.torus("start", "--address", f"{dead},{c.address}", "--num-cpus", "1")
+        out = c.torus("status", "--address", f"{dead},{c.address}").stdout
+        assert "2 alive" in out, out
+        p = c.torus("status", "--address", f"{dead},{dead}", check=False)
+        assert p.returncode != 0 and f"cannot reach the head at {dead}" in p.stderr, p.stderr
+    finally:
+        c.stop()
