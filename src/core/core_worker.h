@@ -341,6 +341,15 @@ class CoreWorker final : public internal::Runtime,
   void ReadValues(ReadyScan& scan, std::vector<std::shared_ptr<internal::Buffer>>* out,
                   std::vector<std::pair<size_t, rpc::ObjectLocation>>* to_map);
   void SetBlocked(bool blocked);
+  // A worker's Get or Wait that is about to block: Block() (without mu_) hands back the tasks
+  // queued behind the running one (YieldQueuedTasks) and tells the node (SetBlocked); the node
+  // is told again when the scope ends. No lock of its own.
+  struct BlockedScope {
+    CoreWorker* cw;
+    bool on = false;
+    void Block();
+    ~BlockedScope();
+  };
 
   // Submission. Require mu_.
   void PrepareArgs(std::vector<internal::TaskArg>& args, rpc::TaskSpec* spec,

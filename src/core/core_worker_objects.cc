@@ -330,6 +330,16 @@ void CoreWorker::ThrowIfError(const std::string& id, const ObjectEntry& e) {
   }
 }
 
+void CoreWorker::BlockedScope::Block() {
+  YieldQueuedTasks();  // nothing this task waits for may wait behind it on this worker
+  cw->SetBlocked(true);
+  on = true;
+}
+
+CoreWorker::BlockedScope::~BlockedScope() {
+  if (on) cw->SetBlocked(false);
+}
+
 void CoreWorker::SetBlocked(bool blocked) {
   if (opts_.is_driver) return;
   rpc::BlockedRequest req;
@@ -421,13 +431,7 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
   std::vector<size_t> local;  // values in this node's store, read in place
   // A worker blocked in Get tells its node (which may then start another worker); it is
   // unblocked when this goes, after mu_ is released.
-  struct Blocked {
-    CoreWorker* cw;
-    bool on = false;
-    ~Blocked() {
-      if (on) cw->SetBlocked(false);
-    }
-  } blocked{this};
+  BlockedScope blocked{this};
   {
     std::unique_lock<std::mutex> lock(mu_);
     StartFetches(ids);
@@ -435,9 +439,7 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
     if (!scan.AllReady()) {
       if (!opts_.is_driver) {
         lock.unlock();
-        YieldQueuedTasks();  // nothing this task waits for may wait behind it on this worker
-        SetBlocked(true);
-        blocked.on = true;
+        blocked.Block();
         lock.lock();
       }
       WaitAllReady(lock, scan, deadline, timeout_ms);
@@ -616,13 +618,7 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
   std::vector<bool> ready(ids.size(), false);
   bool unparked = false;
   // A worker that waits lends its CPU and hands back the tasks queued behind it, as in Get.
-  struct Blocked {
-    CoreWorker* cw;
-    bool on = false;
-    ~Blocked() {
-      if (on) cw->SetBlocked(false);
-    }
-  } blocked{this};
+  BlockedScope blocked{this};
   std::unique_lock<std::mutex> lock(mu_);
   for (const auto& id : ids) {
     if (!refs_.objects().count(id) && OwnerOf(id) != address_) refs_.Entry(id);
@@ -646,9 +642,7 @@ std::vector<bool> CoreWorker::Wait(const std::vector<std::string>& ids, int num_
       unparked = true;
       if (!opts_.is_driver && timeout_ms != 0) {
         lock.unlock();
-        YieldQueuedTasks();
-        SetBlocked(true);
-        blocked.on = true;
+        blocked.Block();
         lock.lock();
         continue;  // look again: what came meanwhile was not waited for
       }
