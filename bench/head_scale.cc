@@ -474,12 +474,24 @@ int main(int argc, char** argv) {
   // Reservations, while the nodes keep heartbeating.
   rpc::Head::Stub& head = *stubs[0];
   int pg_not_created = 0;
-  auto reserve_cycles = [&](bool slice, int n, std::vector<double>* decision,
+  // An ordinary group of 4 bundles per strategy, a SPREAD group selecting one slice's hosts by
+  // label, and a SPREAD group of a resource only a quarter of the hosts have.
+  struct Variant {
+    std::string name, strategy;
+    bool slice = false, by_label = false, custom = false;
+  };
+  const std::vector<Variant> variants = {
+      {"slice", "SPREAD", true},           {"pack4", "PACK"},
+      {"spread4", "SPREAD"},               {"strict_pack4", "STRICT_PACK"},
+      {"strict_spread4", "STRICT_SPREAD"}, {"spread4_label", "SPREAD", false, true},
+      {"spread4_custom", "SPREAD", false, false, true}};
+  auto reserve_cycles = [&](const Variant& v, int n, std::vector<double>* decision,
                             std::vector<double>* rtt) {
+    const bool slice = v.slice;
     for (int k = 0; k < n; ++k) {
       rpc::PlacementGroupRecord req;
-      req.set_name(std::string(slice ? "scale-slice-" : "scale-pg-") + std::to_string(k));
-      req.set_strategy("SPREAD");
+      req.set_name("scale-" + v.name + "-" + std::to_string(k));
+      req.set_strategy(v.strategy);
       if (slice) {
         auto* sl = req.mutable_slice();
         sl->set_topology("4x4");
@@ -500,7 +512,17 @@ int main(int argc, char** argv) {
           t->set_expr("TPU-V6E");
         }
       } else {
-        for (int b = 0; b < 4; ++b) (*req.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 1;
+        char wanted[32];
+        snprintf(wanted, sizeof wanted, "sim-v6e16-%05d", (k * 7919) % std::max(1, num_nodes / 4));
+        for (int b = 0; b < 4; ++b) {
+          auto* bundle = req.add_bundles();
+          (*bundle->mutable_resources()->mutable_amounts())[v.custom ? "TPU-v6e-16-head" : "CPU"] = 1;
+          if (v.by_label) {
+            auto* t = bundle->add_label_selector();
+            t->set_key(std::string(tpu::kLabelSliceName));
+            t->set_expr(wanted);
+          }
+        }
       }
       auto t_start = Clock::now();
       rpc::CreatePlacementGroupReply cr;
@@ -533,9 +555,12 @@ int main(int argc, char** argv) {
       if (!st.ok()) Fail("RemovePlacementGroup: " + st.error_message());
     }
   };
-  std::vector<double> slice_dec, slice_rtt, pg_dec, pg_rtt;
-  reserve_cycles(true, cycles, &slice_dec, &slice_rtt);
-  if (cycles > 0) reserve_cycles(false, std::max(5, cycles / 5), &pg_dec, &pg_rtt);
+  std::vector<std::vector<double>> dec(variants.size()), rtts(variants.size());
+  for (size_t i = 0; i < variants.size(); ++i) reserve_cycles(variants[i], cycles, &dec[i], &rtts[i]);
+  const auto& slice_dec = dec[0];
+  const auto& slice_rtt = rtts[0];
+  const auto& pg_dec = dec[2];
+  const auto& pg_rtt = rtts[2];
 
   // Liveness as the head sees it, then stop.
   rpc::ListReply list;
@@ -578,12 +603,16 @@ int main(int argc, char** argv) {
       << "," << per_node_pss << "," << (num_nodes - alive) << "," << declared_dead << "," << hb_unknown << ","
       << Median(slice_dec) << "," << Pct(slice_dec, 0.9) << "," << Median(slice_rtt) / 1000 << ","
       << Median(pg_dec) << "," << Median(pg_rtt) / 1000 << "," << pg_not_created << "," << paced_ms.load() << "," << loadavg;
-  const char* header =
+  for (size_t i = 1; i < variants.size(); ++i) row << "," << Median(dec[i]) << "," << Pct(dec[i], 0.99);
+  std::string header =
       "nodes,heartbeat_ms,register_s,heartbeats_per_s,heartbeat_failures_per_s,head_cpu_pct,"
       "heartbeat_p50_ms,heartbeat_p99_ms,view_records_per_s,view_kb_per_s,rss_base_kb,rss_kb,rss_bytes_per_node,"
       "pss_base_kb,pss_kb,pss_bytes_per_node,false_deaths,declared_dead_log,unknown_node_replies,"
       "slice_decision_us_p50,slice_decision_us_p90,slice_reserve_ms_p50,pg_spread4_decision_us_p50,"
       "pg_spread4_reserve_ms_p50,groups_not_created,paced_heartbeat_ms,loadavg1";
+  for (size_t i = 1; i < variants.size(); ++i) {
+    header += ",pg_" + variants[i].name + "_decision_us_p50,pg_" + variants[i].name + "_decision_us_p99";
+  }
   std::cout << header << "\n" << row.str() << std::endl;
   if (!csv.empty()) {
     bool fresh = !std::ifstream(csv).good();

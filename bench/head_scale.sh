@@ -38,10 +38,14 @@ cols = [("nodes", "nodes", "{:.0f}"), ("paced_heartbeat_ms", "period ms", "{:.0f
         ("rss_bytes_per_node", "RSS B/node", "{:.0f}"), ("pss_bytes_per_node", "PSS B/node", "{:.0f}"),
         ("false_deaths", "false deaths", "{:.0f}"), ("slice_decision_us_p50", "slice dec us p50", "{:.1f}"),
         ("slice_decision_us_p90", "p90", "{:.1f}"), ("slice_reserve_ms_p50", "slice rtt ms", "{:.2f}"),
-        ("pg_spread4_decision_us_p50", "SPREAD4 dec us", "{:.0f}"), ("loadavg1", "load", "{:.1f}")]
+        ("loadavg1", "load", "{:.1f}")]
+for v, h in [("pack4", "PACK4"), ("spread4", "SPREAD4"), ("strict_pack4", "S_PACK4"),
+             ("strict_spread4", "S_SPREAD4"), ("spread4_label", "SPREAD4 label"),
+             ("spread4_custom", "SPREAD4 custom")]:
+    cols += [(f"pg_{v}_decision_us_p50", f"{h} dec us p50", "{:.1f}"), (f"pg_{v}_decision_us_p99", "p99", "{:.1f}")]
 print(" | ".join(h for _, h, _ in cols))
 for r in rows:
-    print(" | ".join(f.format(float(r[k])) for k, _, f in cols))
+    print(" | ".join(f.format(float(r[k])) if k in r else "-" for k, _, f in cols))
 # Memory per node beyond a fixed base: the growth of the head's resident memory between two
 # cluster sizes, per added node (RSS and PSS), which cancels whatever the head holds at any size.
 for a, b in zip(rows, rows[1:]):

@@ -149,23 +149,21 @@ void ActorDirectory::PlaceOnNodeLocked(const std::string& id, ActorEntry& a) {
   if (ResumePlacementLocked(id, a)) return;
   ResourceMap res = FromProto(a.spec.resources());
   ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
-  // Least-loaded feasible node, by free CPU.
-  const NamePool& names = nodes_.Names();
+  // The first candidate of the placement index: the node with the most of the actor's key
+  // resource free (its scarcest one; CPU for a plain actor), i.e. the least loaded.
+  const PlacementIndex& index = nodes_.Placement();
+  PlacementIndex::Demand demand = index.Compile(placement, a.selector);
   const std::string* best = nullptr;
-  double best_cpu = 0;
-  bool feasible = false;
-  for (const auto& [nid, n] : nodes_.Nodes()) {
-    if (!n.alive) continue;
-    if (!a.selector.empty() && !MatchesLabels(a.selector, LabelsOf(names, nid, n))) continue;
-    if (Fits(placement, ToResourceMap(names, n.total))) feasible = true;
-    auto avail = ToResourceMap(names, n.Available());
-    if (!Fits(placement, avail)) continue;
-    if (!best || avail["CPU"] > best_cpu) {
-      best = &nid;
-      best_cpu = avail["CPU"];
-    }
-  }
+  index.ForEach(demand, /*use_total=*/false, [&](uint32_t slot) {
+    best = &index.Id(slot);
+    return false;
+  });
   if (!best) {
+    bool feasible = false;
+    index.ForEach(demand, /*use_total=*/true, [&](uint32_t) {
+      feasible = true;
+      return false;
+    });
     std::string reason = feasible ? "waiting for resources " + ResourcesToString(placement)
                                   : "infeasible: no node has " + ResourcesToString(placement);
     if (reason != a.pending_reason) {
@@ -174,9 +172,11 @@ void ActorDirectory::PlaceOnNodeLocked(const std::string& id, ActorEntry& a) {
     }
     return;
   }
-  // Charge the view now so that a burst of creations spreads out.
-  nodes_.Charge(*best, placement);
-  PostPlacementLocked(id, a, *best, nodes_.NodeAddress(*best));
+  // Charge the view now so that a burst of creations spreads out (this re-indexes the node: the
+  // id is copied first).
+  std::string node_id = *best;
+  nodes_.Charge(node_id, placement);
+  PostPlacementLocked(id, a, node_id, nodes_.NodeAddress(node_id));
 }
 
 void ActorDirectory::PostPlacementLocked(const std::string& id, ActorEntry& a, const std::string& node_id,

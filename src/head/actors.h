@@ -34,8 +34,9 @@
 #include "common/resources.h"
 #include "common/thread_annotations.h"
 #include "common/work_queue.h"
+#include "common/placement_index.h"
 #include "head/head_store.h"
-#include "head/node_table.h"
+#include "common/node_table.h"
 #include "head/placement_groups.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -49,6 +50,8 @@ class ActorNodes {
   // Every node the head knows (alive or not) by id, and the pool their names are interned in.
   virtual const std::map<std::string, NodeEntry>& Nodes() = 0;
   virtual const NamePool& Names() = 0;
+  // The alive nodes, indexed for placement decisions.
+  virtual const PlacementIndex& Placement() = 0;
   // Takes `res` off node `node_id`'s available resources in the head's table until its next
   // heartbeat says otherwise (so that a burst of creations spreads out).
   virtual void Charge(const std::string& node_id, const ResourceMap& res) = 0;

@@ -166,6 +166,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
     auto old = node_by_address_.find(e.address);
     if (old != node_by_address_.end() && old->second == id) node_by_address_.erase(old);
   }
+  placement_index_.Remove(*id);  // its labels may change: indexed again below
   SetFromRecord(names_, n, &e);
   e.known = true;
   e.ledger_seq = 0;
@@ -352,6 +353,7 @@ void Head::Charge(const std::string& node_id, const ResourceMap& res) {
   auto avail = ToResourceMap(names_, it->second.Available());
   Subtract(avail, res);
   SetAvailable(names_, avail, &it->second);
+  IndexNodeLocked(it->first, it->second);
 }
 
 // ------------------------------------------------------------------------------- jobs
@@ -495,8 +497,10 @@ void Head::ApplyLedger(const std::string& node_address, const BundleReply& reply
 void Head::IndexNodeLocked(const std::string& node_id, const NodeEntry& n) {
   if (!n.alive) {
     slice_index_.Remove(node_id);
+    placement_index_.Remove(node_id);
     return;
   }
+  placement_index_.Upsert(node_id, n);
   const NamePool* names = &names_;  // read in the lambdas below, under mu_
   auto label = [&](std::string_view k) { return LabelOf(*names, node_id, n, k); };
   std::string pod_type = label(tpu::kLabelPodType);

@@ -1,6 +1,6 @@
 // The head daemon (`torus head`): the cluster's control plane, and the gRPC/lane service that
 // translates the rpc::Head calls into calls on its parts:
-//  - the node table and membership (this class, with head/node_table.h and cluster_view.cc):
+//  - the node table and membership (this class, with common/node_table.h and cluster_view.cc):
 //    registration, liveness by heartbeat, heartbeat pacing, the cluster views shipped to nodes,
 //    the slice index;
 //  - ActorDirectory (head/actors.h): actor placement, names per namespace, restarts, deaths;
@@ -48,7 +48,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "head/actors.h"
-#include "head/node_table.h"
+#include "common/node_table.h"
 #include "head/placement_groups.h"
 #include "head/slice_index.h"
 #include "common/work_queue.h"
@@ -171,8 +171,9 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // PgCluster: what the placement-group manager asks of the node table and the actors;
   // ActorNodes: what the actor directory asks of the node table (called with mu_ held).
   uint64_t ViewVersion() override REQUIRES(mu_) { return view_version_; }
-  std::vector<NodeView> ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels) override
-      REQUIRES(mu_);
+  const PlacementIndex& Placement() override REQUIRES(mu_) { return placement_index_; }
+  // Alive nodes as slice-query views; index_of maps node id -> index.
+  std::vector<NodeView> ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels) REQUIRES(mu_);
   bool NodeMatches(const LabelSelectorTerms& selector, const std::string& node_id) override REQUIRES(mu_);
   std::string NodeAddress(const std::string& node_id) override REQUIRES(mu_);
   const std::map<std::string, NodeEntry>& Nodes() override REQUIRES(mu_) { return nodes_; }
@@ -198,7 +199,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   void SaveDriverJobLocked(const rpc::JobRequest& job, bool finished) REQUIRES(mu_);
   // Once the resume grace has passed: what did not come back is handled as gone.
   void EndResumeGraceLocked() REQUIRES(mu_);
-  // the slice index follows the node
+  // the slice and placement indexes follow the node
   void IndexNodeLocked(const std::string& node_id, const NodeEntry& n) REQUIRES(mu_);
   // The cluster view for a heartbeat from a node at `version`.
   void FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) REQUIRES(mu_);
@@ -229,6 +230,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   uint32_t PacedHeartbeatMsLocked() const REQUIRES(mu_);
   std::chrono::steady_clock::time_point last_monitor_ GUARDED_BY(mu_){};
   NamePool names_ GUARDED_BY(mu_);  // label keys/values, resource names of nodes_
+  PlacementIndex placement_index_ GUARDED_BY(mu_){names_};  // the alive nodes of nodes_
   // address -> node id; each key views the address string of the entry it maps to
   std::unordered_map<std::string_view, const std::string*> node_by_address_ GUARDED_BY(mu_);
   uint64_t view_version_ GUARDED_BY(mu_) = 1;

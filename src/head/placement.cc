@@ -1,6 +1,8 @@
 #include "head/placement.h"
 
 #include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace torus {
 
@@ -15,17 +17,19 @@ bool ParsePgStrategy(const std::string& s, PgStrategy* out) {
 
 namespace {
 
-// One placement decision over a copy of the nodes' free resources (PlaceBundles' steps).
+using Demand = PlacementIndex::Demand;
+
+// One placement decision (PlaceBundles' steps). Reads the index's candidates; what this group
+// has taken so far is kept aside per node (free_), so the index itself is never changed.
 class BundlePlacer {
  public:
-  BundlePlacer(const std::vector<BundleDemand>& bundles, std::vector<NodeView>& nodes, bool use_total)
-      : bundles_(bundles), nodes_(nodes), use_total_(use_total), n_(nodes.size()),
-        free_(n_), out_(bundles.size(), -1), used_(n_, 0) {
-    for (size_t i = 0; i < n_; ++i) free_[i] = use_total ? nodes[i].total : nodes[i].available;
+  BundlePlacer(const std::vector<BundleDemand>& bundles, const PlacementIndex& nodes, bool use_total)
+      : bundles_(bundles), nodes_(nodes), use_total_(use_total), out_(bundles.size(), -1) {
+    for (const auto& b : bundles) demands_.push_back(nodes.Compile(b.resources, b.selector));
     for (size_t b = 0; b < bundles.size(); ++b) {
       if (bundles[b].fixed_node >= 0) {
         out_[b] = bundles[b].fixed_node;
-        used_[bundles[b].fixed_node]++;
+        used_[static_cast<uint32_t>(bundles[b].fixed_node)]++;
       }
     }
   }
@@ -33,155 +37,205 @@ class BundlePlacer {
   // STRICT_PACK: one node for everything (the node of an already-placed bundle, if any).
   bool StrictPack() {
     int fixed = -1;
+    ResourceMap sum;
+    LabelSelectorTerms all;
     for (const auto& b : bundles_) {
-      if (b.fixed_node >= 0) fixed = b.fixed_node;
+      if (b.fixed_node >= 0) {
+        fixed = b.fixed_node;
+        continue;
+      }
+      Add(sum, b.resources);
+      all.insert(all.end(), b.selector.begin(), b.selector.end());
     }
-    for (size_t node = 0; node < n_; ++node) {
-      if (fixed >= 0 && static_cast<int>(node) != fixed) continue;
-      if (!AllFitOn(node)) continue;
-      for (size_t b = 0; b < bundles_.size(); ++b) out_[b] = static_cast<int>(node);
-      return true;
+    Demand d = nodes_.Compile(sum, all);
+    int chosen = -1;
+    if (fixed >= 0) {
+      uint32_t slot = static_cast<uint32_t>(fixed);
+      if (!d.impossible && PlacementIndex::FitsIn(d.amounts, nodes_.Free(slot, use_total_)) &&
+          nodes_.Matches(slot, all)) {
+        chosen = fixed;
+      }
+    } else {
+      nodes_.ForEach(d, use_total_, [&](uint32_t slot) {
+        chosen = static_cast<int>(slot);
+        return false;
+      });
     }
-    return false;
+    if (chosen < 0) return false;
+    for (size_t b = 0; b < bundles_.size(); ++b) out_[b] = chosen;
+    return true;
   }
 
   // STRICT_SPREAD: distinct nodes, by depth-first search with a step budget (greedy is not
   // enough when selectors or sizes make some nodes usable only by some bundles).
   bool StrictSpread() {
     std::vector<size_t> order = MostConstrainedFirst();
+    if (!EnoughDistinctNodes(order)) return false;
     long budget = 200000;
     return Spread(order, 0, &budget);
   }
 
   // PACK and SPREAD after the one-node try: greedy, bundle by bundle, onto the node holding the
-  // most (PACK) or fewest (SPREAD) bundles of the group so far.
+  // most (PACK) or fewest (SPREAD) bundles of the group so far; among equals, the first in
+  // candidate order. Only the nodes already used and the first fitting unused one are read.
   bool Greedy(PgStrategy strategy) {
+    const bool pack = strategy == PgStrategy::kPack;
     for (size_t b = 0; b < bundles_.size(); ++b) {
       if (bundles_[b].fixed_node >= 0) continue;
-      int best = -1;
-      for (size_t node = 0; node < n_; ++node) {
-        // The cheap comparison first: only a node that would beat the best so far is checked
-        // for fit (SPREAD: after the first unused node that fits, no other is).
-        bool better = best < 0 || (strategy == PgStrategy::kPack ? used_[node] > used_[best]
-                                                                 : used_[node] < used_[best]);
-        if (better && OkOn(b, node)) best = static_cast<int>(node);
+      const Demand& d = demands_[b];
+      int best = -1, best_count = 0;
+      for (const auto& [slot, count] : used_) {
+        if (!FitsNow(b, slot)) continue;
+        int s = static_cast<int>(slot);
+        bool better = best < 0 || (pack ? count > best_count : count < best_count) ||
+                      (count == best_count && nodes_.Before(d, use_total_, slot, static_cast<uint32_t>(best)));
+        if (better) best = s, best_count = count;
+      }
+      // An unused node beats every used one for SPREAD, and is PACK's choice only when no used
+      // node fits.
+      if (!pack || best < 0) {
+        int unused = FirstUnused(b);
+        if (unused >= 0) best = unused;
       }
       if (best < 0) return false;
-      out_[b] = best;
-      used_[best]++;
-      Subtract(free_[best], bundles_[b].resources);
+      Take(b, static_cast<uint32_t>(best));
     }
     return true;
   }
 
-  // The decision: charges the nodes' available resources for the new bundles (unless planning
-  // against totals) and returns the node per bundle.
-  std::vector<int> Commit() {
-    if (!use_total_) {
-      for (size_t b = 0; b < bundles_.size(); ++b) {
-        if (bundles_[b].fixed_node < 0) Subtract(nodes_[out_[b]].available, bundles_[b].resources);
-      }
-    }
-    return out_;
-  }
+  const std::vector<int>& Result() const { return out_; }
 
  private:
-  bool OkOn(size_t b, size_t node) const {
-    return Fits(bundles_[b].resources, free_[node]) && MatchesLabels(bundles_[b].selector, nodes_[node].labels);
+  const CompactResources& FreeOf(uint32_t slot) const {
+    auto it = free_.find(slot);
+    return it != free_.end() ? it->second : nodes_.Free(slot, use_total_);
   }
 
-  // Every bundle not placed yet fits on `node` together.
-  bool AllFitOn(size_t node) const {
-    ResourceMap f = free_[node];
-    for (const auto& b : bundles_) {
-      if (b.fixed_node >= 0) continue;
-      if (!Fits(b.resources, f) || !MatchesLabels(b.selector, nodes_[node].labels)) return false;
-      Subtract(f, b.resources);
+  bool FitsNow(size_t b, uint32_t slot) const {
+    const Demand& d = demands_[b];
+    return !d.impossible && PlacementIndex::FitsIn(d.amounts, FreeOf(slot)) &&
+           nodes_.Matches(slot, bundles_[b].selector);
+  }
+
+  // The first candidate of bundle b that this group has not used (its free amounts untouched).
+  int FirstUnused(size_t b) const {
+    int found = -1;
+    nodes_.ForEach(demands_[b], use_total_, [&](uint32_t slot) {
+      if (used_.count(slot)) return true;
+      found = static_cast<int>(slot);
+      return false;
+    });
+    return found;
+  }
+
+  void Take(size_t b, uint32_t slot) {
+    out_[b] = static_cast<int>(slot);
+    used_[slot]++;
+    auto [it, fresh] = free_.try_emplace(slot);
+    if (fresh) it->second = nodes_.Free(slot, use_total_);
+    for (const auto& [name, amount] : demands_[b].amounts) {
+      for (auto& [have, left] : it->second) {
+        if (have == name) left -= amount;
+      }
     }
-    return true;
   }
 
-  // The bundles to place, those with fewer candidate nodes first.
+  // Unused candidates of bundle b, counted up to `cap`.
+  size_t CountUnused(size_t b, size_t cap) const {
+    size_t n = 0;
+    nodes_.ForEach(demands_[b], use_total_, [&](uint32_t slot) {
+      if (!used_.count(slot)) ++n;
+      return n < cap;
+    });
+    return n;
+  }
+
+  // The bundles to place, those with fewer candidate nodes first (counts saturate at one more
+  // than the bundles to place: beyond that, any order succeeds as easily).
   std::vector<size_t> MostConstrainedFirst() const {
     std::vector<size_t> order;
     for (size_t b = 0; b < bundles_.size(); ++b) {
       if (bundles_[b].fixed_node < 0) order.push_back(b);
     }
-    std::vector<int> candidates(bundles_.size(), 0);
-    for (size_t b : order) {
-      for (size_t node = 0; node < n_; ++node) candidates[b] += OkOn(b, node) && used_[node] == 0;
-    }
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return candidates[a] < candidates[b]; });
+    std::vector<size_t> candidates(bundles_.size(), 0);
+    for (size_t b : order) candidates[b] = CountUnused(b, order.size() + 1);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return candidates[a] < candidates[b]; });
     return order;
   }
 
-  // Room left on `node` for bundle b's tightest resource.
-  double Headroom(size_t b, size_t node) const {
-    double h = 1e300;
-    for (const auto& [k, v] : bundles_[b].resources) {
-      auto it = free_[node].find(k);
-      h = std::min(h, (it == free_[node].end() ? 0.0 : it->second) - v);
+  // Fewer distinct unused nodes among all the bundles' candidates than bundles: no search.
+  bool EnoughDistinctNodes(const std::vector<size_t>& order) const {
+    std::unordered_set<uint32_t> seen;
+    for (size_t b : order) {
+      size_t mine = 0;
+      nodes_.ForEach(demands_[b], use_total_, [&](uint32_t slot) {
+        if (used_.count(slot)) return true;
+        seen.insert(slot);
+        return ++mine < order.size() && seen.size() < order.size();
+      });
+      if (mine == 0) return false;
+      if (seen.size() >= order.size()) return true;
     }
-    return h;
+    return seen.size() >= order.size();
   }
 
-  // Places order[k..] on distinct unused nodes. Nodes with the most room left are tried first:
-  // that keeps capacity balanced, so later groups still find enough distinct nodes.
+  // Places order[k..] on distinct unused nodes, each bundle's candidates in candidate order
+  // (the most of its key resource free first: that keeps capacity balanced, so later groups
+  // still find enough distinct nodes).
   bool Spread(const std::vector<size_t>& order, size_t k, long* budget) {
     if (k == order.size()) return true;
     size_t b = order[k];
-    std::vector<size_t> by_room(n_);
-    for (size_t i = 0; i < n_; ++i) by_room[i] = i;
-    std::stable_sort(by_room.begin(), by_room.end(),
-                     [&](size_t x, size_t y) { return Headroom(b, x) > Headroom(b, y); });
-    for (size_t node : by_room) {
+    bool done = false;
+    nodes_.ForEach(demands_[b], use_total_, [&](uint32_t slot) {
       if (--*budget < 0) return false;
-      if (used_[node] || !OkOn(b, node)) continue;
-      used_[node] = 1;
-      out_[b] = static_cast<int>(node);
-      if (Spread(order, k + 1, budget)) return true;
-      used_[node] = 0;
+      if (used_.count(slot)) return true;
+      used_[slot] = 1;
+      out_[b] = static_cast<int>(slot);
+      if (Spread(order, k + 1, budget)) {
+        done = true;
+        return false;
+      }
+      used_.erase(slot);
       out_[b] = -1;
-    }
-    return false;
+      return true;
+    });
+    return done;
   }
 
   const std::vector<BundleDemand>& bundles_;
-  std::vector<NodeView>& nodes_;
+  const PlacementIndex& nodes_;
   const bool use_total_;
-  const size_t n_;
-  std::vector<ResourceMap> free_;  // what each node has left for this group
-  std::vector<int> out_;           // node per bundle (-1: not placed yet)
-  std::vector<int> used_;          // bundles of this group per node (fixed ones included)
+  std::vector<Demand> demands_;                          // per bundle, compiled
+  std::vector<int> out_;                                 // slot per bundle (-1: not placed yet)
+  std::unordered_map<uint32_t, int> used_;               // bundles of this group per slot
+  std::unordered_map<uint32_t, CompactResources> free_;  // what this group left on nodes it used
 };
 
 }  // namespace
 
 std::optional<std::vector<int>> PlaceBundles(const std::vector<BundleDemand>& bundles,
-                                             std::vector<NodeView>& nodes, PgStrategy strategy,
+                                             const PlacementIndex& nodes, PgStrategy strategy,
                                              bool use_total) {
   BundlePlacer placer(bundles, nodes, use_total);
   switch (strategy) {
     case PgStrategy::kStrictPack:
       if (!placer.StrictPack()) return std::nullopt;
-      return placer.Commit();
+      return placer.Result();
     case PgStrategy::kStrictSpread:
       if (!placer.StrictSpread()) return std::nullopt;
-      return placer.Commit();
+      return placer.Result();
     case PgStrategy::kPack: {
       // First try one node for all of them.
-      std::vector<NodeView> trial = nodes;
-      if (auto one = PlaceBundles(bundles, trial, PgStrategy::kStrictPack, use_total)) {
-        if (!use_total) nodes = std::move(trial);
-        return one;
-      }
+      BundlePlacer one(bundles, nodes, use_total);
+      if (one.StrictPack()) return one.Result();
       break;
     }
     case PgStrategy::kSpread:
       break;
   }
   if (!placer.Greedy(strategy)) return std::nullopt;
-  return placer.Commit();
+  return placer.Result();
 }
 
 }  // namespace torus

@@ -491,24 +491,22 @@ PlacementGroupManager::Try PlacementGroupManager::TryPlaceSlices(PgEntry& e, std
 
 PlacementGroupManager::Try PlacementGroupManager::TryPlaceBundles(PgEntry& e, bool aged,
                                                                  std::vector<std::string>* placed_ids) {
-  std::map<std::string, int> index_of;
-  // Labels are copied only when some bundle selects on them (10,000 nodes: ~12 each).
-  bool with_labels = std::any_of(e.selectors.begin(), e.selectors.end(),
-                                 [](const LabelSelectorTerms& t) { return !t.empty(); });
-  std::vector<NodeView> view = cluster_.ViewOfNodes(&index_of, with_labels);
+  // From the live placement index: no copy of the node table.
+  const PlacementIndex& index = cluster_.Placement();
   std::vector<BundleDemand> demands;
   for (int i = 0; i < e.rec.bundles_size(); ++i) {
     const auto& b = e.rec.bundles(i);
     BundleDemand d{FromProto(b.resources()), e.selectors[i], -1};
-    if (!b.node_id().empty() && index_of.count(b.node_id())) d.fixed_node = index_of[b.node_id()];
-    demands.push_back(d);
+    uint32_t slot = b.node_id().empty() ? PlacementIndex::kNoSlot : index.SlotOf(b.node_id());
+    if (slot != PlacementIndex::kNoSlot) d.fixed_node = static_cast<int>(slot);
+    demands.push_back(std::move(d));
   }
   PgStrategy strategy;
   ParsePgStrategy(e.rec.strategy(), &strategy);
-  auto placed = PlaceBundles(demands, view, strategy);
+  auto placed = PlaceBundles(demands, index, strategy);
   // What fits the nodes' available resources fits their totals: plan against the totals ("could
   // this ever be placed?") only when the group must wait.
-  e.feasible = placed.has_value() || PlaceBundles(demands, view, strategy, /*use_total=*/true).has_value();
+  e.feasible = placed.has_value() || PlaceBundles(demands, index, strategy, /*use_total=*/true).has_value();
   if (!placed) {
     e.tried_view = cluster_.ViewVersion();
     e.retry_at = Clock::time_point::max();
@@ -517,7 +515,7 @@ PlacementGroupManager::Try PlacementGroupManager::TryPlaceBundles(PgEntry& e, bo
     e.rec.set_pending_reason(reason);
     return aged && e.feasible ? Try::kBlock : Try::kSkip;
   }
-  for (int idx : *placed) placed_ids->push_back(idx >= 0 ? view[idx].id : std::string());
+  for (int slot : *placed) placed_ids->push_back(slot >= 0 ? index.Id(static_cast<uint32_t>(slot)) : std::string());
   return Try::kPlaced;
 }
 

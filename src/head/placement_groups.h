@@ -47,8 +47,8 @@ class PgCluster {
   virtual ~PgCluster() = default;
   // The cluster view's version: it changes whenever a node joins, leaves or its resources change.
   virtual uint64_t ViewVersion() = 0;
-  // Alive nodes as placement views; index_of maps node id -> index.
-  virtual std::vector<NodeView> ViewOfNodes(std::map<std::string, int>* index_of, bool with_labels) = 0;
+  // The alive nodes, indexed for placement decisions.
+  virtual const PlacementIndex& Placement() = 0;
   // Whether node `node_id` is known and its labels match `selector`.
   virtual bool NodeMatches(const LabelSelectorTerms& selector, const std::string& node_id) = 0;
   // The node's address ("" when unknown).

@@ -1,18 +1,135 @@
+// PlaceBundles and the PlacementIndex: the strategies on small clusters, and the index pinned
+// against a brute-force scan (every node checked with plain maps, then sorted) on random
+// clusters, random changes and random requests.
 #include "head/placement.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <random>
 #include <set>
+
+#include "common/placement_index.h"
 
 namespace torus {
 namespace {
 
-NodeView Node(const std::string& id, double cpu, std::map<std::string, std::string> labels = {}) {
-  return {id, {{"CPU", cpu}}, {{"CPU", cpu}}, std::move(labels)};
-}
+// A head-like node table with its placement index, kept current as the head keeps it.
+class Cluster {
+ public:
+  Cluster() : index_(pool_) {}
+
+  void Add(const std::string& id, ResourceMap total, std::map<std::string, std::string> labels = {}) {
+    rpc::NodeRecord rec;
+    rec.set_node_id(id);
+    rec.set_address(id + ":1");
+    rec.set_hostname("host-" + id);
+    for (const auto& [k, v] : total) {
+      (*rec.mutable_total()->mutable_amounts())[k] = v;
+      (*rec.mutable_available()->mutable_amounts())[k] = v;
+    }
+    labels[std::string(kLabelNodeId)] = id;
+    for (const auto& [k, v] : labels) (*rec.mutable_labels())[k] = v;
+    auto [it, fresh] = nodes_.try_emplace(id);
+    index_.Remove(id);
+    SetFromRecord(pool_, rec, &it->second);
+    it->second.alive = true;
+    index_.Upsert(it->first, it->second);
+    if (fresh) order_.push_back(id);
+  }
+  void SetAvailable(const std::string& id, const ResourceMap& avail) {
+    auto& e = nodes_.at(id);
+    torus::SetAvailable(pool_, avail, &e);
+    index_.Upsert(nodes_.find(id)->first, e);
+  }
+  void Kill(const std::string& id) {
+    nodes_.at(id).alive = false;
+    index_.Remove(id);
+  }
+  ResourceMap Available(const std::string& id) const { return ToResourceMap(pool_, nodes_.at(id).Available()); }
+  ResourceMap Total(const std::string& id) const { return ToResourceMap(pool_, nodes_.at(id).total); }
+  std::map<std::string, std::string> Labels(const std::string& id) const {
+    return LabelsOf(pool_, id, nodes_.at(id));
+  }
+  int Slot(const std::string& id) const { return static_cast<int>(index_.SlotOf(id)); }
+  const std::string& IdOf(int slot) const { return index_.Id(static_cast<uint32_t>(slot)); }
+  std::vector<std::string> Alive() const {
+    std::vector<std::string> out;
+    for (const auto& [id, e] : nodes_) {
+      if (e.alive) out.push_back(id);
+    }
+    return out;
+  }
+  const PlacementIndex& index() const { return index_; }
+  const NamePool& pool() const { return pool_; }
+
+  std::optional<std::vector<std::string>> Place(const std::vector<BundleDemand>& b, PgStrategy s,
+                                                bool use_total = false) const {
+    auto placed = PlaceBundles(b, index_, s, use_total);
+    if (!placed) return std::nullopt;
+    std::vector<std::string> ids;
+    for (int slot : *placed) ids.push_back(IdOf(slot));
+    return ids;
+  }
+
+  // The candidate order written the plain way: every alive node checked with maps, then sorted
+  // by the key resource (held by the fewest nodes; ties: lowest name id), most first, then slot.
+  std::vector<std::string> ScanCandidates(const ResourceMap& demand, const LabelSelectorTerms& selector,
+                                          bool use_total) const {
+    std::vector<std::string> alive = Alive();
+    auto free = [&](const std::string& id) { return use_total ? Total(id) : Available(id); };
+    std::string key;
+    size_t fewest = 0;
+    uint32_t key_id = 0;
+    for (const auto& [name, amount] : demand) {
+      if (amount <= 0) continue;
+      auto id = pool_.Find(name);
+      if (!id) return {};
+      size_t holders = 0;
+      for (const auto& n : alive) holders += free(n).count(name) && free(n).at(name) > 0;
+      if (key.empty() || holders < fewest || (holders == fewest && *id < key_id)) {
+        key = name, fewest = holders, key_id = *id;
+      }
+    }
+    std::vector<std::string> out;
+    for (const auto& n : alive) {
+      if (Fits(demand, free(n)) && MatchesLabels(selector, Labels(n))) out.push_back(n);
+    }
+    std::stable_sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) {
+      double x = key.empty() || !free(a).count(key) ? 0 : free(a).at(key);
+      double y = key.empty() || !free(b).count(key) ? 0 : free(b).at(key);
+      return x != y ? x > y : Slot(a) < Slot(b);
+    });
+    return out;
+  }
+
+  std::vector<std::string> IndexCandidates(const ResourceMap& demand, const LabelSelectorTerms& selector,
+                                           bool use_total) const {
+    std::vector<std::string> out;
+    index_.ForEach(index_.Compile(demand, selector), use_total, [&](uint32_t slot) {
+      out.push_back(index_.Id(slot));
+      return true;
+    });
+    return out;
+  }
+
+ private:
+  NamePool pool_;
+  std::map<std::string, NodeEntry> nodes_;
+  PlacementIndex index_;
+  std::vector<std::string> order_;
+};
 
 BundleDemand Cpu(double cpu, int fixed = -1) { return {{{"CPU", cpu}}, {}, fixed}; }
+
+LabelSelectorTerms Selector(std::map<std::string, std::string> s) {
+  auto parsed = ParseLabelSelector(s);
+  EXPECT_TRUE(parsed.ok());
+  return parsed.ok() ? *parsed : LabelSelectorTerms{};
+}
+
+using Ids = std::vector<std::string>;
 
 TEST(PlacementTest, ParsesTheFourStrategiesOnly) {
   PgStrategy s;
@@ -24,124 +141,232 @@ TEST(PlacementTest, ParsesTheFourStrategiesOnly) {
   EXPECT_FALSE(ParsePgStrategy("", &s));
 }
 
-TEST(PlacementTest, StrictPackPutsEverythingOnOneNodeAndChargesIt) {
-  std::vector<NodeView> nodes = {Node("a", 2), Node("b", 4)};
-  auto placed = PlaceBundles({Cpu(2), Cpu(2)}, nodes, PgStrategy::kStrictPack);
-  ASSERT_TRUE(placed);
-  EXPECT_EQ(*placed, (std::vector<int>{1, 1}));
-  EXPECT_DOUBLE_EQ(nodes[1].available["CPU"], 0);
-  EXPECT_DOUBLE_EQ(nodes[0].available["CPU"], 2);
-  EXPECT_FALSE(PlaceBundles({Cpu(2), Cpu(2)}, nodes, PgStrategy::kStrictPack));
-  EXPECT_DOUBLE_EQ(nodes[0].available["CPU"], 2);  // a failed placement charges nothing
+TEST(PlacementTest, StrictPackPutsEverythingOnOneNode) {
+  Cluster c;
+  c.Add("a", {{"CPU", 2}});
+  c.Add("b", {{"CPU", 4}});
+  EXPECT_EQ(c.Place({Cpu(2), Cpu(2)}, PgStrategy::kStrictPack), (Ids{"b", "b"}));
+  c.SetAvailable("b", {{"CPU", 0}});
+  EXPECT_FALSE(c.Place({Cpu(2), Cpu(2)}, PgStrategy::kStrictPack));
+  EXPECT_TRUE(c.Place({Cpu(2), Cpu(2)}, PgStrategy::kStrictPack, /*use_total=*/true));
 }
 
 TEST(PlacementTest, StrictPackStaysOnTheNodeOfAFixedBundle) {
-  std::vector<NodeView> nodes = {Node("a", 8), Node("b", 1)};
+  Cluster c;
+  c.Add("a", {{"CPU", 8}});
+  c.Add("b", {{"CPU", 1}});
   // Node "a" has room, but the group already has a bundle on "b", which has not.
-  EXPECT_FALSE(PlaceBundles({Cpu(1, 1), Cpu(2)}, nodes, PgStrategy::kStrictPack));
-  auto placed = PlaceBundles({Cpu(1, 0), Cpu(1)}, nodes, PgStrategy::kStrictPack);
-  ASSERT_TRUE(placed);
-  EXPECT_EQ(*placed, (std::vector<int>{0, 0}));
-  EXPECT_DOUBLE_EQ(nodes[0].available["CPU"], 7);  // only the new bundle is charged
+  EXPECT_FALSE(c.Place({Cpu(1, c.Slot("b")), Cpu(2)}, PgStrategy::kStrictPack));
+  EXPECT_EQ(c.Place({Cpu(1, c.Slot("a")), Cpu(1)}, PgStrategy::kStrictPack), (Ids{"a", "a"}));
 }
 
 TEST(PlacementTest, StrictSpreadNeedsDistinctNodesAndPlacesTheMostConstrainedBundleFirst) {
-  std::vector<NodeView> nodes = {Node("a", 4, {{"zone", "x"}}), Node("b", 4, {{"zone", "y"}})};
-  EXPECT_FALSE(PlaceBundles({Cpu(1), Cpu(1), Cpu(1)}, nodes, PgStrategy::kStrictSpread));
-  // The second bundle can only go to "a": the first must take "b" although "a" has as much room.
-  auto zone_x = ParseLabelSelector({{"zone", "x"}});
-  ASSERT_TRUE(zone_x.ok());
-  std::vector<BundleDemand> demands = {Cpu(1), {{{"CPU", 1}}, *zone_x, -1}};
-  auto placed = PlaceBundles(demands, nodes, PgStrategy::kStrictSpread);
-  ASSERT_TRUE(placed);
-  EXPECT_EQ(*placed, (std::vector<int>{1, 0}));
+  Cluster c;
+  c.Add("a", {{"CPU", 4}}, {{"zone", "x"}});
+  c.Add("b", {{"CPU", 4}}, {{"zone", "y"}});
+  EXPECT_FALSE(c.Place({Cpu(1), Cpu(1), Cpu(1)}, PgStrategy::kStrictSpread));
+  // The second bundle can only go to "a": the first must take "b" although "a" comes first.
+  std::vector<BundleDemand> demands = {Cpu(1), {{{"CPU", 1}}, Selector({{"zone", "x"}}), -1}};
+  EXPECT_EQ(c.Place(demands, PgStrategy::kStrictSpread), (Ids{"b", "a"}));
 }
 
 TEST(PlacementTest, PackPrefersOneNodeThenFillsTheFullestNode) {
-  std::vector<NodeView> nodes = {Node("a", 2), Node("b", 3)};
-  auto placed = PlaceBundles({Cpu(1), Cpu(1), Cpu(1)}, nodes, PgStrategy::kPack);
-  ASSERT_TRUE(placed);
-  EXPECT_EQ(*placed, (std::vector<int>{1, 1, 1}));
-  std::vector<NodeView> small = {Node("a", 2), Node("b", 2)};
-  placed = PlaceBundles({Cpu(1), Cpu(1), Cpu(1)}, small, PgStrategy::kPack);
-  ASSERT_TRUE(placed);
-  EXPECT_EQ(*placed, (std::vector<int>{0, 0, 1}));
+  Cluster c;
+  c.Add("a", {{"CPU", 2}});
+  c.Add("b", {{"CPU", 3}});
+  EXPECT_EQ(c.Place({Cpu(1), Cpu(1), Cpu(1)}, PgStrategy::kPack), (Ids{"b", "b", "b"}));
+  Cluster small;
+  small.Add("a", {{"CPU", 2}});
+  small.Add("b", {{"CPU", 2}});
+  EXPECT_EQ(small.Place({Cpu(1), Cpu(1), Cpu(1)}, PgStrategy::kPack), (Ids{"a", "a", "b"}));
 }
 
 TEST(PlacementTest, SpreadUsesTheLeastUsedNodeAndReusesWhenItMust) {
-  std::vector<NodeView> nodes = {Node("a", 4), Node("b", 4)};
-  auto placed = PlaceBundles({Cpu(1), Cpu(1), Cpu(1)}, nodes, PgStrategy::kSpread);
-  ASSERT_TRUE(placed);
-  EXPECT_EQ(*placed, (std::vector<int>{0, 1, 0}));
-  EXPECT_DOUBLE_EQ(nodes[0].available["CPU"], 2);
-  EXPECT_DOUBLE_EQ(nodes[1].available["CPU"], 3);
+  Cluster c;
+  c.Add("a", {{"CPU", 4}});
+  c.Add("b", {{"CPU", 4}});
+  EXPECT_EQ(c.Place({Cpu(1), Cpu(1), Cpu(1)}, PgStrategy::kSpread), (Ids{"a", "b", "a"}));
+  // The least loaded node comes first.
+  c.SetAvailable("a", {{"CPU", 2}});
+  EXPECT_EQ(c.Place({Cpu(1), Cpu(1), Cpu(1)}, PgStrategy::kSpread), (Ids{"b", "a", "b"}));
 }
 
-TEST(PlacementTest, UseTotalPlansOnCapacityAndChargesNothing) {
-  std::vector<NodeView> nodes = {Node("a", 4)};
-  nodes[0].available["CPU"] = 0;
-  EXPECT_FALSE(PlaceBundles({Cpu(2)}, nodes, PgStrategy::kPack));
-  auto placed = PlaceBundles({Cpu(2)}, nodes, PgStrategy::kPack, /*use_total=*/true);
-  ASSERT_TRUE(placed);
-  EXPECT_DOUBLE_EQ(nodes[0].available["CPU"], 0);
-  EXPECT_FALSE(PlaceBundles({Cpu(5)}, nodes, PgStrategy::kSpread, /*use_total=*/true));
+TEST(PlacementTest, UseTotalPlansOnCapacity) {
+  Cluster c;
+  c.Add("a", {{"CPU", 4}});
+  c.SetAvailable("a", {{"CPU", 0}});
+  EXPECT_FALSE(c.Place({Cpu(2)}, PgStrategy::kPack));
+  EXPECT_TRUE(c.Place({Cpu(2)}, PgStrategy::kPack, /*use_total=*/true));
+  EXPECT_FALSE(c.Place({Cpu(5)}, PgStrategy::kSpread, /*use_total=*/true));
 }
 
+TEST(PlacementTest, UnknownResourcesAndLabelsAreNeverPlacedAndDeadNodesAreNotCandidates) {
+  Cluster c;
+  c.Add("a", {{"CPU", 4}}, {{"zone", "x"}});
+  c.Add("b", {{"CPU", 4}, {"TPU", 4}}, {{"zone", "y"}});
+  EXPECT_FALSE(c.Place({{{{"GPU", 1}}, {}, -1}}, PgStrategy::kSpread));
+  EXPECT_FALSE(c.Place({{{{"CPU", 1}}, Selector({{"rack", "r1"}}), -1}}, PgStrategy::kSpread));
+  EXPECT_EQ(c.Place({{{{"TPU", 4}}, {}, -1}}, PgStrategy::kSpread), (Ids{"b"}));
+  // A node-id selector reads that node only.
+  EXPECT_EQ(c.Place({{{{"CPU", 1}}, Selector({{std::string(kLabelNodeId), "b"}}), -1}}, PgStrategy::kSpread),
+            (Ids{"b"}));
+  c.Kill("b");
+  EXPECT_FALSE(c.Place({{{{"TPU", 4}}, {}, -1}}, PgStrategy::kSpread));
+  EXPECT_FALSE(c.Place({{{{"TPU", 4}}, {}, -1}}, PgStrategy::kSpread, /*use_total=*/true));
+  EXPECT_EQ(c.index().SlotOf("b"), PlacementIndex::kNoSlot);
+  c.Add("c", {{"CPU", 1}});  // takes b's freed slot
+  EXPECT_EQ(c.Slot("c"), 1);
+}
 
-// The greedy rule of PACK and SPREAD written the plain way (every node checked for fit, then
-// compared): PlaceBundles must choose exactly the same nodes on random clusters.
-std::optional<std::vector<int>> PlainGreedy(const std::vector<BundleDemand>& bundles,
-                                            std::vector<NodeView> nodes, PgStrategy strategy) {
-  std::vector<int> out(bundles.size(), -1), used(nodes.size(), 0);
-  for (size_t b = 0; b < bundles.size(); ++b) {
-    if (bundles[b].fixed_node >= 0) out[b] = bundles[b].fixed_node, used[bundles[b].fixed_node]++;
+// ------------------------------------------------------------------ pinned against a scan
+
+struct Rng {
+  std::mt19937 gen;
+  int Int(int n) { return static_cast<int>(gen() % static_cast<unsigned>(n)); }
+  bool Chance(int one_in) { return Int(one_in) == 0; }
+};
+
+const char* kZones[] = {"a", "b", "c"};
+
+// A random cluster of up to 30 nodes: CPU on most, TPU and a custom resource on some, zone and
+// slice labels, some nodes partly used, some dead (and some slots reused).
+void RandomCluster(Rng& r, Cluster& c) {
+  int n = 1 + r.Int(30);
+  for (int i = 0; i < n; ++i) {
+    ResourceMap total;
+    if (!r.Chance(6)) total["CPU"] = 1 + r.Int(8);
+    if (r.Chance(3)) total["TPU"] = 4;
+    if (r.Chance(5)) total["disk"] = 0.5 * (1 + r.Int(4));
+    std::map<std::string, std::string> labels = {{"zone", kZones[r.Int(3)]}};
+    if (total.count("TPU")) labels["slice"] = "s" + std::to_string(r.Int(4));
+    std::string id = "n" + std::to_string(i);
+    c.Add(id, total, labels);
+    if (r.Chance(3)) {
+      ResourceMap avail = total;
+      for (auto& [k, v] : avail) v = std::max(0.0, v - 0.5 * r.Int(5));
+      c.SetAvailable(id, avail);
+    }
+  }
+  for (int i = 0; i < n / 5; ++i) c.Kill("n" + std::to_string(r.Int(n)));
+  if (r.Chance(2)) c.Add("late", {{"CPU", 2}}, {{"zone", "a"}});  // may reuse a freed slot
+}
+
+BundleDemand RandomDemand(Rng& r) {
+  BundleDemand d;
+  if (!r.Chance(5)) d.resources["CPU"] = 0.5 * r.Int(6);
+  if (r.Chance(4)) d.resources["TPU"] = 4;
+  if (r.Chance(8)) d.resources["disk"] = 0.5;
+  if (r.Chance(30)) d.resources["GPU"] = 1;
+  std::map<std::string, std::string> sel;
+  switch (r.Int(6)) {
+    case 0: sel["zone"] = kZones[r.Int(3)]; break;
+    case 1: sel["zone"] = std::string("in(") + kZones[r.Int(3)] + "," + kZones[r.Int(3)] + ")"; break;
+    case 2: sel["zone"] = std::string("!") + kZones[r.Int(3)]; break;
+    case 3: sel["slice"] = "s" + std::to_string(r.Int(4)); break;
+    case 4: sel[std::string(kLabelNodeId)] = "n" + std::to_string(r.Int(30)); break;
+    default: break;
+  }
+  d.selector = Selector(sel);
+  return d;
+}
+
+TEST(PlacementIndexTest, CandidatesAreExactlyTheScanInCandidateOrder) {
+  Rng r{std::mt19937(11)};
+  int nonempty = 0;
+  for (int round = 0; round < 3000; ++round) {
+    Cluster c;
+    RandomCluster(r, c);
+    BundleDemand d = RandomDemand(r);
+    for (bool use_total : {false, true}) {
+      auto want = c.ScanCandidates(d.resources, d.selector, use_total);
+      ASSERT_EQ(c.IndexCandidates(d.resources, d.selector, use_total), want) << "round " << round;
+      nonempty += !want.empty();
+    }
+  }
+  EXPECT_GT(nonempty, 1500);  // the requests mostly have candidates, not only empty answers
+}
+
+// The strategies written the plain way over the scan's candidate order.
+std::optional<Ids> PlainPlace(const Cluster& c, const std::vector<BundleDemand>& bundles, PgStrategy s) {
+  Ids out(bundles.size());
+  std::map<std::string, ResourceMap> free;
+  for (const auto& n : c.Alive()) free[n] = c.Available(n);
+  std::map<std::string, int> used;
+  auto fits = [&](const BundleDemand& b, const std::string& n) {
+    return Fits(b.resources, free[n]) && MatchesLabels(b.selector, c.Labels(n));
+  };
+  if (s == PgStrategy::kStrictPack || s == PgStrategy::kPack) {
+    ResourceMap sum;
+    LabelSelectorTerms all;
+    for (const auto& b : bundles) Add(sum, b.resources), all.insert(all.end(), b.selector.begin(), b.selector.end());
+    auto one = c.ScanCandidates(sum, all, false);
+    if (!one.empty()) return Ids(bundles.size(), one[0]);
+    if (s == PgStrategy::kStrictPack) return std::nullopt;
+  }
+  if (s == PgStrategy::kStrictSpread) {
+    // Exhaustive on these small clusters: any assignment of distinct nodes.
+    std::function<bool(size_t)> assign = [&](size_t k) {
+      if (k == bundles.size()) return true;
+      for (const auto& n : c.ScanCandidates(bundles[k].resources, bundles[k].selector, false)) {
+        if (used[n]) continue;
+        used[n] = 1, out[k] = n;
+        if (assign(k + 1)) return true;
+        used[n] = 0;
+      }
+      return false;
+    };
+    if (!assign(0)) return std::nullopt;
+    return out;
   }
   for (size_t b = 0; b < bundles.size(); ++b) {
-    if (bundles[b].fixed_node >= 0) continue;
-    int best = -1;
-    for (size_t n = 0; n < nodes.size(); ++n) {
-      if (!Fits(bundles[b].resources, nodes[n].available)) continue;
-      if (!MatchesLabels(bundles[b].selector, nodes[n].labels)) continue;
-      if (best < 0 || (strategy == PgStrategy::kPack ? used[n] > used[best] : used[n] < used[best])) {
-        best = static_cast<int>(n);
-      }
+    std::string best;
+    for (const auto& n : c.ScanCandidates(bundles[b].resources, bundles[b].selector, false)) {
+      if (!fits(bundles[b], n)) continue;  // what this group took already
+      bool better = best.empty() || (s == PgStrategy::kPack ? used[n] > used[best] : used[n] < used[best]);
+      if (better) best = n;
     }
-    if (best < 0) return std::nullopt;
+    if (best.empty()) return std::nullopt;
     out[b] = best;
     used[best]++;
-    Subtract(nodes[best].available, bundles[b].resources);
+    Subtract(free[best], bundles[b].resources);
   }
   return out;
 }
 
-TEST(PlacementTest, GreedyMatchesThePlainRuleOnRandomClusters) {
-  std::mt19937 rng(7);
-  int placed_count = 0;
-  for (int round = 0; round < 2000; ++round) {
-    std::vector<NodeView> nodes;
-    int n = 1 + static_cast<int>(rng() % 12);
-    for (int i = 0; i < n; ++i) {
-      nodes.push_back(Node("n" + std::to_string(i), static_cast<double>(rng() % 5),
-                           {{"zone", rng() % 2 ? "a" : "b"}}));
-    }
-    std::vector<BundleDemand> bundles;
-    int k = 1 + static_cast<int>(rng() % 8);
-    for (int i = 0; i < k; ++i) {
-      BundleDemand d = Cpu(0.5 * static_cast<double>(rng() % 4));
-      if (rng() % 4 == 0) d.selector = {{"zone", LabelCondition::Op::kEq, {rng() % 2 ? "a" : "b"}}};
-      bundles.push_back(d);
-    }
-    // SPREAD only: PACK first tries one node for everything, which the plain rule leaves out.
-    std::vector<NodeView> copy = nodes;
-    auto want = PlainGreedy(bundles, nodes, PgStrategy::kSpread);
-    auto got = PlaceBundles(bundles, copy, PgStrategy::kSpread);
-    ASSERT_EQ(got.has_value(), want.has_value()) << "round " << round;
-    if (got) {
-      EXPECT_EQ(*got, *want) << "round " << round;
-      ++placed_count;
+bool ValidStrictSpread(const Cluster& c, const std::vector<BundleDemand>& bundles, const Ids& ids) {
+  std::set<std::string> distinct(ids.begin(), ids.end());
+  if (distinct.size() != ids.size()) return false;
+  for (size_t b = 0; b < bundles.size(); ++b) {
+    if (!Fits(bundles[b].resources, c.Available(ids[b])) || !MatchesLabels(bundles[b].selector, c.Labels(ids[b]))) {
+      return false;
     }
   }
-  EXPECT_GT(placed_count, 200);  // the rounds exercise placements, not only failures
+  return true;
+}
+
+TEST(PlacementIndexTest, EveryStrategyDecidesAsThePlainScanOnRandomClusters) {
+  Rng r{std::mt19937(23)};
+  std::map<PgStrategy, int> placed;
+  for (int round = 0; round < 4000; ++round) {
+    Cluster c;
+    RandomCluster(r, c);
+    std::vector<BundleDemand> bundles;
+    int k = 1 + r.Int(6);
+    for (int i = 0; i < k; ++i) bundles.push_back(RandomDemand(r));
+    for (PgStrategy s : {PgStrategy::kPack, PgStrategy::kSpread, PgStrategy::kStrictPack, PgStrategy::kStrictSpread}) {
+      auto want = PlainPlace(c, bundles, s);
+      auto got = c.Place(bundles, s);
+      ASSERT_EQ(got.has_value(), want.has_value()) << "round " << round << " strategy " << static_cast<int>(s);
+      if (!got) continue;
+      ++placed[s];
+      if (s == PgStrategy::kStrictSpread) {
+        EXPECT_TRUE(ValidStrictSpread(c, bundles, *got)) << "round " << round;
+      } else {
+        EXPECT_EQ(*got, *want) << "round " << round << " strategy " << static_cast<int>(s);
+      }
+    }
+  }
+  for (const auto& [s, n] : placed) EXPECT_GT(n, 300) << "strategy " << static_cast<int>(s);
 }
 
 }  // namespace

@@ -88,13 +88,7 @@ void LeaseScheduler::Blocked(const std::string& worker_id, bool blocked) {
 
 bool LeaseScheduler::AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const {
   if (Fits(res, st_.ledger.total()) && MatchesLabels(selector, labels_)) return true;
-  for (const auto& n : view_) {
-    if (n.alive() && n.node_id() != node_id_ && Fits(res, FromProto(n.total())) &&
-        MatchesLabels(selector, n.labels())) {
-      return true;
-    }
-  }
-  return false;
+  return peers_.AnyCouldFit(res, selector);
 }
 
 bool LeaseScheduler::TakeFromBundle(PendingLease& p, std::string* error) {
@@ -124,29 +118,14 @@ bool LeaseScheduler::TrySpillback(PendingLease& p) {
   bool respill = p.req.spilled();
   if (respill && Clock::now() - p.queued_at < kRespillAfter) return false;
   // Prefer a node that can run it now; else, when this node could never run it, one that could.
-  const rpc::NodeRecord* target = nullptr;
   bool local_feasible = respill || (Fits(p.res, st_.ledger.total()) && MatchesLabels(p.selector, labels_));
-  for (const auto& n : view_) {
-    if (!n.alive() || n.node_id() == node_id_) continue;
-    if (!MatchesLabels(p.selector, n.labels())) continue;
-    if (Fits(p.res, FromProto(n.available()))) {
-      target = &n;
-      break;
-    }
-    if (!local_feasible && !target && Fits(p.res, FromProto(n.total()))) target = &n;
-  }
+  auto target = peers_.Pick(p.res, p.selector, /*or_capacity=*/!local_feasible);
   if (!target) return false;
-  p.reply.set_spillback_node_address(target->address());
-  p.reply.set_spillback_node_id(target->node_id());
+  p.reply.set_spillback_node_address(target->address);
+  p.reply.set_spillback_node_id(target->node_id);
   p.done = true;
   // Optimistically charge the view so a burst does not all go to the same node.
-  for (auto& n : view_) {
-    if (n.node_id() == target->node_id()) {
-      auto avail = FromProto(n.available());
-      Subtract(avail, p.res);
-      ToProto(avail, n.mutable_available());
-    }
-  }
+  peers_.Charge(target->node_id, p.res);
   return true;
 }
 
@@ -376,39 +355,13 @@ void LeaseScheduler::FillHeartbeatLocked(rpc::HeartbeatRequest* req) {
 void LeaseScheduler::ApplyView(const rpc::HeartbeatReply& reply) {
   MutexLock lock(st_.mu);
   if (reply.view_delta()) {
-    ApplyViewDeltaLocked(reply);
+    peers_.ApplyDelta(reply);
   } else {
     rpc::ListReply snapshot;
-    if (snapshot.ParseFromString(reply.view_snapshot())) {
-      view_.assign(std::make_move_iterator(snapshot.mutable_nodes()->begin()),
-                   std::make_move_iterator(snapshot.mutable_nodes()->end()));
-    }
+    if (snapshot.ParseFromString(reply.view_snapshot())) peers_.ApplySnapshot(snapshot);
   }
   view_version_ = reply.view_version();
   ScheduleLocked();
-}
-
-void LeaseScheduler::ApplyViewDeltaLocked(const rpc::HeartbeatReply& reply) {
-  // Only the nodes that changed since our version: replace, add or drop those.
-  std::set<std::string> gone(reply.removed_node_ids().begin(), reply.removed_node_ids().end());
-  std::map<std::string, const rpc::NodeRecord*> changed;
-  for (const auto& n : reply.nodes()) changed[n.node_id()] = &n;
-  std::vector<rpc::NodeRecord> next;
-  next.reserve(view_.size() + changed.size());
-  for (auto& n : view_) {
-    if (gone.count(n.node_id())) continue;
-    auto c = changed.find(n.node_id());
-    if (c == changed.end()) {
-      next.push_back(std::move(n));
-    } else {
-      next.push_back(*c->second);
-      changed.erase(c);
-    }
-  }
-  for (const auto& n : reply.nodes()) {
-    if (changed.count(n.node_id())) next.push_back(n);
-  }
-  view_ = std::move(next);
 }
 
 }  // namespace torus

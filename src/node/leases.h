@@ -34,6 +34,7 @@
 #include "common/thread_annotations.h"
 #include "node/lease_audit.h"
 #include "node/node_state.h"
+#include "node/peer_view.h"
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
@@ -42,7 +43,7 @@ class LeaseScheduler {
  public:
   // `st`, `node_id` and `labels` (the node's own, complete once the node starts) outlive this.
   LeaseScheduler(NodeState& st, const std::string& node_id, const std::map<std::string, std::string>& labels)
-      : st_(st), node_id_(node_id), labels_(labels) {}
+      : st_(st), node_id_(node_id), labels_(labels), peers_(node_id) {}
   LeaseScheduler(const LeaseScheduler&) = delete;
   LeaseScheduler& operator=(const LeaseScheduler&) = delete;
 
@@ -120,7 +121,6 @@ class LeaseScheduler {
   // Undoes the grant of `p` after its requester went away: the worker idles again.
   void UngrantLocked(PendingLease& p) REQUIRES(st_.mu);
   std::vector<rpc::PendingDemand> PendingDemandsLocked() const REQUIRES(st_.mu);
-  void ApplyViewDeltaLocked(const rpc::HeartbeatReply& reply) REQUIRES(st_.mu);
 
   NodeState& st_;
   const std::string& node_id_;
@@ -128,7 +128,7 @@ class LeaseScheduler {
 
   std::unordered_map<std::string, std::string> worker_by_lease_ GUARDED_BY(st_.mu);
   std::list<std::shared_ptr<PendingLease>> pending_ GUARDED_BY(st_.mu);
-  std::vector<rpc::NodeRecord> view_ GUARDED_BY(st_.mu);  // other nodes, from the head
+  PeerView peers_ GUARDED_BY(st_.mu);  // the other nodes, from the head's views
   uint64_t view_version_ GUARDED_BY(st_.mu) = 0;
 };
 

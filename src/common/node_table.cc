@@ -1,4 +1,4 @@
-#include "head/node_table.h"
+#include "common/node_table.h"
 
 #include <algorithm>
 
@@ -11,6 +11,12 @@ uint32_t NamePool::Intern(std::string_view s) {
   names_.emplace_back(s);
   ids_.emplace(std::string_view(names_.back()), id);
   return id;
+}
+
+std::optional<uint32_t> NamePool::Find(std::string_view s) const {
+  auto it = ids_.find(s);
+  if (it == ids_.end()) return std::nullopt;
+  return it->second;
 }
 
 namespace {

@@ -1,16 +1,19 @@
-// The head's compact node entry (one per registered node), so that an idle node costs the head
-// well under 1 KiB at 10,000 nodes (docs/benchmarks_scale.md): label keys and values and
+// The compact node entry the head keeps per registered node (and a node per peer in its view,
+// node/peer_view.h), so that an idle node costs the head well under 1 KiB at 10,000 nodes
+// (docs/benchmarks_scale.md): label keys and values and
 // resource names are interned once in a NamePool shared by the table (a v6e host's dozen labels
 // repeat across the cluster, or across the 4 hosts of a slice), resources are small sorted
 // vectors instead of maps, and `available` is stored only while it differs from `total`.
 // Records (rpc::NodeRecord) are built on demand for listings and heartbeat views.
-// Thread-compatible: the head guards the pool and the entries with its mutex.
+// Thread-compatible: the owner (head, or a node's peer view) guards the pool and the entries
+// with its mutex.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -26,6 +29,7 @@ namespace torus {
 class NamePool {
  public:
   uint32_t Intern(std::string_view s);
+  std::optional<uint32_t> Find(std::string_view s) const;  // without interning
   const std::string& Get(uint32_t id) const { return names_[id]; }
   size_t size() const { return names_.size(); }
 

@@ -1,0 +1,301 @@
+#include "common/placement_index.h"
+
+#include <algorithm>
+
+namespace torus {
+
+namespace {
+
+uint64_t LabelKey(uint32_t key, uint32_t value) { return (uint64_t{key} << 32) | value; }
+
+void InsertSorted(std::vector<uint32_t>& v, uint32_t slot) {
+  v.insert(std::lower_bound(v.begin(), v.end(), slot), slot);
+}
+
+void EraseSorted(std::vector<uint32_t>& v, uint32_t slot) {
+  auto it = std::lower_bound(v.begin(), v.end(), slot);
+  if (it != v.end() && *it == slot) v.erase(it);
+}
+
+double AmountOf(const CompactResources& r, uint32_t name) {
+  auto it = std::lower_bound(r.begin(), r.end(), std::make_pair(name, -1e300));
+  return it != r.end() && it->first == name ? it->second : 0.0;
+}
+
+}  // namespace
+
+bool PlacementIndex::FitsIn(const CompactResources& need, const CompactResources& free) {
+  auto f = free.begin();
+  for (const auto& [name, amount] : need) {
+    while (f != free.end() && f->first < name) ++f;
+    if (f == free.end() || f->first != name || f->second < amount) return false;
+  }
+  return true;
+}
+
+uint32_t PlacementIndex::Shapes::Acquire(const CompactResources& r) {
+  auto it = ids.find(r);
+  if (it != ids.end()) {
+    ++refs[it->second];
+    return it->second;
+  }
+  uint32_t id;
+  if (!free_ids.empty()) {
+    id = free_ids.back();
+    free_ids.pop_back();
+    vectors[id] = r;
+    refs[id] = 1;
+  } else {
+    id = static_cast<uint32_t>(vectors.size());
+    vectors.push_back(r);
+    refs.push_back(1);
+  }
+  ids.emplace(r, id);
+  return id;
+}
+
+void PlacementIndex::Shapes::Release(uint32_t id) {
+  if (--refs[id] > 0) return;
+  ids.erase(vectors[id]);
+  CompactResources().swap(vectors[id]);
+  free_ids.push_back(id);
+}
+
+void PlacementIndex::Enter(Side& side, const CompactResources& r, uint32_t slot) {
+  for (const auto& [name, amount] : r) {
+    if (amount <= 0) continue;
+    if (side.size() <= name) side.resize(name + 1);
+    InsertSorted(side[name].by_amount[amount], slot);
+    ++side[name].nodes;
+  }
+}
+
+void PlacementIndex::Leave(Side& side, const CompactResources& r, uint32_t slot) {
+  for (const auto& [name, amount] : r) {
+    if (amount <= 0) continue;
+    auto& holders = side[name];
+    auto it = holders.by_amount.find(amount);
+    if (it == holders.by_amount.end()) continue;
+    EraseSorted(it->second, slot);
+    if (it->second.empty()) holders.by_amount.erase(it);
+    --holders.nodes;
+  }
+}
+
+void PlacementIndex::Move(Side& side, const CompactResources& from, const CompactResources& to, uint32_t slot) {
+  // Only the resources whose amount changed move (a lease changes CPU, not the node's memory).
+  CompactResources gone, added;
+  auto a = from.begin(), b = to.begin();
+  while (a != from.end() || b != to.end()) {
+    if (b == to.end() || (a != from.end() && a->first < b->first)) {
+      gone.push_back(*a++);
+    } else if (a == from.end() || b->first < a->first) {
+      added.push_back(*b++);
+    } else {
+      if (a->second != b->second) gone.push_back(*a), added.push_back(*b);
+      ++a, ++b;
+    }
+  }
+  Leave(side, gone, slot);
+  Enter(side, added, slot);
+}
+
+void PlacementIndex::IndexLabels(uint32_t slot, bool add) {
+  for (const auto& [key, value] : slots_[slot].entry->labels) {
+    if (value == NodeEntry::kOwnId || value == NodeEntry::kOwnHostname) {
+      auto& count = own_valued_keys_[key];
+      if (add) {
+        ++count;
+      } else if (--count == 0) {
+        own_valued_keys_.erase(key);
+      }
+      continue;
+    }
+    auto& v = by_label_[LabelKey(key, value)];
+    if (add) {
+      InsertSorted(v, slot);
+    } else {
+      EraseSorted(v, slot);
+      if (v.empty()) by_label_.erase(LabelKey(key, value));
+    }
+  }
+}
+
+void PlacementIndex::Upsert(const std::string& id, const NodeEntry& n) {
+  auto found = by_id_.find(id);
+  if (found != by_id_.end()) {
+    // Same node, same labels (a node registering again is removed first): its amounts moved.
+    uint32_t slot = found->second;
+    Slot& s = slots_[slot];
+    s.entry = &n;
+    uint32_t avail = shapes_.Acquire(n.Available()), total = shapes_.Acquire(n.total);
+    Move(avail_, shapes_.vectors[s.avail_shape], shapes_.vectors[avail], slot);
+    Move(total_, shapes_.vectors[s.total_shape], shapes_.vectors[total], slot);
+    shapes_.Release(s.avail_shape);
+    shapes_.Release(s.total_shape);
+    s.avail_shape = avail;
+    s.total_shape = total;
+    return;
+  }
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    std::pop_heap(free_slots_.begin(), free_slots_.end(), std::greater<uint32_t>());
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot& s = slots_[slot];
+  s.id = &id;
+  s.entry = &n;
+  s.avail_shape = shapes_.Acquire(n.Available());
+  s.total_shape = shapes_.Acquire(n.total);
+  Enter(avail_, shapes_.vectors[s.avail_shape], slot);
+  Enter(total_, shapes_.vectors[s.total_shape], slot);
+  IndexLabels(slot, true);
+  by_id_.emplace(std::string_view(id), slot);
+}
+
+void PlacementIndex::Remove(const std::string& id) {
+  auto found = by_id_.find(id);
+  if (found == by_id_.end()) return;
+  uint32_t slot = found->second;
+  by_id_.erase(found);
+  Slot& s = slots_[slot];
+  IndexLabels(slot, false);
+  Leave(avail_, shapes_.vectors[s.avail_shape], slot);
+  Leave(total_, shapes_.vectors[s.total_shape], slot);
+  shapes_.Release(s.avail_shape);
+  shapes_.Release(s.total_shape);
+  s = Slot{};
+  free_slots_.push_back(slot);
+  std::push_heap(free_slots_.begin(), free_slots_.end(), std::greater<uint32_t>());
+}
+
+uint32_t PlacementIndex::SlotOf(std::string_view id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? kNoSlot : it->second;
+}
+
+const CompactResources& PlacementIndex::Free(uint32_t slot, bool use_total) const {
+  const Slot& s = slots_[slot];
+  return shapes_.vectors[use_total ? s.total_shape : s.avail_shape];
+}
+
+bool PlacementIndex::Matches(uint32_t slot, const LabelSelectorTerms& selector) const {
+  if (selector.empty()) return true;
+  const Slot& s = slots_[slot];
+  return MatchesLabels(selector, NodeLabels{names_, *s.id, *s.entry});
+}
+
+PlacementIndex::Demand PlacementIndex::Compile(const ResourceMap& resources,
+                                               const LabelSelectorTerms& selector) const {
+  Demand d;
+  d.selector = selector.empty() ? nullptr : &selector;
+  for (const auto& [name, amount] : resources) {
+    if (amount <= 0) continue;
+    auto id = names_.Find(name);
+    if (!id) {
+      d.impossible = true;
+      continue;
+    }
+    d.amounts.emplace_back(*id, amount);
+  }
+  std::sort(d.amounts.begin(), d.amounts.end());
+  return d;
+}
+
+uint32_t PlacementIndex::KeyOf(const Demand& d, bool use_total) const {
+  const Side& side = use_total ? total_ : avail_;
+  uint32_t key = kNoSlot;
+  size_t fewest = 0;
+  for (const auto& [name, amount] : d.amounts) {
+    size_t holders = name < side.size() ? side[name].nodes : 0;
+    if (key == kNoSlot || holders < fewest) key = name, fewest = holders;
+  }
+  return key;
+}
+
+double PlacementIndex::KeyAmount(uint32_t key, bool use_total, uint32_t slot) const {
+  return key == kNoSlot ? 0.0 : AmountOf(Free(slot, use_total), key);
+}
+
+bool PlacementIndex::Before(const Demand& d, bool use_total, uint32_t a, uint32_t b) const {
+  uint32_t key = KeyOf(d, use_total);
+  double x = KeyAmount(key, use_total, a), y = KeyAmount(key, use_total, b);
+  return x != y ? x > y : a < b;
+}
+
+bool PlacementIndex::Qualifies(const Demand& d, bool use_total, uint32_t slot) const {
+  return FitsIn(d.amounts, Free(slot, use_total)) && (!d.selector || Matches(slot, *d.selector));
+}
+
+std::optional<std::vector<uint32_t>> PlacementIndex::Narrowed(const Demand& d, size_t limit) const {
+  if (!d.selector) return std::nullopt;
+  std::optional<std::vector<uint32_t>> best;
+  for (const auto& t : *d.selector) {
+    if (t.op != LabelCondition::Op::kEq && t.op != LabelCondition::Op::kIn) continue;
+    std::vector<uint32_t> slots;
+    if (t.key == kLabelNodeId) {
+      for (const auto& v : t.values) {
+        uint32_t s = SlotOf(v);
+        if (s != kNoSlot) slots.push_back(s);
+      }
+    } else {
+      auto key = names_.Find(t.key);
+      if (!key) return std::vector<uint32_t>{};  // no node carries this label
+      if (own_valued_keys_.count(*key)) continue;  // some values are not in by_label_
+      for (const auto& v : t.values) {
+        auto value = names_.Find(v);
+        if (!value) continue;
+        auto it = by_label_.find(LabelKey(*key, *value));
+        if (it != by_label_.end()) slots.insert(slots.end(), it->second.begin(), it->second.end());
+      }
+    }
+    if (slots.size() < limit && (!best || slots.size() < best->size())) best = std::move(slots);
+  }
+  if (best) {
+    std::sort(best->begin(), best->end());
+    best->erase(std::unique(best->begin(), best->end()), best->end());
+  }
+  return best;
+}
+
+void PlacementIndex::ForEach(const Demand& d, bool use_total, const std::function<bool(uint32_t)>& fn) const {
+  if (d.impossible) return;
+  const Side& side = use_total ? total_ : avail_;
+  uint32_t key = KeyOf(d, use_total);
+  size_t visited = key == kNoSlot ? by_id_.size() : key < side.size() ? side[key].nodes : 0;
+  // Few nodes carry the selector's labels: those, sorted into candidate order.
+  if (auto narrowed = Narrowed(d, visited)) {
+    std::vector<uint32_t> c;
+    for (uint32_t slot : *narrowed) {
+      if (Qualifies(d, use_total, slot)) c.push_back(slot);
+    }
+    std::sort(c.begin(), c.end(), [&](uint32_t a, uint32_t b) {
+      double x = KeyAmount(key, use_total, a), y = KeyAmount(key, use_total, b);
+      return x != y ? x > y : a < b;
+    });
+    for (uint32_t slot : c) {
+      if (!fn(slot)) return;
+    }
+    return;
+  }
+  if (key == kNoSlot) {
+    for (uint32_t slot = 0; slot < slots_.size(); ++slot) {
+      if (slots_[slot].id && Qualifies(d, use_total, slot) && !fn(slot)) return;
+    }
+    return;
+  }
+  if (key >= side.size()) return;
+  double need = AmountOf(d.amounts, key);
+  for (const auto& [amount, slots] : side[key].by_amount) {
+    if (amount < need) return;
+    for (uint32_t slot : slots) {
+      if (Qualifies(d, use_total, slot) && !fn(slot)) return;
+    }
+  }
+}
+
+}  // namespace torus

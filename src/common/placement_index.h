@@ -1,0 +1,125 @@
+// The alive nodes the head places on (or a node spills lease requests to), indexed so that a
+// placement decision (ordinary placement groups, actors, spillback) reads a few nodes instead of
+// copying or scanning the node table: per resource, the nodes
+// holding some of it grouped by amount (available, and total for "could this ever fit?"); per
+// label key=value, the nodes carrying it; by id, each node. The head keeps it current on every
+// node change (Head::IndexNodeLocked: registration, heartbeat or bundle ledger, charge, death;
+// a node's PeerView: each view snapshot or delta from the head).
+//
+// Candidate order (the one rule every decision follows): a demand's key resource is its
+// resource held by the fewest indexed nodes (ties: lowest name id); candidates come with the
+// most of the key resource first, then by slot (a node keeps its slot while indexed; freed slots
+// are reused, lowest first). A demand with no positive amount has no key: candidates by slot.
+// Only nodes whose free amounts (available or total) fit the demand and whose labels match its
+// selector are candidates.
+//
+// Cost: O(log R) to find where the key resource's amounts reach the demand, then O(1) per node
+// visited; a selector with key=value (or `in`) terms on a label visits only the nodes carrying
+// those labels when they are fewer, and one on the node-id label only those nodes.
+// Memory: about 24 B per node, 4 B per resource and label entry, plus one copy per distinct
+// resource vector (idle hosts of one type share theirs).
+// Thread-compatible: the owner guards it with its mutex; NodeEntry and id strings passed to
+// Upsert must stay valid until Remove.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/labels.h"
+#include "common/resources.h"
+#include "common/node_table.h"
+
+namespace torus {
+
+class PlacementIndex {
+ public:
+  static constexpr uint32_t kNoSlot = 0xffffffffu;
+
+  // A demand compiled against the index's name pool: positive amounts by name id (sorted),
+  // the selector it must match, and whether it names a resource no node was ever seen with.
+  struct Demand {
+    CompactResources amounts;
+    const LabelSelectorTerms* selector = nullptr;  // not owned; null: no selector
+    bool impossible = false;
+  };
+
+  explicit PlacementIndex(const NamePool& names) : names_(names) {}
+  PlacementIndex(const PlacementIndex&) = delete;
+  PlacementIndex& operator=(const PlacementIndex&) = delete;
+
+  // Indexes node `id` with entry `n`'s resources and labels; for a node already indexed, takes
+  // its new amounts. Its labels must not change while it is indexed: Remove it first.
+  void Upsert(const std::string& id, const NodeEntry& n);
+  void Remove(const std::string& id);
+  size_t size() const { return by_id_.size(); }
+
+  Demand Compile(const ResourceMap& resources, const LabelSelectorTerms& selector) const;
+
+  // Calls fn(slot) for each candidate of `d` in candidate order until fn returns false.
+  void ForEach(const Demand& d, bool use_total, const std::function<bool(uint32_t)>& fn) const;
+  // Whether slot `a` comes before slot `b` in `d`'s candidate order.
+  bool Before(const Demand& d, bool use_total, uint32_t a, uint32_t b) const;
+  // Whether slot's labels match `selector`.
+  bool Matches(uint32_t slot, const LabelSelectorTerms& selector) const;
+
+  // Whether `need` (positive amounts, by name id) fits in `free` (by name id).
+  static bool FitsIn(const CompactResources& need, const CompactResources& free);
+
+  // A node's free amounts (available or total), by name id.
+  const CompactResources& Free(uint32_t slot, bool use_total) const;
+  const std::string& Id(uint32_t slot) const { return *slots_[slot].id; }
+  uint32_t SlotOf(std::string_view id) const;  // kNoSlot when not indexed
+
+ private:
+  struct Slot {
+    const std::string* id = nullptr;  // null: free slot
+    const NodeEntry* entry = nullptr;
+    uint32_t avail_shape = 0, total_shape = 0;
+  };
+  // Distinct resource vectors, reference-counted: a slot names its vectors by shape id.
+  struct Shapes {
+    std::vector<CompactResources> vectors;
+    std::vector<uint32_t> refs;
+    std::vector<uint32_t> free_ids;
+    std::map<CompactResources, uint32_t> ids;
+    uint32_t Acquire(const CompactResources& r);
+    void Release(uint32_t id);
+  };
+  // The nodes holding some of one resource, by amount (most first), each list by slot.
+  struct Holders {
+    std::map<double, std::vector<uint32_t>, std::greater<double>> by_amount;
+    size_t nodes = 0;
+  };
+  using Side = std::vector<Holders>;  // by name id
+
+  void Enter(Side& side, const CompactResources& r, uint32_t slot);
+  void Leave(Side& side, const CompactResources& r, uint32_t slot);
+  // Moves slot between the holder lists of the resources whose amounts differ.
+  void Move(Side& side, const CompactResources& from, const CompactResources& to, uint32_t slot);
+  void IndexLabels(uint32_t slot, bool add);
+  uint32_t KeyOf(const Demand& d, bool use_total) const;  // kNoSlot: none
+  double KeyAmount(uint32_t key, bool use_total, uint32_t slot) const;
+  bool Qualifies(const Demand& d, bool use_total, uint32_t slot) const;
+  // The nodes `d`'s selector allows, when a key=value/in or node-id term narrows it to fewer
+  // than `limit` nodes.
+  std::optional<std::vector<uint32_t>> Narrowed(const Demand& d, size_t limit) const;
+
+  const NamePool& names_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;  // a min-heap: the lowest free slot is reused first
+  std::unordered_map<std::string_view, uint32_t> by_id_;
+  Shapes shapes_;
+  Side avail_, total_;
+  // (key id << 32 | value id) -> slots carrying it, sorted. Labels whose value is the node's
+  // own id or hostname are not entered (a node-id term is answered from by_id_).
+  std::unordered_map<uint64_t, std::vector<uint32_t>> by_label_;
+  std::unordered_map<uint32_t, uint32_t> own_valued_keys_;  // label key -> nodes with such a value
+};
+
+}  // namespace torus

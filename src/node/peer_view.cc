@@ -1,0 +1,77 @@
+#include "node/peer_view.h"
+
+#include <set>
+
+namespace torus {
+
+void PeerView::Put(const rpc::NodeRecord& rec) {
+  if (!rec.alive() || rec.node_id() == self_) {
+    Drop(rec.node_id());
+    return;
+  }
+  NodeEntry fresh;
+  SetFromRecord(names_, rec, &fresh);
+  fresh.alive = true;
+  auto [it, added] = nodes_.try_emplace(rec.node_id());
+  // The index reads an entry's labels to take it out: out first when they change.
+  if (!added && it->second.labels != fresh.labels) index_.Remove(it->first);
+  it->second = std::move(fresh);
+  index_.Upsert(it->first, it->second);
+}
+
+void PeerView::Drop(const std::string& id) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return;
+  index_.Remove(it->first);
+  nodes_.erase(it);
+}
+
+void PeerView::ApplySnapshot(const rpc::ListReply& snapshot) {
+  std::set<std::string_view> in;
+  for (const auto& n : snapshot.nodes()) in.insert(n.node_id());
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    auto next = std::next(it);
+    if (!in.count(it->first)) Drop(it->first);
+    it = next;
+  }
+  for (const auto& n : snapshot.nodes()) Put(n);
+}
+
+void PeerView::ApplyDelta(const rpc::HeartbeatReply& reply) {
+  for (const auto& id : reply.removed_node_ids()) Drop(id);
+  for (const auto& n : reply.nodes()) Put(n);
+}
+
+std::optional<PeerView::Target> PeerView::Pick(const ResourceMap& res, const LabelSelectorTerms& selector,
+                                               bool or_capacity) const {
+  PlacementIndex::Demand d = index_.Compile(res, selector);
+  std::optional<Target> out;
+  auto first = [&](uint32_t slot) {
+    const std::string& id = index_.Id(slot);
+    out = Target{id, nodes_.at(id).address};
+    return false;
+  };
+  index_.ForEach(d, /*use_total=*/false, first);
+  if (!out && or_capacity) index_.ForEach(d, /*use_total=*/true, first);
+  return out;
+}
+
+bool PeerView::AnyCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const {
+  bool any = false;
+  index_.ForEach(index_.Compile(res, selector), /*use_total=*/true, [&](uint32_t) {
+    any = true;
+    return false;
+  });
+  return any;
+}
+
+void PeerView::Charge(const std::string& node_id, const ResourceMap& res) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  ResourceMap avail = ToResourceMap(names_, it->second.Available());
+  Subtract(avail, res);
+  SetAvailable(names_, avail, &it->second);
+  index_.Upsert(it->first, it->second);
+}
+
+}  // namespace torus

@@ -1,0 +1,59 @@
+// The other nodes of the cluster as the head last described them to this node (heartbeat views:
+// whole snapshots and deltas of the nodes that changed), kept as compact entries
+// (common/node_table.h) in a placement index (common/placement_index.h), so that choosing where
+// to spill a lease request back reads a few candidates instead of every node: at 10,000 nodes a
+// decision is still microseconds.
+//
+// Choice (the index's candidate order): the node with the most of the request's key resource
+// free (its scarcest resource; CPU for most tasks), among those whose labels match; this node is
+// never a candidate.
+// Thread-compatible: the lease scheduler guards it with its mutex.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/labels.h"
+#include "common/node_table.h"
+#include "common/placement_index.h"
+#include "common/resources.h"
+#include "proto/torus.pb.h"
+
+namespace torus {
+
+class PeerView {
+ public:
+  explicit PeerView(std::string self_id) : self_(std::move(self_id)) {}
+  PeerView(const PeerView&) = delete;
+  PeerView& operator=(const PeerView&) = delete;
+
+  // The whole view: nodes not in it are dropped.
+  void ApplySnapshot(const rpc::ListReply& snapshot);
+  // The nodes that changed (reply.nodes()) and those gone (reply.removed_node_ids()).
+  void ApplyDelta(const rpc::HeartbeatReply& reply);
+
+  struct Target {
+    std::string node_id, address;
+  };
+  // Another node for a request: the first candidate that can run it now; else, with
+  // `or_capacity`, the first whose totals could.
+  std::optional<Target> Pick(const ResourceMap& res, const LabelSelectorTerms& selector, bool or_capacity) const;
+  // Whether another node's totals could ever hold the request.
+  bool AnyCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const;
+  // Takes `res` off the node's available resources until the head's next view of it (so that a
+  // burst of spillbacks spreads out).
+  void Charge(const std::string& node_id, const ResourceMap& res);
+  size_t size() const { return index_.size(); }
+
+ private:
+  void Put(const rpc::NodeRecord& rec);  // indexes it (alive), or drops it
+  void Drop(const std::string& id);
+
+  const std::string self_;
+  NamePool names_;
+  std::map<std::string, NodeEntry> nodes_;  // keys and entries stay put while indexed
+  PlacementIndex index_{names_};
+};
+
+}  // namespace torus

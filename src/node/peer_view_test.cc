@@ -1,0 +1,69 @@
+#include "node/peer_view.h"
+
+#include <gtest/gtest.h>
+
+namespace torus {
+namespace {
+
+rpc::NodeRecord Record(const std::string& id, double cpu_total, double cpu_free,
+                       std::map<std::string, std::string> labels = {}, bool alive = true) {
+  rpc::NodeRecord r;
+  r.set_node_id(id);
+  r.set_address(id + ":7000");
+  r.set_alive(alive);
+  (*r.mutable_total()->mutable_amounts())["CPU"] = cpu_total;
+  (*r.mutable_available()->mutable_amounts())["CPU"] = cpu_free;
+  for (const auto& [k, v] : labels) (*r.mutable_labels())[k] = v;
+  return r;
+}
+
+std::string Pick(const PeerView& v, double cpu, LabelSelectorTerms sel = {}, bool or_capacity = false) {
+  auto t = v.Pick({{"CPU", cpu}}, sel, or_capacity);
+  return t ? t->node_id + "@" + t->address : "";
+}
+
+TEST(PeerViewTest, PicksTheLeastLoadedOtherNodeAndSpreadsABurst) {
+  PeerView v("self");
+  rpc::ListReply snap;
+  *snap.add_nodes() = Record("self", 8, 8);
+  *snap.add_nodes() = Record("a", 8, 2);
+  *snap.add_nodes() = Record("b", 8, 3);
+  *snap.add_nodes() = Record("dead", 8, 8, {}, /*alive=*/false);
+  v.ApplySnapshot(snap);
+  EXPECT_EQ(v.size(), 2u);  // neither itself nor a dead node
+  EXPECT_EQ(Pick(v, 1), "b@b:7000");
+  v.Charge("b", {{"CPU", 2}});  // b now has 1 free, a 2
+  EXPECT_EQ(Pick(v, 1), "a@a:7000");
+  EXPECT_EQ(Pick(v, 3), "");
+  EXPECT_EQ(Pick(v, 3, {}, /*or_capacity=*/true), "a@a:7000");
+  EXPECT_TRUE(v.AnyCouldFit({{"CPU", 8}}, {}));
+  EXPECT_FALSE(v.AnyCouldFit({{"CPU", 9}}, {}));
+}
+
+TEST(PeerViewTest, DeltasReplaceDropAndRelabelNodesAndASnapshotForgetsTheRest) {
+  PeerView v("self");
+  rpc::ListReply snap;
+  *snap.add_nodes() = Record("a", 4, 4, {{"zone", "x"}});
+  *snap.add_nodes() = Record("b", 4, 4, {{"zone", "y"}});
+  v.ApplySnapshot(snap);
+  auto zone_y = ParseLabelSelector({{"zone", "y"}});
+  ASSERT_TRUE(zone_y.ok());
+  EXPECT_EQ(Pick(v, 1, *zone_y), "b@b:7000");
+  rpc::HeartbeatReply delta;
+  delta.set_view_delta(true);
+  *delta.add_nodes() = Record("a", 4, 4, {{"zone", "y"}});  // a registered again elsewhere
+  delta.add_removed_node_ids("b");
+  v.ApplyDelta(delta);
+  EXPECT_EQ(Pick(v, 1, *zone_y), "a@a:7000");
+  auto zone_x = ParseLabelSelector({{"zone", "x"}});
+  ASSERT_TRUE(zone_x.ok());
+  EXPECT_EQ(Pick(v, 1, *zone_x), "");  // a's old label is gone from the index
+  rpc::ListReply only_c;
+  *only_c.add_nodes() = Record("c", 2, 2);
+  v.ApplySnapshot(only_c);
+  EXPECT_EQ(v.size(), 1u);
+  EXPECT_EQ(Pick(v, 1), "c@c:7000");
+}
+
+}  // namespace
+}  // namespace torus
