@@ -54,6 +54,7 @@ struct NodeEntry {
   bool alive = false;
   bool known = false;               // registered at least once
   bool head_node = false;           // NodeRecord.is_head_node
+  uint32_t placement_slot = 0xffffffffu;  // its slot in the owner's PlacementIndex (none: ~0)
   int64_t pid = 0;
   int64_t start_time_ms = 0;
   std::vector<rpc::PendingDemand> pending;

@@ -33,52 +33,36 @@ bool PlacementIndex::FitsIn(const CompactResources& need, const CompactResources
   return true;
 }
 
-uint32_t PlacementIndex::Shapes::Acquire(const CompactResources& r) {
-  auto it = ids.find(r);
-  if (it != ids.end()) {
-    ++refs[it->second];
-    return it->second;
-  }
-  uint32_t id;
-  if (!free_ids.empty()) {
-    id = free_ids.back();
-    free_ids.pop_back();
-    vectors[id] = r;
-    refs[id] = 1;
-  } else {
-    id = static_cast<uint32_t>(vectors.size());
-    vectors.push_back(r);
-    refs.push_back(1);
-  }
-  ids.emplace(r, id);
-  return id;
-}
-
-void PlacementIndex::Shapes::Release(uint32_t id) {
-  if (--refs[id] > 0) return;
-  ids.erase(vectors[id]);
-  CompactResources().swap(vectors[id]);
-  free_ids.push_back(id);
+const CompactResources& PlacementIndex::Indexed(uint32_t slot) const {
+  auto it = busy_.find(slot);
+  return it != busy_.end() ? it->second : slots_[slot].entry->total;
 }
 
 void PlacementIndex::Enter(Side& side, const CompactResources& r, uint32_t slot) {
   for (const auto& [name, amount] : r) {
     if (amount <= 0) continue;
-    if (side.size() <= name) side.resize(name + 1);
-    InsertSorted(side[name].by_amount[amount], slot);
-    ++side[name].nodes;
+    auto& holders = side[name];
+    auto& lists = holders.by_amount;
+    auto at = std::lower_bound(lists.begin(), lists.end(), amount,
+                               [](const auto& e, double a) { return e.first > a; });
+    if (at == lists.end() || at->first != amount) at = lists.insert(at, {amount, {}});
+    InsertSorted(at->second, slot);
+    ++holders.nodes;
   }
 }
 
 void PlacementIndex::Leave(Side& side, const CompactResources& r, uint32_t slot) {
   for (const auto& [name, amount] : r) {
     if (amount <= 0) continue;
-    auto& holders = side[name];
-    auto it = holders.by_amount.find(amount);
-    if (it == holders.by_amount.end()) continue;
+    auto h = side.find(name);
+    if (h == side.end()) continue;
+    auto& lists = h->second.by_amount;
+    auto it = std::lower_bound(lists.begin(), lists.end(), amount,
+                               [](const auto& e, double a) { return e.first > a; });
+    if (it == lists.end() || it->first != amount) continue;
     EraseSorted(it->second, slot);
-    if (it->second.empty()) holders.by_amount.erase(it);
-    --holders.nodes;
+    if (it->second.empty()) lists.erase(it);
+    if (--h->second.nodes == 0) side.erase(h);
   }
 }
 
@@ -121,20 +105,19 @@ void PlacementIndex::IndexLabels(uint32_t slot, bool add) {
   }
 }
 
-void PlacementIndex::Upsert(const std::string& id, const NodeEntry& n) {
-  auto found = by_id_.find(id);
-  if (found != by_id_.end()) {
-    // Same node, same labels (a node registering again is removed first): its amounts moved.
-    uint32_t slot = found->second;
+void PlacementIndex::Upsert(const std::string& id, NodeEntry& n) {
+  // A node whose available equals its total keeps no copy: the entry's total is what is indexed.
+  if (n.placement_slot != kNoSlot && n.placement_slot < slots_.size() && slots_[n.placement_slot].entry == &n) {
+    // Same node, same labels and totals: its available amounts moved.
+    uint32_t slot = n.placement_slot;
     Slot& s = slots_[slot];
-    s.entry = &n;
-    uint32_t avail = shapes_.Acquire(n.Available()), total = shapes_.Acquire(n.total);
-    Move(avail_, shapes_.vectors[s.avail_shape], shapes_.vectors[avail], slot);
-    Move(total_, shapes_.vectors[s.total_shape], shapes_.vectors[total], slot);
-    shapes_.Release(s.avail_shape);
-    shapes_.Release(s.total_shape);
-    s.avail_shape = avail;
-    s.total_shape = total;
+    s.id = &id;
+    Move(avail_, Indexed(slot), n.Available(), slot);
+    if (n.available_is_total) {
+      busy_.erase(slot);
+    } else {
+      busy_[slot] = n.Available();
+    }
     return;
   }
   uint32_t slot;
@@ -149,38 +132,36 @@ void PlacementIndex::Upsert(const std::string& id, const NodeEntry& n) {
   Slot& s = slots_[slot];
   s.id = &id;
   s.entry = &n;
-  s.avail_shape = shapes_.Acquire(n.Available());
-  s.total_shape = shapes_.Acquire(n.total);
-  Enter(avail_, shapes_.vectors[s.avail_shape], slot);
-  Enter(total_, shapes_.vectors[s.total_shape], slot);
+  if (!n.available_is_total) busy_[slot] = n.Available();
+  n.placement_slot = slot;
+  ++count_;
+  Enter(avail_, n.Available(), slot);
+  Enter(total_, n.total, slot);
   IndexLabels(slot, true);
-  by_id_.emplace(std::string_view(id), slot);
 }
 
-void PlacementIndex::Remove(const std::string& id) {
-  auto found = by_id_.find(id);
-  if (found == by_id_.end()) return;
-  uint32_t slot = found->second;
-  by_id_.erase(found);
-  Slot& s = slots_[slot];
+void PlacementIndex::Remove(NodeEntry& n) {
+  uint32_t slot = n.placement_slot;
+  if (slot == kNoSlot || slot >= slots_.size() || slots_[slot].entry != &n) return;
   IndexLabels(slot, false);
-  Leave(avail_, shapes_.vectors[s.avail_shape], slot);
-  Leave(total_, shapes_.vectors[s.total_shape], slot);
-  shapes_.Release(s.avail_shape);
-  shapes_.Release(s.total_shape);
-  s = Slot{};
+  Leave(avail_, Indexed(slot), slot);
+  Leave(total_, n.total, slot);
+  slots_[slot] = Slot{};
+  busy_.erase(slot);
+  n.placement_slot = kNoSlot;
+  --count_;
   free_slots_.push_back(slot);
   std::push_heap(free_slots_.begin(), free_slots_.end(), std::greater<uint32_t>());
 }
 
 uint32_t PlacementIndex::SlotOf(std::string_view id) const {
-  auto it = by_id_.find(id);
-  return it == by_id_.end() ? kNoSlot : it->second;
+  const NodeEntry* n = find_(id);
+  if (!n || n->placement_slot >= slots_.size() || slots_[n->placement_slot].entry != n) return kNoSlot;
+  return n->placement_slot;
 }
 
 const CompactResources& PlacementIndex::Free(uint32_t slot, bool use_total) const {
-  const Slot& s = slots_[slot];
-  return shapes_.vectors[use_total ? s.total_shape : s.avail_shape];
+  return use_total ? slots_[slot].entry->total : Indexed(slot);
 }
 
 bool PlacementIndex::Matches(uint32_t slot, const LabelSelectorTerms& selector) const {
@@ -211,7 +192,8 @@ uint32_t PlacementIndex::KeyOf(const Demand& d, bool use_total) const {
   uint32_t key = kNoSlot;
   size_t fewest = 0;
   for (const auto& [name, amount] : d.amounts) {
-    size_t holders = name < side.size() ? side[name].nodes : 0;
+    auto h = side.find(name);
+    size_t holders = h == side.end() ? 0 : h->second.nodes;
     if (key == kNoSlot || holders < fewest) key = name, fewest = holders;
   }
   return key;
@@ -266,7 +248,8 @@ void PlacementIndex::ForEach(const Demand& d, bool use_total, const std::functio
   if (d.impossible) return;
   const Side& side = use_total ? total_ : avail_;
   uint32_t key = KeyOf(d, use_total);
-  size_t visited = key == kNoSlot ? by_id_.size() : key < side.size() ? side[key].nodes : 0;
+  auto holders = key == kNoSlot ? side.end() : side.find(key);
+  size_t visited = key == kNoSlot ? count_ : holders == side.end() ? 0 : holders->second.nodes;
   // Few nodes carry the selector's labels: those, sorted into candidate order.
   if (auto narrowed = Narrowed(d, visited)) {
     std::vector<uint32_t> c;
@@ -288,9 +271,9 @@ void PlacementIndex::ForEach(const Demand& d, bool use_total, const std::functio
     }
     return;
   }
-  if (key >= side.size()) return;
+  if (holders == side.end()) return;
   double need = AmountOf(d.amounts, key);
-  for (const auto& [amount, slots] : side[key].by_amount) {
+  for (const auto& [amount, slots] : holders->second.by_amount) {
     if (amount < need) return;
     for (uint32_t slot : slots) {
       if (Qualifies(d, use_total, slot) && !fn(slot)) return;

@@ -1,10 +1,10 @@
 // The alive nodes the head places on (or a node spills lease requests to), indexed so that a
 // placement decision (ordinary placement groups, actors, spillback) reads a few nodes instead of
-// copying or scanning the node table: per resource, the nodes
-// holding some of it grouped by amount (available, and total for "could this ever fit?"); per
-// label key=value, the nodes carrying it; by id, each node. The head keeps it current on every
-// node change (Head::IndexNodeLocked: registration, heartbeat or bundle ledger, charge, death;
-// a node's PeerView: each view snapshot or delta from the head).
+// copying or scanning the node table: per resource, the nodes holding some of it grouped by
+// amount (available, and total for "could this ever fit?"); per label key=value, the nodes
+// carrying it. The owner keeps it current on every node change (Head::IndexNodeLocked:
+// registration, heartbeat or bundle ledger, charge, death; a node's PeerView: each view snapshot
+// or delta from the head).
 //
 // Candidate order (the one rule every decision follows): a demand's key resource is its
 // resource held by the fewest indexed nodes (ties: lowest name id); candidates come with the
@@ -13,33 +13,36 @@
 // Only nodes whose free amounts (available or total) fit the demand and whose labels match its
 // selector are candidates.
 //
-// Cost: O(log R) to find where the key resource's amounts reach the demand, then O(1) per node
-// visited; a selector with key=value (or `in`) terms on a label visits only the nodes carrying
-// those labels when they are fewer, and one on the node-id label only those nodes.
-// Memory: about 24 B per node, 4 B per resource and label entry, plus one copy per distinct
-// resource vector (idle hosts of one type share theirs).
-// Thread-compatible: the owner guards it with its mutex; NodeEntry and id strings passed to
-// Upsert must stay valid until Remove.
+// Cost: O(log A) to find where the key resource's amounts reach the demand (A: distinct amounts),
+// then O(1) per node visited; a selector with key=value (or `in`) terms visits only the nodes
+// carrying those labels when they are fewer, and one on the node-id label only those nodes.
+// Memory per idle node: its slot (16 B), 4 B per resource on each side and per label, plus the
+// lists of resources and labels few nodes share (a slice's own resource and name label); a node
+// whose available differs from its total also keeps a copy of it (so its old amounts can be
+// found when it changes).
+// Thread-compatible: the owner guards it with its mutex. Entries and id strings passed to Upsert
+// stay valid (and their labels and totals unchanged) until Remove; the owner's `find` maps an id
+// to its entry.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/labels.h"
-#include "common/resources.h"
 #include "common/node_table.h"
+#include "common/resources.h"
 
 namespace torus {
 
 class PlacementIndex {
  public:
   static constexpr uint32_t kNoSlot = 0xffffffffu;
+  using Find = std::function<const NodeEntry*(std::string_view id)>;
 
   // A demand compiled against the index's name pool: positive amounts by name id (sorted),
   // the selector it must match, and whether it names a resource no node was ever seen with.
@@ -49,15 +52,16 @@ class PlacementIndex {
     bool impossible = false;
   };
 
-  explicit PlacementIndex(const NamePool& names) : names_(names) {}
+  PlacementIndex(const NamePool& names, Find find) : names_(names), find_(std::move(find)) {}
   PlacementIndex(const PlacementIndex&) = delete;
   PlacementIndex& operator=(const PlacementIndex&) = delete;
 
   // Indexes node `id` with entry `n`'s resources and labels; for a node already indexed, takes
-  // its new amounts. Its labels must not change while it is indexed: Remove it first.
-  void Upsert(const std::string& id, const NodeEntry& n);
-  void Remove(const std::string& id);
-  size_t size() const { return by_id_.size(); }
+  // its new available amounts (its labels and totals must not change while indexed: Remove it
+  // first). Sets n.placement_slot.
+  void Upsert(const std::string& id, NodeEntry& n);
+  void Remove(NodeEntry& n);
+  size_t size() const { return count_; }
 
   Demand Compile(const ResourceMap& resources, const LabelSelectorTerms& selector) const;
 
@@ -80,24 +84,18 @@ class PlacementIndex {
   struct Slot {
     const std::string* id = nullptr;  // null: free slot
     const NodeEntry* entry = nullptr;
-    uint32_t avail_shape = 0, total_shape = 0;
   };
-  // Distinct resource vectors, reference-counted: a slot names its vectors by shape id.
-  struct Shapes {
-    std::vector<CompactResources> vectors;
-    std::vector<uint32_t> refs;
-    std::vector<uint32_t> free_ids;
-    std::map<CompactResources, uint32_t> ids;
-    uint32_t Acquire(const CompactResources& r);
-    void Release(uint32_t id);
-  };
+  // The available amounts indexed, for the slots whose available differs from their total
+  // (for the others it is the entry's total).
+  std::unordered_map<uint32_t, CompactResources> busy_;
   // The nodes holding some of one resource, by amount (most first), each list by slot.
   struct Holders {
-    std::map<double, std::vector<uint32_t>, std::greater<double>> by_amount;
+    std::vector<std::pair<double, std::vector<uint32_t>>> by_amount;
     size_t nodes = 0;
   };
-  using Side = std::vector<Holders>;  // by name id
+  using Side = std::unordered_map<uint32_t, Holders>;  // by resource name id
 
+  const CompactResources& Indexed(uint32_t slot) const;  // the available amounts indexed
   void Enter(Side& side, const CompactResources& r, uint32_t slot);
   void Leave(Side& side, const CompactResources& r, uint32_t slot);
   // Moves slot between the holder lists of the resources whose amounts differ.
@@ -111,13 +109,13 @@ class PlacementIndex {
   std::optional<std::vector<uint32_t>> Narrowed(const Demand& d, size_t limit) const;
 
   const NamePool& names_;
+  const Find find_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;  // a min-heap: the lowest free slot is reused first
-  std::unordered_map<std::string_view, uint32_t> by_id_;
-  Shapes shapes_;
+  size_t count_ = 0;
   Side avail_, total_;
   // (key id << 32 | value id) -> slots carrying it, sorted. Labels whose value is the node's
-  // own id or hostname are not entered (a node-id term is answered from by_id_).
+  // own id or hostname are not entered (a node-id term is answered through find_).
   std::unordered_map<uint64_t, std::vector<uint32_t>> by_label_;
   std::unordered_map<uint32_t, uint32_t> own_valued_keys_;  // label key -> nodes with such a value
 };

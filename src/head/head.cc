@@ -166,7 +166,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
     auto old = node_by_address_.find(e.address);
     if (old != node_by_address_.end() && old->second == id) node_by_address_.erase(old);
   }
-  placement_index_.Remove(*id);  // its labels may change: indexed again below
+  placement_index_.Remove(e);  // its labels and totals may change: indexed again below
   SetFromRecord(names_, n, &e);
   e.known = true;
   e.ledger_seq = 0;
@@ -494,10 +494,10 @@ void Head::ApplyLedger(const std::string& node_address, const BundleReply& reply
   }
 }
 
-void Head::IndexNodeLocked(const std::string& node_id, const NodeEntry& n) {
+void Head::IndexNodeLocked(const std::string& node_id, NodeEntry& n) {
   if (!n.alive) {
     slice_index_.Remove(node_id);
-    placement_index_.Remove(node_id);
+    placement_index_.Remove(n);
     return;
   }
   placement_index_.Upsert(node_id, n);

@@ -200,7 +200,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // Once the resume grace has passed: what did not come back is handled as gone.
   void EndResumeGraceLocked() REQUIRES(mu_);
   // the slice and placement indexes follow the node
-  void IndexNodeLocked(const std::string& node_id, const NodeEntry& n) REQUIRES(mu_);
+  void IndexNodeLocked(const std::string& node_id, NodeEntry& n) REQUIRES(mu_);
   // The cluster view for a heartbeat from a node at `version`.
   void FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) REQUIRES(mu_);
   // A change to the cluster view; `node` (a key of nodes_) when a node changed.
@@ -230,7 +230,11 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   uint32_t PacedHeartbeatMsLocked() const REQUIRES(mu_);
   std::chrono::steady_clock::time_point last_monitor_ GUARDED_BY(mu_){};
   NamePool names_ GUARDED_BY(mu_);  // label keys/values, resource names of nodes_
-  PlacementIndex placement_index_ GUARDED_BY(mu_){names_};  // the alive nodes of nodes_
+  // The alive nodes of nodes_ (its lookups read nodes_, under mu_).
+  PlacementIndex placement_index_ GUARDED_BY(mu_){names_, [nodes = &nodes_](std::string_view id) {
+    auto it = nodes->find(std::string(id));
+    return it == nodes->end() ? nullptr : &it->second;
+  }};
   // address -> node id; each key views the address string of the entry it maps to
   std::unordered_map<std::string_view, const std::string*> node_by_address_ GUARDED_BY(mu_);
   uint64_t view_version_ GUARDED_BY(mu_) = 1;

@@ -18,7 +18,10 @@ namespace {
 // A head-like node table with its placement index, kept current as the head keeps it.
 class Cluster {
  public:
-  Cluster() : index_(pool_) {}
+  Cluster() : index_(pool_, [this](std::string_view id) -> const NodeEntry* {
+    auto it = nodes_.find(std::string(id));
+    return it == nodes_.end() ? nullptr : &it->second;
+  }) {}
 
   void Add(const std::string& id, ResourceMap total, std::map<std::string, std::string> labels = {}) {
     rpc::NodeRecord rec;
@@ -32,7 +35,7 @@ class Cluster {
     labels[std::string(kLabelNodeId)] = id;
     for (const auto& [k, v] : labels) (*rec.mutable_labels())[k] = v;
     auto [it, fresh] = nodes_.try_emplace(id);
-    index_.Remove(id);
+    index_.Remove(it->second);
     SetFromRecord(pool_, rec, &it->second);
     it->second.alive = true;
     index_.Upsert(it->first, it->second);
@@ -45,7 +48,7 @@ class Cluster {
   }
   void Kill(const std::string& id) {
     nodes_.at(id).alive = false;
-    index_.Remove(id);
+    index_.Remove(nodes_.at(id));
   }
   ResourceMap Available(const std::string& id) const { return ToResourceMap(pool_, nodes_.at(id).Available()); }
   ResourceMap Total(const std::string& id) const { return ToResourceMap(pool_, nodes_.at(id).total); }

@@ -14,7 +14,9 @@ void PeerView::Put(const rpc::NodeRecord& rec) {
   fresh.alive = true;
   auto [it, added] = nodes_.try_emplace(rec.node_id());
   // The index reads an entry's labels to take it out: out first when they change.
-  if (!added && it->second.labels != fresh.labels) index_.Remove(it->first);
+  // Out first when its labels or totals change (the index reads the entry to take it out).
+  if (!added && (it->second.labels != fresh.labels || it->second.total != fresh.total)) index_.Remove(it->second);
+  fresh.placement_slot = it->second.placement_slot;
   it->second = std::move(fresh);
   index_.Upsert(it->first, it->second);
 }
@@ -22,7 +24,7 @@ void PeerView::Put(const rpc::NodeRecord& rec) {
 void PeerView::Drop(const std::string& id) {
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return;
-  index_.Remove(it->first);
+  index_.Remove(it->second);
   nodes_.erase(it);
 }
 

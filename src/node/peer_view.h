@@ -53,7 +53,10 @@ class PeerView {
   const std::string self_;
   NamePool names_;
   std::map<std::string, NodeEntry> nodes_;  // keys and entries stay put while indexed
-  PlacementIndex index_{names_};
+  PlacementIndex index_{names_, [this](std::string_view id) -> const NodeEntry* {
+    auto it = nodes_.find(std::string(id));
+    return it == nodes_.end() ? nullptr : &it->second;
+  }};
 };
 
 }  // namespace torus
