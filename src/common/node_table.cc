@@ -157,7 +157,9 @@ void FillRecord(const NamePool& pool, const std::string& node_id, const NodeEntr
   out->set_is_head_node(n.head_node);
   out->set_start_time_ms(n.start_time_ms);
   out->set_heartbeat_ms(n.reported_beat_ms);
-  for (const auto& d : n.pending) *out->add_pending() = d;
+  if (n.pending) {
+    for (const auto& d : *n.pending) *out->add_pending() = d;
+  }
 }
 
 }  // namespace torus

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,7 +58,8 @@ struct NodeEntry {
   uint32_t placement_slot = 0xffffffffu;  // its slot in the owner's PlacementIndex (none: ~0)
   int64_t pid = 0;
   int64_t start_time_ms = 0;
-  std::vector<rpc::PendingDemand> pending;
+  // What its lease queue waits for (the last heartbeat's pending demands); null when nothing.
+  std::unique_ptr<std::vector<rpc::PendingDemand>> pending;
   std::chrono::steady_clock::time_point last_heartbeat;
   uint64_t ledger_seq = 0;          // of `available` (HeartbeatRequest.ledger_seq)
   uint32_t beat_ms = 0;             // the longer of the period it reported and the one it was told

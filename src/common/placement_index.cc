@@ -112,11 +112,14 @@ void PlacementIndex::Upsert(const std::string& id, NodeEntry& n) {
     uint32_t slot = n.placement_slot;
     Slot& s = slots_[slot];
     s.id = &id;
+    const bool was_busy = busy_.count(slot) > 0;
     Move(avail_, Indexed(slot), n.Available(), slot);
     if (n.available_is_total) {
       busy_.erase(slot);
+      if (was_busy) Leave(busy_total_, n.total, slot);
     } else {
       busy_[slot] = n.Available();
+      if (!was_busy) Enter(busy_total_, n.total, slot);
     }
     return;
   }
@@ -132,11 +135,13 @@ void PlacementIndex::Upsert(const std::string& id, NodeEntry& n) {
   Slot& s = slots_[slot];
   s.id = &id;
   s.entry = &n;
-  if (!n.available_is_total) busy_[slot] = n.Available();
+  if (!n.available_is_total) {
+    busy_[slot] = n.Available();
+    Enter(busy_total_, n.total, slot);
+  }
   n.placement_slot = slot;
   ++count_;
   Enter(avail_, n.Available(), slot);
-  Enter(total_, n.total, slot);
   IndexLabels(slot, true);
 }
 
@@ -145,7 +150,7 @@ void PlacementIndex::Remove(NodeEntry& n) {
   if (slot == kNoSlot || slot >= slots_.size() || slots_[slot].entry != &n) return;
   IndexLabels(slot, false);
   Leave(avail_, Indexed(slot), slot);
-  Leave(total_, n.total, slot);
+  if (busy_.count(slot)) Leave(busy_total_, n.total, slot);
   slots_[slot] = Slot{};
   busy_.erase(slot);
   n.placement_slot = kNoSlot;
@@ -187,8 +192,8 @@ PlacementIndex::Demand PlacementIndex::Compile(const ResourceMap& resources,
   return d;
 }
 
-uint32_t PlacementIndex::KeyOf(const Demand& d, bool use_total) const {
-  const Side& side = use_total ? total_ : avail_;
+uint32_t PlacementIndex::KeyOf(const Demand& d) const {
+  const Side& side = avail_;
   uint32_t key = kNoSlot;
   size_t fewest = 0;
   for (const auto& [name, amount] : d.amounts) {
@@ -204,7 +209,7 @@ double PlacementIndex::KeyAmount(uint32_t key, bool use_total, uint32_t slot) co
 }
 
 bool PlacementIndex::Before(const Demand& d, bool use_total, uint32_t a, uint32_t b) const {
-  uint32_t key = KeyOf(d, use_total);
+  uint32_t key = KeyOf(d);
   double x = KeyAmount(key, use_total, a), y = KeyAmount(key, use_total, b);
   return x != y ? x > y : a < b;
 }
@@ -244,14 +249,56 @@ std::optional<std::vector<uint32_t>> PlacementIndex::Narrowed(const Demand& d, s
   return best;
 }
 
+namespace {
+
+// Walks one side's lists of a resource (amount most first, then slot), optionally skipping
+// slots: the merge in ForEach reads two of them at once.
+class HolderCursor {
+ public:
+  using Lists = std::vector<std::pair<double, std::vector<uint32_t>>>;
+  HolderCursor(const Lists* lists, std::function<bool(uint32_t)> skip) : lists_(lists), skip_(std::move(skip)) {
+    Settle();
+  }
+  bool Valid() const { return lists_ && list_ < lists_->size(); }
+  double Amount() const { return (*lists_)[list_].first; }
+  uint32_t Slot() const { return (*lists_)[list_].second[pos_]; }
+  void Next() {
+    ++pos_;
+    Settle();
+  }
+  // Whether this cursor's node comes first (more of the resource, then lower slot).
+  bool Before(const HolderCursor& o) const {
+    if (!o.Valid()) return true;
+    return Amount() != o.Amount() ? Amount() > o.Amount() : Slot() < o.Slot();
+  }
+
+ private:
+  void Settle() {  // onto the next slot not skipped
+    while (Valid()) {
+      const auto& slots = (*lists_)[list_].second;
+      if (pos_ >= slots.size()) {
+        ++list_, pos_ = 0;
+      } else if (skip_ && skip_(slots[pos_])) {
+        ++pos_;
+      } else {
+        return;
+      }
+    }
+  }
+  const Lists* lists_;
+  std::function<bool(uint32_t)> skip_;
+  size_t list_ = 0, pos_ = 0;
+};
+
+}  // namespace
+
 void PlacementIndex::ForEach(const Demand& d, bool use_total, const std::function<bool(uint32_t)>& fn) const {
   if (d.impossible) return;
-  const Side& side = use_total ? total_ : avail_;
-  uint32_t key = KeyOf(d, use_total);
-  auto holders = key == kNoSlot ? side.end() : side.find(key);
-  size_t visited = key == kNoSlot ? count_ : holders == side.end() ? 0 : holders->second.nodes;
+  uint32_t key = KeyOf(d);
+  auto holders = key == kNoSlot ? avail_.end() : avail_.find(key);
+  size_t visited = key == kNoSlot ? count_ : holders == avail_.end() ? 0 : holders->second.nodes;
   // Few nodes carry the selector's labels: those, sorted into candidate order.
-  if (auto narrowed = Narrowed(d, visited)) {
+  if (auto narrowed = Narrowed(d, use_total ? count_ : visited)) {
     std::vector<uint32_t> c;
     for (uint32_t slot : *narrowed) {
       if (Qualifies(d, use_total, slot)) c.push_back(slot);
@@ -271,13 +318,27 @@ void PlacementIndex::ForEach(const Demand& d, bool use_total, const std::functio
     }
     return;
   }
-  if (holders == side.end()) return;
-  double need = AmountOf(d.amounts, key);
-  for (const auto& [amount, slots] : holders->second.by_amount) {
-    if (amount < need) return;
-    for (uint32_t slot : slots) {
-      if (Qualifies(d, use_total, slot) && !fn(slot)) return;
+  const double need = AmountOf(d.amounts, key);
+  auto lists = [](const Side& side, uint32_t name) -> const HolderCursor::Lists* {
+    auto it = side.find(name);
+    return it == side.end() ? nullptr : &it->second.by_amount;
+  };
+  if (!use_total) {
+    for (HolderCursor c(lists(avail_, key), nullptr); c.Valid() && c.Amount() >= need; c.Next()) {
+      if (Qualifies(d, false, c.Slot()) && !fn(c.Slot())) return;
     }
+    return;
+  }
+  // Totals: an idle node's are its available amounts (the available side); a busy node's are
+  // kept apart (busy_total_). Both in candidate order, merged.
+  HolderCursor idle(lists(avail_, key), [this](uint32_t slot) { return busy_.count(slot) > 0; });
+  HolderCursor busy(lists(busy_total_, key), nullptr);
+  while (idle.Valid() || busy.Valid()) {
+    HolderCursor& c = idle.Valid() && idle.Before(busy) ? idle : busy;
+    if (c.Amount() < need) return;
+    uint32_t slot = c.Slot();
+    c.Next();
+    if (Qualifies(d, true, slot) && !fn(slot)) return;
   }
 }
 

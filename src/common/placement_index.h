@@ -7,7 +7,7 @@
 // or delta from the head).
 //
 // Candidate order (the one rule every decision follows): a demand's key resource is its
-// resource held by the fewest indexed nodes (ties: lowest name id); candidates come with the
+// resource the fewest indexed nodes have some of available (ties: lowest name id); candidates come with the
 // most of the key resource first, then by slot (a node keeps its slot while indexed; freed slots
 // are reused, lowest first). A demand with no positive amount has no key: candidates by slot.
 // Only nodes whose free amounts (available or total) fit the demand and whose labels match its
@@ -101,7 +101,7 @@ class PlacementIndex {
   // Moves slot between the holder lists of the resources whose amounts differ.
   void Move(Side& side, const CompactResources& from, const CompactResources& to, uint32_t slot);
   void IndexLabels(uint32_t slot, bool add);
-  uint32_t KeyOf(const Demand& d, bool use_total) const;  // kNoSlot: none
+  uint32_t KeyOf(const Demand& d) const;  // kNoSlot: none
   double KeyAmount(uint32_t key, bool use_total, uint32_t slot) const;
   bool Qualifies(const Demand& d, bool use_total, uint32_t slot) const;
   // The nodes `d`'s selector allows, when a key=value/in or node-id term narrows it to fewer
@@ -113,7 +113,9 @@ class PlacementIndex {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;  // a min-heap: the lowest free slot is reused first
   size_t count_ = 0;
-  Side avail_, total_;
+  // Every node's available amounts; the totals of the nodes whose available differs from their
+  // total (an idle node's totals are its available amounts: not entered twice).
+  Side avail_, busy_total_;
   // (key id << 32 | value id) -> slots carrying it, sorted. Labels whose value is the node's
   // own id or hostname are not entered (a node-id term is answered through find_).
   std::unordered_map<uint64_t, std::vector<uint32_t>> by_label_;

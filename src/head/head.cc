@@ -170,7 +170,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   SetFromRecord(names_, n, &e);
   e.known = true;
   e.ledger_seq = 0;
-  e.pending.clear();
+  e.pending.reset();
   node_by_address_.erase(std::string_view(e.address));
   node_by_address_.emplace(std::string_view(e.address), id);
   if (!e.alive) ++alive_nodes_;
@@ -239,8 +239,11 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
     IndexNodeLocked(it->first, e);
     BumpView(&it->first);
   }
-  if (req->pending_size() > 0 || !e.pending.empty()) {
-    e.pending.assign(req->pending().begin(), req->pending().end());
+  if (req->pending_size() > 0) {
+    if (!e.pending) e.pending = std::make_unique<std::vector<rpc::PendingDemand>>();
+    e.pending->assign(req->pending().begin(), req->pending().end());
+  } else {
+    e.pending.reset();
   }
   if (req->want_view() || alive_nodes_ <= static_cast<size_t>(cfg_.push_view_max_nodes)) {
     FillViewLocked(req->view_version(), reply);

@@ -77,7 +77,8 @@ class Cluster {
   }
 
   // The candidate order written the plain way: every alive node checked with maps, then sorted
-  // by the key resource (held by the fewest nodes; ties: lowest name id), most first, then slot.
+  // by the key resource (the one the fewest nodes have some of available; ties: lowest name id),
+  // most first (of the free amounts asked for: available or total), then slot.
   std::vector<std::string> ScanCandidates(const ResourceMap& demand, const LabelSelectorTerms& selector,
                                           bool use_total) const {
     std::vector<std::string> alive = Alive();
@@ -90,7 +91,7 @@ class Cluster {
       auto id = pool_.Find(name);
       if (!id) return {};
       size_t holders = 0;
-      for (const auto& n : alive) holders += free(n).count(name) && free(n).at(name) > 0;
+      for (const auto& n : alive) holders += Available(n).count(name) && Available(n).at(name) > 0;
       if (key.empty() || holders < fewest || (holders == fewest && *id < key_id)) {
         key = name, fewest = holders, key_id = *id;
       }
@@ -248,6 +249,7 @@ void RandomCluster(Rng& r, Cluster& c) {
       ResourceMap avail = total;
       for (auto& [k, v] : avail) v = std::max(0.0, v - 0.5 * r.Int(5));
       c.SetAvailable(id, avail);
+      if (r.Chance(4)) c.SetAvailable(id, total);  // busy, then idle again
     }
   }
   for (int i = 0; i < n / 5; ++i) c.Kill("n" + std::to_string(r.Int(n)));

@@ -40,8 +40,10 @@ void SliceIndex::Upsert(std::string_view node_id, const SliceHostInfo& info) {
     Remove(node_id);
     mit = members_.end();
   }
-  Slice& s = slices_[name];
-  if (s.name.empty()) {
+  auto [sit, fresh_slice] = slices_.try_emplace(name);
+  Slice& s = sit->second;
+  const std::string_view key = sit->first;
+  if (fresh_slice) {
     s.name = name;
     s.pod_type = info.pod_type;
     s.topology = info.topology;
@@ -55,12 +57,12 @@ void SliceIndex::Upsert(std::string_view node_id, const SliceHostInfo& info) {
         s.pod_type != info.pod_type) {
       s.duplicate = true;
       const bool could_take = worker >= 0 && worker < s.hosts_expected && s.pod_type == info.pod_type;
-      members_[node_id] = {name, -1, busy, could_take ? worker : -1, info.chips};
+      members_[node_id] = {key, -1, busy, could_take ? worker : -1, info.chips};
       Evaluate(s);
       return;
     }
     s.hosts[worker] = node_id;
-    members_[node_id] = {name, worker, busy};
+    members_[node_id] = {key, worker, busy};
     s.busy += busy;
   } else if (mit->second.worker >= 0 && mit->second.busy != busy) {
     s.busy += busy ? 1 : -1;
@@ -79,7 +81,7 @@ bool SliceIndex::UpdateBusyInPlace(std::string_view node_id, const SliceHostInfo
   if (mit == members_.end() || mit->second.worker < 0 || info.chips <= 0) return false;
   Member& m = mit->second;
   bool anonymous = info.slice_name.empty();
-  auto sit = slices_.find(m.slice);
+  auto sit = slices_.find(std::string(m.slice));
   if (sit == slices_.end() || m.slice != (anonymous ? node_id : std::string_view(info.slice_name)) ||
       m.worker != (anonymous ? 0 : info.worker_id) || sit->second.pod_type != info.pod_type ||
       sit->second.chips[m.worker] != info.chips) {
@@ -127,7 +129,7 @@ void SliceIndex::Remove(std::string_view node_id) {
   if (mit == members_.end()) return;
   Member m = mit->second;
   members_.erase(mit);
-  auto sit = slices_.find(m.slice);
+  auto sit = slices_.find(std::string(m.slice));
   if (sit == slices_.end()) return;
   Slice& s = sit->second;
   if (m.worker >= 0) {

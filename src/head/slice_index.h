@@ -71,7 +71,7 @@ class SliceIndex {
 
  private:
   struct Member {
-    std::string slice;
+    std::string_view slice;  // views its slice's key in slices_ (a slice outlives its members)
     int worker = -1;      // -1: a duplicate (its worker id taken, out of range, or another pod type)
     bool busy = false;    // a duplicate's is counted once it takes a slot
     int claimed = -1;     // a duplicate's worker id, when it could take that slot once it is free
