@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The head at 1k, 2k, 5k and 10k simulated TPU hosts over the real protocol (bench/head_scale.cc):
+# The head at 1k to 50k simulated TPU hosts over the real protocol (bench/head_scale.cc):
 # a fresh `torus head` process per size, every node heartbeating at --heartbeat-ms.
 # Usage: bench/head_scale.sh [--nodes 1000,2000,5000,10000] [--heartbeat-ms 1000]
 #                            [--warmup-s 20] [--measure-s 20] [--cycles 50] [-- HEAD FLAGS]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Plots bench/head_scale.sh results (a CSV of bench/results/) into docs/img/head_scale_*.png.
+"""Plots bench/head_scale.sh results (a CSV of bench/results/) into docs/img/head_scale_*.png, and
+the newest bench/placement_bench CSV into docs/img/placement_index_decision.png.
 
 Usage: bench/plot_scale.py [bench/results/head_scale-....csv]   (default: the newest one)
 Runs itself under a private virtualenv (.venv-plot, created with pip on first use) for matplotlib.
@@ -70,6 +71,19 @@ def main():
         100, "target: 100 us")
     fig("head_scale_false_deaths.png", "False deaths (nodes the head declared dead)",
         [("false deaths", col("false_deaths"))], "nodes")
+    kinds = ["pack4", "spread4", "strict_pack4", "strict_spread4", "spread4_label", "spread4_custom"]
+    if all(f"pg_{k}_decision_us_p50" in rows[0] for k in kinds):
+        fig("head_scale_pg_decision.png", "Placement-group decision in the head (decision_us p50)",
+            [(k, col(f"pg_{k}_decision_us_p50")) for k in kinds] + [("slice", col("slice_decision_us_p50"))],
+            "microseconds", 100, "target: 100 us")
+    # The placement index alone, in one process (bench/placement_bench), when it has been run.
+    benches = glob.glob(os.path.join(ROOT, "bench/results/placement_bench-*.csv"))
+    if benches:
+        rows = sorted(csv.DictReader(open(max(benches))), key=lambda r: int(r["hosts"]))
+        n[:] = [int(r["hosts"]) for r in rows]
+        kinds = ["pack4", "spread4", "strict_pack4", "strict_spread4", "spread4_label", "spread4_custom", "actor"]
+        fig("placement_index_decision.png", "Placement index decision (placement_bench, p99)",
+            [(k, [float(r[f"{k}_us_p99"]) for r in rows]) for k in kinds], "microseconds", 100, "target p50: 100 us")
 
 
 if __name__ == "__main__":
