@@ -243,6 +243,10 @@ class LaneServer final : public rpc::Lane::Service {
   bool Stop(std::chrono::milliseconds max_wait = std::chrono::milliseconds::max()) EXCLUDES(mu_);
   int port() const { return port_; }
   const std::string& unix_name() const { return unix_name_; }
+  // The port of the gRPC server this lane belongs to. Once set, a hello that names another gRPC
+  // port is refused with FAILED_PRECONDITION: a client whose remembered lane port now belongs to
+  // another process (its server died, the port was taken again) learns it at once.
+  void SetGrpcPort(int port) { grpc_port_ = port; }
 
   grpc::Status Where(grpc::ServerContext* ctx, const rpc::Empty* req, rpc::LaneWhereReply* reply) override;
 
@@ -270,6 +274,7 @@ class LaneServer final : public rpc::Lane::Service {
   int unix_fd_ = -1;         // abstract Unix socket, same host only
   int wake_fd_ = -1;         // eventfd: wakes the accept loop at Stop
   int port_ = 0;
+  std::atomic<int> grpc_port_{0};  // 0: not told (any hello's port is accepted)
   std::string unix_name_;
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;

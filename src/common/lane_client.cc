@@ -122,9 +122,11 @@ std::string PoolKey(const std::string& address, const std::string& token) {
   return address + '\n' + token;
 }
 
-// Connects to the lane of `address` and says hello. Returns the fd, or -1 with *st set when the
-// lane refused the token (delivered: the caller reports it) or left *st OK when it is unreachable.
-int Hello(int fd, const std::string& token, Clock::time_point deadline, grpc::Status* st);
+// Says hello on a fresh connection to the lane of gRPC address `address` (the token, and the
+// gRPC port meant). Returns the fd, or -1 (closed) with *st set when the lane refused (the token;
+// FAILED_PRECONDITION: it belongs to another gRPC server), OK when it is unreachable.
+int Hello(int fd, const std::string& token, const std::string& address, Clock::time_point deadline,
+          grpc::Status* st);
 
 // Sends a frame that the server answers with a payload-less reply (a hello, a stream open) and
 // reads that reply into *answer. False if the connection failed or the reply is malformed.
@@ -160,7 +162,7 @@ int Dial(const std::string& address, int lane_port, const std::string& unix_name
          Clock::time_point deadline, grpc::Status* st) {
   if (int fd = DialUnix(unix_name); fd >= 0) {
     grpc::Status refused;
-    fd = Hello(fd, token, deadline, &refused);
+    fd = Hello(fd, token, address, deadline, &refused);
     if (fd >= 0 || !refused.ok()) {
       *st = refused;
       return fd;
@@ -199,13 +201,15 @@ int Dial(const std::string& address, int lane_port, const std::string& unix_name
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return Hello(fd, token, deadline, st);
+  return Hello(fd, token, address, deadline, st);
 }
 
-// Says hello on a fresh connection; returns fd, or -1 (closed) with *st set if the token was refused.
-int Hello(int fd, const std::string& token, Clock::time_point deadline, grpc::Status* st) {
+int Hello(int fd, const std::string& token, const std::string& address, Clock::time_point deadline,
+          grpc::Status* st) {
+  std::string host, port, hello = token;
+  if (SplitHostPort(address, &host, &port)) hello += "\n" + port;
   grpc::Status answer;
-  if (!Ask(fd, kLaneHello, token, deadline, &answer) || !answer.ok()) {
+  if (!Ask(fd, kLaneHello, hello, deadline, &answer) || !answer.ok()) {
     *st = answer;
     close(fd);
     return -1;
@@ -231,6 +235,9 @@ int SendCall(const std::string& token, const LaneRequest& r, Clock::time_point d
         if (refused.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
           out->status = refused;  // as gRPC would answer: the caller reports it
           out->delivered = true;
+        } else if (refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+          // Another process's lane now has that port: ask the gRPC server where its lane is.
+          LaneDirectory::Get().Forget(r.address);
         } else if (!refused.ok()) {
           LaneDirectory::Get().Avoid(r.address, std::chrono::seconds(60));  // full: gRPC for a while
         } else {
@@ -375,7 +382,13 @@ std::unique_ptr<LaneClientStream> LaneClientStream::Open(const std::string& addr
   auto deadline = Clock::now() + std::chrono::seconds(5);
   grpc::Status refused;
   int fd = Dial(address, lane_port, unix_name, token, deadline, &refused);
-  if (fd < 0) return nullptr;
+  if (fd < 0) {
+    // Unreachable, or another process's lane now: ask where the lane is next time.
+    if (refused.ok() || refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      LaneDirectory::Get().Forget(address);
+    }
+    return nullptr;
+  }
   grpc::Status answer;
   if (!Ask(fd, kLaneOpen, method, deadline, &answer) || !answer.ok()) {
     close(fd);

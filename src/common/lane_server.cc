@@ -214,7 +214,22 @@ bool LaneServer::ReadHello(PendingHello& p) {
     }
     p.bytes.append(buf, static_cast<size_t>(k));
   }
+  // The hello: the token, then (from clients that know it) '\n' and the gRPC port they meant.
   std::string_view token(p.bytes.data() + sizeof h, h.text_len);
+  std::string_view meant;
+  if (auto nl = token.rfind('\n'); nl != std::string_view::npos) {
+    meant = token.substr(nl + 1);
+    token = token.substr(0, nl);
+  }
+  if (const int mine = grpc_port_.load(); mine > 0 && !meant.empty() && meant != std::to_string(mine)) {
+    fcntl(p.fd, F_SETFL, fcntl(p.fd, F_GETFL) & ~O_NONBLOCK);
+    SendFrame(p.fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::FAILED_PRECONDITION),
+              "this is the lane of the " + what_ + " (gRPC port " + std::to_string(mine) + "), not of gRPC port " +
+                  std::string(meant.substr(0, 16)),
+              {});
+    close(p.fd);
+    return false;
+  }
   if (!TokenEquals(token, token_)) {
     fcntl(p.fd, F_SETFL, fcntl(p.fd, F_GETFL) & ~O_NONBLOCK);
     SendFrame(p.fd, kLaneReply, static_cast<uint16_t>(grpc::StatusCode::UNAUTHENTICATED),

@@ -121,6 +121,7 @@ Status CoreWorker::Connect() {
     }
   }
   server_ = StartServer(opts_.bind_host, &port, services);
+  if (server_ && lane_) lane_->SetGrpcPort(port);
   if (!server_ || port == 0) return Unavailable("cannot start the core worker's RPC server");
   address_ = opts_.bind_host + ":" + std::to_string(port);
   RegisterInProcessServer(address_, server_.get(), this);

@@ -65,6 +65,7 @@ Status Head::Start() {
   }
   std::string why;
   server_ = StartServer(cfg_.bind_host, &port, {this, job_manager_.get(), lane_.get()}, 0, &why);
+  if (server_ && lane_) lane_->SetGrpcPort(port);
   if (!server_ || port == 0) {
     lane_->Stop();
     return Unavailable("head cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port) + ": " + why);

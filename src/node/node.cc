@@ -194,6 +194,7 @@ Status Node::Serve() {
   }
   std::string why;
   server_ = StartServer(cfg_.bind_host, &port, {this, job_runner_.get(), lane_.get()}, 0, &why);
+  if (server_ && lane_) lane_->SetGrpcPort(port);
   if (!server_ || port == 0) {
     lane_->Stop();
     UnlinkSegmentsWithPrefix(shm_prefix_);
