@@ -11,8 +11,20 @@
 // node registered, false deaths (nodes the head lists dead, "declared dead" in its log), the
 // head's decision_us for slice reservations and for an ordinary 4-bundle SPREAD group.
 //
+// Dead hosts: each simulated node keeps the watch target the head gives it (registration,
+// heartbeat replies, Node.SetWatch) and reports it as a node does (Head.ReportPeerLost), and
+// answers the head's probes (Node.Ping). Last, --kill K hosts are killed 25 ms apart under the
+// full heartbeat load: their heartbeats stop; a killed host's watcher reports it at once (a dead
+// process: its kernel closes the watch link) or, for --silent-fraction of them, 2 s later (a
+// vanished host: the watcher's keepalive, node/peer_watch.h), and its probes are refused, or for
+// silent ones never answered. The watch links themselves are not opened here (two sockets per
+// host would pass this machine's open-file limit); tests/failure_test.cc (WatchRingTest) runs
+// them for real. A watcher node pulls view deltas every 20 ms over the real heartbeat; a host's
+// detection time is from its kill to the view showing it dead.
+//
 //   head_scale --torus build/torus --nodes 10000 --heartbeat-ms 1000 [--warmup-s 10]
-//              [--measure-s 20] [--cycles 50] [--csv FILE] [-- HEAD FLAGS...]
+//              [--measure-s 20] [--cycles 50] [--kill 200] [--silent-fraction 0.5]
+//              [--csv FILE] [-- HEAD FLAGS...]
 // bench/head_scale.sh runs it for 1k, 2k, 5k, 10k nodes.
 #include <fcntl.h>
 #include <signal.h>
@@ -22,11 +34,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <iostream>
 #include <map>
+#include <queue>
+#include <random>
+#include <set>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -54,7 +70,31 @@ struct SimNode {
   uint64_t ledger_seq = 0;
   uint64_t view_version = 0;
   std::map<std::string, std::map<int, ResourceMap>> bundles;  // pg -> index -> resources
+  std::string watching;           // its watch target (node id)
+  bool killed = false, silent = false;
 };
+
+// Reports of watch links ended (Head.ReportPeerLost), each sent at its time by one thread.
+struct Reports {
+  struct Report {
+    std::chrono::steady_clock::time_point at;
+    int watcher;
+    std::string target;
+    std::string how;
+    bool operator>(const Report& o) const { return at > o.at; }
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::priority_queue<Report, std::vector<Report>, std::greater<Report>> due;
+  void Add(Report r) {
+    std::lock_guard<std::mutex> lock(mu);
+    due.push(std::move(r));
+    cv.notify_all();
+  }
+};
+// The delay a watcher takes to see its target's link end: at once for a dead process, after
+// keepalive (1 s idle + 1 s probe, node/peer_watch.h) for a vanished host.
+constexpr int kSilentDetectMs = 2000;
 
 // Every simulated node's state, guarded by one mutex (calls are rare next to heartbeats).
 struct Cluster {
@@ -65,6 +105,18 @@ struct Cluster {
   std::atomic<uint64_t> view_records{0};  // NodeRecords received in heartbeat replies
   std::atomic<uint64_t> view_replies{0};  // heartbeat replies that carried a view
   std::atomic<uint64_t> view_bytes{0};    // bytes of views (deltas and snapshots) received
+  std::unordered_map<std::string, int> by_id;
+  Reports reports;
+  // Node w watches `target` from now on (requires mu): a killed target is reported (its link
+  // cannot be opened).
+  void Watch(int w, const std::string& target) {
+    nodes[w].watching = target;
+    auto it = by_id.find(target);
+    if (it == by_id.end() || !nodes[it->second].killed) return;
+    const bool silent = nodes[it->second].silent;
+    reports.Add({std::chrono::steady_clock::now() + std::chrono::milliseconds(silent ? kSilentDetectMs : 0), w, target,
+                 silent ? "keepalive probes unanswered" : "connection refused"});
+  }
 };
 
 void FillLedger(const SimNode& n, rpc::PrepareBundlesReply* reply) {
@@ -76,6 +128,35 @@ void FillLedger(const SimNode& n, rpc::PrepareBundlesReply* reply) {
 class SimNodeService final : public rpc::Node::Service {
  public:
   explicit SimNodeService(Cluster* c) : c_(c) {}
+
+  grpc::Status SetWatch(grpc::ServerContext* ctx, const rpc::WatchTarget* req, rpc::Empty*) override {
+    if (auto s = CheckToken(ctx, c_->token); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(c_->mu);
+    SimNode* n = Find(ctx);
+    if (!n) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no simulated node at this address");
+    if (n->killed) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused");
+    c_->Watch(static_cast<int>(n - c_->nodes.data()), req->node_id());
+    return grpc::Status::OK;
+  }
+
+  // A killed host refuses the probe at once (its process is gone) or, silent, never answers.
+  grpc::Status Ping(grpc::ServerContext* ctx, const rpc::PingRequest* req, rpc::Empty*) override {
+    if (auto s = CheckToken(ctx, c_->token); !s.ok()) return s;
+    bool silent = false;
+    {
+      std::lock_guard<std::mutex> lock(c_->mu);
+      SimNode* n = Find(ctx);
+      if (!n) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no simulated node at this address");
+      if (n->killed && !n->silent) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused");
+      silent = n->killed;
+      if (!silent && req->node_id() != n->id) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "another node");
+    }
+    if (silent) {
+      std::this_thread::sleep_until(ctx->deadline());
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no answer");
+    }
+    return grpc::Status::OK;
+  }
 
   grpc::Status PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
                               rpc::PrepareBundlesReply* reply) override {
@@ -230,6 +311,8 @@ int main(int argc, char** argv) {
   std::string torus_exe = "build/torus", csv;
   int num_nodes = 1000, heartbeat_ms = 1000, warmup_s = 10, measure_s = 20, cycles = 50;
   int channels = 8;
+  int kills = 200;
+  double silent_fraction = 0.5;
   std::vector<std::string> head_flags;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -247,9 +330,12 @@ int main(int argc, char** argv) {
     else if (a == "--cycles") cycles = std::stoi(next());
     else if (a == "--channels") channels = std::stoi(next());
     else if (a == "--csv") csv = next();
+    else if (a == "--kill") kills = std::stoi(next());
+    else if (a == "--silent-fraction") silent_fraction = std::stod(next());
     else Fail("unknown flag " + a);
   }
   if (num_nodes % 4 != 0 || num_nodes > 60000) Fail("--nodes must be a multiple of 4, at most 60000");
+  if (kills < 0 || kills > num_nodes / 2) Fail("--kill must be between 0 and half the nodes");
 
   // A session of our own, and the head in it.
   auto session = CreateSession(false);
@@ -326,6 +412,7 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : id->resources) n.total[k] = v;
     n.available = n.total;
     c.by_address[n.address] = i;
+    c.by_id[n.id] = i;
   }
 
   // Channels to the head: a few connections shared by the nodes (see docs/benchmarks_scale.md).
@@ -354,7 +441,12 @@ int main(int argc, char** argv) {
     }
     rpc::RegisterNodeReply reply;
     auto ctx = NewContext(c.token, 30000);
-    return stubs[i % channels]->RegisterNode(ctx.get(), req, &reply);
+    auto st = stubs[i % channels]->RegisterNode(ctx.get(), req, &reply);
+    if (st.ok()) {
+      std::lock_guard<std::mutex> lock(c.mu);
+      c.Watch(i, reply.watch().node_id());
+    }
+    return st;
   };
 
   // Heartbeats: node i beats at phase i*P/N of each period P, asynchronously, once registered.
@@ -389,6 +481,10 @@ int main(int argc, char** argv) {
         (void)register_node(call->node);
         continue;
       }
+      if (call->reply.has_watch()) {
+        std::lock_guard<std::mutex> lock(c.mu);
+        c.Watch(call->node, call->reply.watch().node_id());
+      }
       if (call->reply.nodes_size() > 0 || call->reply.view_version() != call->req.view_version()) {
         c.view_records += call->reply.nodes_size();
         c.view_bytes += call->reply.ByteSizeLong();
@@ -420,6 +516,7 @@ int main(int argc, char** argv) {
           ToProto(n.available, call->req.mutable_available());
           call->req.set_ledger_seq(n.ledger_seq);
           call->req.set_view_version(n.view_version);
+          call->req.set_watching(n.watching);
         }
         call->req.set_heartbeat_ms(static_cast<uint32_t>(period_ms));
         call->ctx.AddMetadata(kTokenMetadataKey, c.token);
@@ -562,6 +659,167 @@ int main(int argc, char** argv) {
   const auto& pg_dec = dec[2];
   const auto& pg_rtt = rtts[2];
 
+  // Kills, under the full heartbeat load, 25 ms apart; reports go out as the watchers would send
+  // them; a view watcher (node 0, never killed) pulls view deltas every 20 ms over the real
+  // heartbeat and times each death as a node would see it.
+  std::vector<double> detect_s, detect_closed_s, detect_silent_s;
+  int killed_silent = 0, undetected = 0;
+  std::set<std::string> false_dead;  // nodes the view showed dead that were not killed
+  std::set<int> killed;
+  std::atomic<bool> reporting{true};
+  std::thread reporter([&] {
+    std::unique_lock<std::mutex> lock(c.reports.mu);
+    while (reporting) {
+      if (c.reports.due.empty()) {
+        c.reports.cv.wait_for(lock, std::chrono::milliseconds(100));
+        continue;
+      }
+      auto r = c.reports.due.top();
+      if (r.at > Clock::now()) {
+        c.reports.cv.wait_until(lock, r.at);
+        continue;
+      }
+      c.reports.due.pop();
+      lock.unlock();
+      rpc::PeerLostRequest req;
+      {
+        std::lock_guard<std::mutex> l(c.mu);
+        req.set_watcher_id(c.nodes[r.watcher].id);
+      }
+      req.set_node_id(r.target);
+      req.set_how(r.how);
+      rpc::Empty e;
+      auto ctx = NewContext(c.token, 2000);
+      (void)stubs[r.watcher % channels]->ReportPeerLost(ctx.get(), req, &e);
+      lock.lock();
+    }
+  });
+  if (kills > 0) {
+    std::mt19937 rng(12345);
+    std::vector<int> cand;
+    for (int i = 4; i < num_nodes; ++i) cand.push_back(i);
+    std::shuffle(cand.begin(), cand.end(), rng);
+    std::mutex wmu;
+    std::vector<Clock::time_point> kill_at(num_nodes);
+    std::vector<char> silent(num_nodes, 0);
+    std::map<int, double> seen;
+    uint64_t wver = 0;
+    auto note_dead = [&](const std::string& id, Clock::time_point now) {
+      auto it = c.by_id.find(id);
+      if (it == c.by_id.end()) return;
+      std::lock_guard<std::mutex> lock(wmu);
+      if (!killed.count(it->second)) {
+        false_dead.insert(id);
+      } else if (!seen.count(it->second)) {
+        seen[it->second] = std::chrono::duration<double>(now - kill_at[it->second]).count();
+      }
+    };
+    auto watch_once = [&] {
+      rpc::HeartbeatRequest req;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        const SimNode& n = c.nodes[0];
+        req.set_node_id(n.id);
+        ToProto(n.available, req.mutable_available());
+        req.set_ledger_seq(n.ledger_seq);
+        req.set_watching(n.watching);
+      }
+      req.set_view_version(wver);
+      req.set_want_view(true);
+      req.set_heartbeat_ms(std::max<uint32_t>(heartbeat_ms, paced_ms.load()));
+      rpc::HeartbeatReply reply;
+      auto ctx = NewContext(c.token, 5000);
+      if (!stubs[0]->Heartbeat(ctx.get(), req, &reply).ok()) return;
+      const auto now = Clock::now();
+      if (reply.has_watch()) {
+        std::lock_guard<std::mutex> lock(c.mu);
+        c.Watch(0, reply.watch().node_id());
+      }
+      if (reply.view_version() == wver) return;
+      if (reply.view_delta()) {
+        for (const auto& id : reply.removed_node_ids()) note_dead(id, now);
+        for (const auto& r : reply.nodes()) {
+          if (!r.alive()) note_dead(r.node_id(), now);
+        }
+      } else if (!reply.view_snapshot().empty()) {
+        if (wver != 0) {  // a whole view: every killed node missing from it is dead by now
+          rpc::ListReply all;
+          all.ParseFromString(reply.view_snapshot());
+          std::set<std::string> alive_ids;
+          for (const auto& r : all.nodes()) alive_ids.insert(r.node_id());
+          std::vector<std::string> gone;
+          {
+            std::lock_guard<std::mutex> lock(wmu);
+            for (int k : killed) {
+              if (!alive_ids.count(c.nodes[k].id)) gone.push_back(c.nodes[k].id);
+            }
+          }
+          for (const auto& id : gone) note_dead(id, now);
+        }
+      } else if (reply.nodes_size() == 0) {
+        return;  // paced: ask again
+      }
+      wver = reply.view_version();
+    };
+    for (int i = 0; i < 100 && wver == 0; ++i) watch_once();
+    std::atomic<bool> watching{true};
+    std::thread viewer([&] {
+      while (watching) {
+        watch_once();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+    const int silent_every = silent_fraction > 0 ? std::max(1, static_cast<int>(1.0 / silent_fraction + 0.5)) : 0;
+    for (int k = 0; k < kills; ++k) {
+      const int x = cand[k];
+      const bool quiet = silent_every > 0 && k % silent_every == 0;
+      registered[x] = false;  // its heartbeats stop
+      const auto now = Clock::now();
+      {
+        std::lock_guard<std::mutex> lock(wmu);
+        killed.insert(x);
+        kill_at[x] = now;
+        silent[x] = quiet;
+      }
+      killed_silent += quiet;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        c.nodes[x].killed = true;
+        c.nodes[x].silent = quiet;
+        for (int w = 0; w < num_nodes; ++w) {
+          if (c.nodes[w].killed || c.nodes[w].watching != c.nodes[x].id) continue;
+          c.reports.Add({now + std::chrono::milliseconds(quiet ? kSilentDetectMs : 0), w, c.nodes[x].id,
+                         quiet ? "keepalive probes unanswered" : "closed by its node"});
+        }
+      }
+      std::this_thread::sleep_until(now + std::chrono::milliseconds(25));
+    }
+    // Every death seen (at most 60 s after the last kill), then 2 s more for false ones.
+    auto until = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> lock(wmu);
+        if (seen.size() == killed.size()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    watching = false;
+    viewer.join();
+    for (int i : killed) {
+      auto it = seen.find(i);
+      if (it == seen.end()) {
+        ++undetected;
+        continue;
+      }
+      detect_s.push_back(it->second);
+      (silent[i] ? detect_silent_s : detect_closed_s).push_back(it->second);
+    }
+  }
+  reporting = false;
+  c.reports.cv.notify_all();
+  reporter.join();
+
   // Liveness as the head sees it, then stop.
   rpc::ListReply list;
   {
@@ -570,6 +828,7 @@ int main(int argc, char** argv) {
   }
   int alive = 0;
   for (const auto& n : list.nodes()) alive += n.alive();
+  alive += static_cast<int>(killed.size()) - undetected;  // the killed ones are not false deaths
   stop = true;
   beater.join();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -579,6 +838,7 @@ int main(int argc, char** argv) {
     std::string line;
     while (std::getline(f, line)) declared_dead += line.find("declared dead") != std::string::npos;
   }
+  declared_dead -= static_cast<int>(killed.size()) - undetected;  // those were meant
   kill_head();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   cq.Shutdown();
@@ -604,6 +864,10 @@ int main(int argc, char** argv) {
       << Median(slice_dec) << "," << Pct(slice_dec, 0.9) << "," << Median(slice_rtt) / 1000 << ","
       << Median(pg_dec) << "," << Median(pg_rtt) / 1000 << "," << pg_not_created << "," << paced_ms.load() << "," << loadavg;
   for (size_t i = 1; i < variants.size(); ++i) row << "," << Median(dec[i]) << "," << Pct(dec[i], 0.99);
+  auto mx = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
+  row << "," << killed.size() << "," << killed_silent << "," << undetected << "," << false_dead.size() << ","
+      << Median(detect_s) << "," << Pct(detect_s, 0.99) << "," << mx(detect_s) << "," << Median(detect_closed_s)
+      << "," << Pct(detect_closed_s, 0.99) << "," << Median(detect_silent_s) << "," << Pct(detect_silent_s, 0.99);
   std::string header =
       "nodes,heartbeat_ms,register_s,heartbeats_per_s,heartbeat_failures_per_s,head_cpu_pct,"
       "heartbeat_p50_ms,heartbeat_p99_ms,view_records_per_s,view_kb_per_s,rss_base_kb,rss_kb,rss_bytes_per_node,"
@@ -613,6 +877,8 @@ int main(int argc, char** argv) {
   for (size_t i = 1; i < variants.size(); ++i) {
     header += ",pg_" + variants[i].name + "_decision_us_p50,pg_" + variants[i].name + "_decision_us_p99";
   }
+  header += ",killed,killed_silent,undetected,false_dead_in_view,detect_s_p50,detect_s_p99,detect_s_max,"
+            "detect_closed_s_p50,detect_closed_s_p99,detect_silent_s_p50,detect_silent_s_p99";
   std::cout << header << "\n" << row.str() << std::endl;
   if (!csv.empty()) {
     bool fresh = !std::ifstream(csv).good();

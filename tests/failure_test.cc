@@ -1,6 +1,7 @@
 // Failures: task exceptions, actor method exceptions, worker processes that die (SIGKILL, abort,
 // SIGSEGV) and the retries that follow, unregistered functions, and a node that dies.
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cluster_fixture.h"
+#include "proto/torus.grpc.pb.h"
 
 namespace {
 
@@ -331,6 +333,84 @@ TEST_F(PacedHeartbeatTest, NodesBeatAtThePacedPeriodAndStayAlive) {
   EXPECT_TRUE(WaitUntil([&] { return states()[victim.node_id].first == "DEAD"; },
                         std::chrono::seconds(30)));
   EXPECT_EQ(states()[cluster().head_node().node_id].first, "ALIVE");
+}
+
+// The watch ring: a node daemon killed with SIGKILL is declared dead once the node that watches
+// it reports its watch link ended and the head's probe goes unanswered, long before heartbeats
+// would tell (--node-timeout-ms 60000 here); its task is retried elsewhere, and the head's log
+// names the watcher's report as the cause.
+struct WatchRingTest : ClusterTest<WatchRingTest> {
+  static constexpr const char* kName = "watchring";
+  static constexpr bool kConnectDriver = false;
+  static void Build(TestCluster& c) {
+    c.StartHead(1, nlohmann::json::object(), {}, {"--node-timeout-ms", "60000"});
+    c.ConnectDriver();
+    for (int i = 0; i < 2; ++i) {
+      NodeSpec s;
+      s.num_cpus = 1;
+      s.resources = {{"spare", 1}};
+      c.AddNode(s);
+    }
+  }
+};
+
+TEST_F(WatchRingTest, AKilledNodeIsDeclaredDeadWhenItsLinkEnds) {
+  std::string dir = ScratchDir(cluster(), "linkkill");
+  auto ref = ray::Task(FailWhereSleep).SetResource("spare", 1).Remote(dir, 120);
+  ASSERT_TRUE(WaitUntil([&] { return !ReadFileOr(dir + "/node-0").empty(); }));
+  const std::string first_node = ReadFileOr(dir + "/node-0");
+  const NodeInfo* victim = nullptr;
+  for (const auto& n : cluster().nodes()) {
+    if (n.node_id == first_node) victim = &n;
+  }
+  ASSERT_NE(victim, nullptr);
+  auto state_of = [&](const std::string& id) {
+    for (const auto& n : cluster().ListJson("nodes")) {
+      if (n.value("node_id", "") == id) return n.value("state", "");
+    }
+    return std::string();
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  cluster().KillNode(*victim);
+  ASSERT_TRUE(WaitUntil([&] { return state_of(first_node) == "DEAD"; }, std::chrono::seconds(30)));
+  // Far inside the 60 s heartbeat timeout: the link, not a heartbeat, told the head.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  const std::string log = ReadFileOr(cluster().session_dir() + "/logs/head.err");
+  EXPECT_NE(log.find("node " + first_node + " declared dead: node "), std::string::npos) << log;
+  EXPECT_NE(log.find("reported its watch link to it ended"), std::string::npos) << log;
+  EXPECT_NE(log.find("did not answer the head's probe"), std::string::npos) << log;
+  EXPECT_NE(*ref.Get(kGetTimeoutMs), first_node);
+  for (const auto& n : cluster().nodes()) {
+    if (n.node_id != first_node) {
+      EXPECT_EQ(state_of(n.node_id), "ALIVE") << n.node_id;
+    }
+  }
+}
+
+// A report about a live node (a flaky link, a confused or hostile watcher) costs one probe and
+// kills nothing: the node answers and stays alive.
+TEST_F(WatchRingTest, AReportAboutALiveNodeIsCheckedByAProbe) {
+  std::map<std::string, std::string> before;  // (a suite run in one process shares its cluster)
+  for (const auto& n : cluster().ListJson("nodes")) before[n.value("node_id", "")] = n.value("state", "");
+  const NodeInfo& target = cluster().head_node();
+  ASSERT_EQ(before[target.node_id], "ALIVE");
+  auto channel = grpc::CreateChannel(cluster().address(), grpc::InsecureChannelCredentials());
+  auto head = torus::rpc::Head::NewStub(channel);
+  torus::rpc::PeerLostRequest req;
+  req.set_watcher_id("no-such-watcher");
+  req.set_node_id(target.node_id);
+  req.set_how("made up by the test");
+  torus::rpc::Empty e;
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("torus-token", cluster().token());
+  ASSERT_TRUE(head->ReportPeerLost(&ctx, req, &e).ok());
+  const std::string log_path = cluster().session_dir() + "/logs/head.err";
+  ASSERT_TRUE(WaitUntil([&] {
+    return ReadFileOr(log_path).find("node " + target.node_id + " answered the head's probe: alive") != std::string::npos;
+  }));
+  for (const auto& n : cluster().ListJson("nodes")) {
+    EXPECT_EQ(n.value("state", ""), before[n.value("node_id", "")]) << n.dump();
+  }
 }
 
 // Views pulled: with --push-view-max-nodes 1 the head ships no cluster view to idle nodes; a

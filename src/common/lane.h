@@ -134,6 +134,9 @@ class LaneClientStream {
   void WritesDone();
   grpc::Status Finish();  // the server's status, or why the connection ended
   void Cancel();          // any thread: Read returns false, Finish says CANCELLED
+  // TCP keepalive on the connection (a no-op on a same-host Unix socket): the first probe after
+  // idle_s of silence, then `count` probes interval_s apart; none answered ends the stream.
+  void KeepAlive(int idle_s, int interval_s, int count);
 
   LaneClientStream(int fd, std::string what);
 

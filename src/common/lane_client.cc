@@ -457,4 +457,12 @@ void LaneClientStream::Cancel() {
   shutdown(fd_, SHUT_RDWR);
 }
 
+void LaneClientStream::KeepAlive(int idle_s, int interval_s, int count) {
+  int on = 1;
+  if (setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0) return;  // not a socket that has it
+  (void)setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  (void)setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  (void)setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
 }  // namespace torus

@@ -174,6 +174,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   e.pending.reset();
   node_by_address_.erase(std::string_view(e.address));
   node_by_address_.emplace(std::string_view(e.address), id);
+  const bool was_alive = e.alive;
   if (!e.alive) ++alive_nodes_;
   e.alive = true;
   e.start_time_ms = WallClockMs();
@@ -187,6 +188,8 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   uint64_t heads_version = 0;
   FillHeads(0, reply->mutable_head_addresses(), &heads_version);
   reply->set_heads_version(heads_version);
+  *reply->mutable_watch() = WatchTargetLocked(it);
+  if (fresh || !was_alive) PushWatchLocked(it, /*join=*/true);  // its watcher watches it from now on
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
   pg_manager_.AssertHeld();  // it shares mu_
@@ -210,6 +213,7 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   IndexNodeLocked(it->first, it->second);
   BumpView(&it->first);
   TORUS_LOG(INFO) << "node left: " << req->node_id();
+  PushWatchLocked(it, /*join=*/false);  // its watcher watches the next one now
   pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.OnNodeLost(req->node_id());
   actors_.AssertHeld();  // it shares mu_
@@ -260,6 +264,7 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   uint64_t heads_version = req->heads_version();
   FillHeads(heads_version, reply->mutable_head_addresses(), &heads_version);
   reply->set_heads_version(heads_version);
+  if (rpc::WatchTarget t = WatchTargetLocked(it); t.node_id() != req->watching()) *reply->mutable_watch() = std::move(t);
   return grpc::Status::OK;
 }
 
@@ -295,17 +300,7 @@ std::optional<std::chrono::milliseconds> Head::MonitorTick() {
     int64_t timeout_ms = std::max<int64_t>(cfg_.node_timeout_ms,
                                            int64_t{kMissedHeartbeats} * n.beat_ms);
     if (now - n.last_heartbeat > std::chrono::milliseconds(timeout_ms)) {
-      n.alive = false;
-      --alive_nodes_;
-      dead_order_.push_back(id);
-      IndexNodeLocked(id, n);
-      BumpView(&id);
-      TORUS_LOG(WARNING) << "node " << id << " missed heartbeats for " << timeout_ms
-                         << " ms: declared dead";
-      actors_.AssertHeld();  // it shares mu_
-      actors_.OnNodeGoneLocked(id, "its node " + id + " died", /*pending_too=*/false);
-      pg_manager_.AssertHeld();  // it shares mu_
-      pg_manager_.OnNodeLost(id);
+      DeclareDeadLocked(id, n, "missed heartbeats for " + std::to_string(timeout_ms) + " ms");
     }
   }
   if (now >= resume_until_) EndResumeGraceLocked();
@@ -313,6 +308,20 @@ std::optional<std::chrono::milliseconds> Head::MonitorTick() {
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();
   return kMonitorPeriod;
+}
+
+void Head::DeclareDeadLocked(const std::string& id, NodeEntry& n, const std::string& why) {
+  n.alive = false;
+  --alive_nodes_;
+  dead_order_.push_back(id);
+  IndexNodeLocked(id, n);
+  BumpView(&id);
+  TORUS_LOG(WARNING) << "node " << id << " declared dead: " << why;
+  actors_.AssertHeld();  // it shares mu_
+  actors_.OnNodeGoneLocked(id, "its node " + id + " died", /*pending_too=*/false);
+  pg_manager_.AssertHeld();  // it shares mu_
+  pg_manager_.OnNodeLost(id);
+  PushWatchLocked(nodes_.find(id), /*join=*/false);  // its watcher watches the next one now
 }
 
 // ------------------------------------------------------------------------------- actors

@@ -71,6 +71,9 @@ struct HeadConfig {
   // seconds (N alive nodes), so the heartbeat load on the head stays bounded at any cluster
   // size (at 10,000 nodes and the default: every 5 s, dead after 25 s of silence).
   int max_heartbeats_per_s = 2000;
+  // The watch ring (docs/fault_tolerance.md "Finding dead nodes"): a node reported by its
+  // watcher is probed (Node.Ping) with this timeout and declared dead if it does not answer.
+  int probe_timeout_ms = 1000;
   // Whole cluster views (to a node that is new, or whose view is older than the change log)
   // cost one NodeRecord per alive node; at most this many records are shipped per second, so
   // that a cluster of thousands coming up cannot starve the heartbeats. Other nodes get deltas.
@@ -139,6 +142,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
                               rpc::Empty*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const rpc::HeartbeatRequest*,
                          rpc::HeartbeatReply*) override;
+  grpc::Status ReportPeerLost(grpc::ServerContext*, const rpc::PeerLostRequest*, rpc::Empty*) override;
   grpc::Status CreateActor(grpc::ServerContext*, const rpc::CreateActorRequest*,
                            rpc::CreateActorReply*) override;
   grpc::Status ActorStarted(grpc::ServerContext*, const rpc::ActorStartedRequest*,
@@ -207,6 +211,27 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   void BumpView(const std::string* node = nullptr) REQUIRES(mu_);
   // The monitor's tick: nodes silent too long die, pending actors are placed; nullopt once stopping.
   std::optional<std::chrono::milliseconds> MonitorTick() EXCLUDES(mu_);
+  // A node is dead: out of the indexes and the view; its actors and bundles are handled.
+  void DeclareDeadLocked(const std::string& id, NodeEntry& n, const std::string& why) REQUIRES(mu_);
+
+  // The watch ring (watch_ring.cc). Every alive node watches the next alive node in nodes_'
+  // order (node ids are random: the order is random, slice-mates are rarely neighbours), so
+  // the ring needs no table of its own. A watcher's report is checked by a probe.
+  rpc::WatchTarget WatchTargetLocked(std::map<std::string, NodeEntry>::const_iterator it) const REQUIRES(mu_);
+  // The alive node that watches `it` (nodes_.end(): none).
+  std::map<std::string, NodeEntry>::const_iterator WatcherOfLocked(std::map<std::string, NodeEntry>::const_iterator it) const
+      REQUIRES(mu_);
+  // Tells the watcher of `it` its target now (a node joined or died next to it); joins are told
+  // at most kJoinPushesPerS a second (the others learn it from their next heartbeat).
+  void PushWatchLocked(std::map<std::string, NodeEntry>::const_iterator watched, bool join) REQUIRES(mu_);
+  // Probes node `id` (a watcher reported it) off the lock; declares it dead if it does not answer.
+  void ProbeNode(const std::string& id, const std::string& address, int64_t start_time_ms, const std::string& why)
+      EXCLUDES(mu_);
+  grpc::Status ReportPeerLostImpl(const rpc::PeerLostRequest& req) EXCLUDES(mu_);
+  std::set<std::string> probing_ GUARDED_BY(mu_);  // nodes being probed now
+  static constexpr double kJoinPushesPerS = 50;
+  double join_push_tokens_ GUARDED_BY(mu_) = kJoinPushesPerS;
+  std::chrono::steady_clock::time_point join_push_refill_ GUARDED_BY(mu_){};
   static constexpr std::chrono::milliseconds kMonitorPeriod{100};
 
   HeadConfig cfg_;

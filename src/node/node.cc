@@ -61,6 +61,9 @@ Node::Node(NodeConfig cfg)
                          ApplyHeartbeat(req, reply);
                        },
                        [this](const grpc::Status& last) { GiveUp(last); }});
+  peer_watch_ = std::make_unique<PeerWatch>(cfg_.token, cfg_.node_id, [this](const std::string& id, const std::string& how) {
+    ReportPeerLost(id, how);
+  });
   lease_audit_ = std::make_unique<LeaseAudit>(
       cfg_.token, LeaseAudit::Hooks{[this](std::chrono::milliseconds age) { return leases_.AuditDue(age); },
                                     [this](const LeaseAudit::Question& q, rpc::CheckLeaseReply::Use use) {
@@ -187,6 +190,7 @@ Status Node::Serve() {
   lane_->HandleRaw("/torus.rpc.Node/PrepareBundles",
                    [this](std::string_view in, std::string* out) { return bundles_.Lane(true, in, out); });
   lane_->Handle("/torus.rpc.Node/CommitBundles", this, &rpc::Node::Service::CommitBundles);
+  lane_->HandleStream(kWatchMethod, [this](LaneServerStream* s) { return ServeWatch(s); });
   lane_->HandleRaw("/torus.rpc.Node/ReleaseBundles",
                    [this](std::string_view in, std::string* out) { return bundles_.Lane(false, in, out); });
   if (lane_->Start(cfg_.bind_host) == 0) {
@@ -251,6 +255,7 @@ Status Node::RegisterWithHead() {
   }
   if (cfg_.session_dir.empty()) cfg_.session_dir = reply.session_dir();
   heartbeat_->SetHeadPacing(reply.heartbeat_ms());
+  peer_watch_->SetTarget(reply.watch());
   return Status::Ok();
 }
 
@@ -289,6 +294,7 @@ void Node::Stop() {
     return;
   }
   TORUS_LOG(INFO) << "node " << cfg_.node_id << " stopping";
+  peer_watch_->Stop();  // nothing more to report
   if (http_) http_->Stop();
   if (job_runner_) job_runner_->Stop();
   objects_.Clear();
@@ -506,6 +512,7 @@ void Node::ReaperLoop() {
 bool Node::FillHeartbeat(rpc::HeartbeatRequest* req) {
   if (st_.stopping) return false;
   req->set_node_id(cfg_.node_id);
+  req->set_watching(peer_watch_->watching());
   std::vector<pid_t> to_kill;
   {
     MutexLock lock(st_.mu);
@@ -528,6 +535,7 @@ void Node::ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::Heartbeat
     (void)RegisterWithHead();
     return;
   }
+  if (reply.has_watch()) peer_watch_->SetTarget(reply.watch());
   if (reply.view_version() == req.view_version()) return;
   leases_.ApplyView(reply);
 }
@@ -598,6 +606,51 @@ grpc::Status Node::HeadAddresses(grpc::ServerContext* ctx, const rpc::Empty*, rp
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
   for (auto& a : torus::HeadAddresses::Split(heads_->joined())) reply->add_addresses(std::move(a));
   return grpc::Status::OK;
+}
+
+// ------------------------------------------------------------------------------- watch ring
+
+grpc::Status Node::SetWatch(grpc::ServerContext* ctx, const rpc::WatchTarget* req, rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  if (req->node_id() == cfg_.node_id) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a node does not watch itself");
+  peer_watch_->SetTarget(*req);
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::Ping(grpc::ServerContext* ctx, const rpc::PingRequest* req, rpc::Empty*) {
+  if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  if (req->node_id() != cfg_.node_id) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this is node " + cfg_.node_id + ", not " + req->node_id());
+  }
+  if (st_.stopping) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "node " + cfg_.node_id + " is stopping");
+  return grpc::Status::OK;
+}
+
+grpc::Status Node::ServeWatch(LaneServerStream* s) {
+  rpc::WatchHello hello;
+  if (!s->Read(&hello)) return grpc::Status::OK;
+  if (hello.node_id() != cfg_.node_id) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this is node " + cfg_.node_id + ", not " + hello.node_id());
+  }
+  // Held open, silent, until the watcher goes or this node stops (the lane closes it).
+  while (s->Read(&hello)) {
+  }
+  return grpc::Status::OK;
+}
+
+void Node::ReportPeerLost(const std::string& node_id, const std::string& how) {
+  rpc::PeerLostRequest req;
+  req.set_watcher_id(cfg_.node_id);
+  req.set_node_id(node_id);
+  req.set_how(how);
+  rpc::Empty e;
+  auto ctx = NewContext(cfg_.token, 2000);
+  if (auto st = HeadStub()->ReportPeerLost(ctx.get(), req, &e); !st.ok()) {
+    TORUS_LOG(WARNING) << "could not tell the head that the watch link to node " << node_id
+                       << " ended: " << st.error_message() << " (heartbeats find it instead)";
+  }
 }
 
 grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeInfoReply* reply) {

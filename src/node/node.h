@@ -19,6 +19,9 @@
 //  - heartbeat thread (Heartbeat, node/heartbeat.h): reports available resources and pending
 //    demands to the head every heartbeat_ms, receives the cluster view (used for spillback),
 //    stops long-idle workers; its hooks FillHeartbeat/ApplyHeartbeat take NodeState::mu.
+//  - watch thread (PeerWatch, node/peer_watch.h): holds this node's watch link to the next node
+//    of the watch ring and reports its end to the head (no lock of ours). The other end, the
+//    watch stream of the node that watches this one, holds one lane thread.
 //  - reaper thread: waitpid() on worker processes (asleep on their pidfds); a death releases the
 //    worker's resources and, for an actor, is reported to the head (by the reaper, without the lock).
 //  - lease audit thread (LeaseAudit, node/lease_audit.h): twice a second, asks each worker whose
@@ -48,6 +51,7 @@
 #include "common/thread_annotations.h"
 #include "node/actor_start.h"
 #include "node/bundles.h"
+#include "node/peer_watch.h"
 #include "node/heartbeat.h"
 #include "node/job_runner.h"
 #include "node/lease_audit.h"
@@ -138,6 +142,8 @@ class Node final : public rpc::Node::Service {
   grpc::Status ReadLog(grpc::ServerContext*, const rpc::ReadLogRequest*, rpc::ReadLogReply*) override;
   grpc::Status Info(grpc::ServerContext*, const rpc::Empty*, rpc::NodeInfoReply*) override;
   grpc::Status HeadAddresses(grpc::ServerContext*, const rpc::Empty*, rpc::HeadAddressesReply*) override;
+  grpc::Status SetWatch(grpc::ServerContext*, const rpc::WatchTarget*, rpc::Empty*) override;
+  grpc::Status Ping(grpc::ServerContext*, const rpc::PingRequest*, rpc::Empty*) override;
   grpc::Status Shutdown(grpc::ServerContext*, const rpc::Empty*, rpc::Empty*) override;
   grpc::Status PrepareBundles(grpc::ServerContext*, const rpc::BundlesRequest*,
                               rpc::PrepareBundlesReply*) override;
@@ -159,6 +165,10 @@ class Node final : public rpc::Node::Service {
   void WaitForExitsLocked(MutexLock& lock, const std::vector<pid_t>& pids) REQUIRES(st_.mu);
   // Logs why and stops the node, from the heartbeat thread.
   void GiveUp(const grpc::Status& last);
+  // The watch ring (node.cc): the Node/Watch lane stream a watcher holds, and the report of
+  // this node's own watch link ending (from the watch thread).
+  grpc::Status ServeWatch(LaneServerStream* s);
+  void ReportPeerLost(const std::string& node_id, const std::string& how);
   // The heartbeat's hooks (no lock held; they take the lock). FillHeartbeat also SIGTERMs idle
   // workers beyond the CPU count; false once the node is stopping.
   bool FillHeartbeat(rpc::HeartbeatRequest* req) EXCLUDES(st_.mu);
@@ -203,6 +213,8 @@ class Node final : public rpc::Node::Service {
   // Declared last: destroyed (stopped and joined) first, before the state their hooks use.
   std::unique_ptr<LeaseAudit> lease_audit_;
   std::unique_ptr<Heartbeat> heartbeat_;
+  // This node's watch link (node/peer_watch.h); its lost hook calls the head.
+  std::unique_ptr<PeerWatch> peer_watch_;
 };
 
 }  // namespace torus
