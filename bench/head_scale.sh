@@ -2,12 +2,13 @@
 # The head at 1k to 50k simulated TPU hosts over the real protocol (bench/head_scale.cc):
 # a fresh `torus head` process per size, every node heartbeating at --heartbeat-ms.
 # Usage: bench/head_scale.sh [--nodes 1000,2000,5000,10000] [--heartbeat-ms 1000]
-#                            [--warmup-s 20] [--measure-s 20] [--cycles 50] [-- HEAD FLAGS]
+#                            [--warmup-s 20] [--measure-s 20] [--cycles 50] [--kill 200] [-- HEAD FLAGS]
+# (--kill K: K hosts killed at the end, half of them silently, to time their detection)
 # Writes bench/results/head_scale-<UTC time>.csv and prints a table (after scripts/build.sh release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=1000,2000,5000,10000
-hb=1000; warmup=20; measure=20; cycles=50
+hb=1000; warmup=20; measure=20; cycles=50; kill=200
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) sizes="$2"; shift 2 ;;
@@ -15,6 +16,7 @@ while [ $# -gt 0 ]; do
     --warmup-s) warmup="$2"; shift 2 ;;
     --measure-s) measure="$2"; shift 2 ;;
     --cycles) cycles="$2"; shift 2 ;;
+    --kill) kill="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
@@ -26,7 +28,7 @@ echo "# machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576
 echo "# heartbeat every ${hb} ms per node, warm-up ${warmup} s, measured ${measure} s, ${cycles} slice cycles"
 for n in ${sizes//,/ }; do
   build/bench/head_scale --torus build/torus --nodes "$n" --heartbeat-ms "$hb" --warmup-s "$warmup" \
-    --measure-s "$measure" --cycles "$cycles" --csv "$csv" -- "$@" >/dev/null
+    --measure-s "$measure" --cycles "$cycles" --kill "$kill" --csv "$csv" -- "$@" >/dev/null
 done
 python3 - "$csv" <<'PY'
 import csv, sys
@@ -43,6 +45,11 @@ for v, h in [("pack4", "PACK4"), ("spread4", "SPREAD4"), ("strict_pack4", "S_PAC
              ("strict_spread4", "S_SPREAD4"), ("spread4_label", "SPREAD4 label"),
              ("spread4_custom", "SPREAD4 custom")]:
     cols += [(f"pg_{v}_decision_us_p50", f"{h} dec us p50", "{:.1f}"), (f"pg_{v}_decision_us_p99", "p99", "{:.1f}")]
+cols += [("killed", "killed", "{:.0f}"), ("undetected", "undetected", "{:.0f}"),
+         ("false_dead_in_view", "false dead in view", "{:.0f}"), ("detect_s_p50", "dead after s p50", "{:.2f}"),
+         ("detect_s_p99", "p99", "{:.2f}"), ("detect_s_max", "max", "{:.2f}"),
+         ("detect_closed_s_p50", "process killed p50", "{:.2f}"), ("detect_closed_s_p99", "p99", "{:.2f}"),
+         ("detect_silent_s_p50", "host vanished p50", "{:.2f}"), ("detect_silent_s_p99", "p99", "{:.2f}")]
 print(" | ".join(h for _, h, _ in cols))
 for r in rows:
     print(" | ".join(f.format(float(r[k])) if k in r else "-" for k, _, f in cols))

@@ -76,6 +76,11 @@ def main():
         fig("head_scale_pg_decision.png", "Placement-group decision in the head (decision_us p50)",
             [(k, col(f"pg_{k}_decision_us_p50")) for k in kinds] + [("slice", col("slice_decision_us_p50"))],
             "microseconds", 100, "target: 100 us")
+    if "detect_s_p99" in rows[0]:
+        fig("head_scale_detection.png", "Killed hosts declared dead (watch ring), seconds",
+            [("process killed p50", col("detect_closed_s_p50")), ("process killed p99", col("detect_closed_s_p99")),
+             ("host vanished p50", col("detect_silent_s_p50")), ("host vanished p99", col("detect_silent_s_p99"))],
+            "seconds after the kill", 5, "target p99: 5 s")
     # The placement index alone, in one process (bench/placement_bench), when it has been run.
     benches = glob.glob(os.path.join(ROOT, "bench/results/placement_bench-*.csv"))
     if benches:

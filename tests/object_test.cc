@@ -76,6 +76,14 @@ TEST_F(ObjectTest, GetWithTimeoutThrowsRayTimeoutException) {
   EXPECT_THROW(ray::Get(slow, 100), ray::internal::RayTimeoutException);
   std::vector<ray::ObjectRef<int>> both = {ray::Put(5), slow};
   EXPECT_THROW(ray::Get(both, 100), ray::internal::RayTimeoutException);
+  // The message names what is not ready, and why.
+  try {
+    (void)ray::Get(both, 100);
+    ADD_FAILURE() << "no timeout";
+  } catch (const ray::internal::RayTimeoutException& e) {
+    EXPECT_NE(std::string(e.what()).find("not ready: " + slow.ID() + ": ours, its task has not finished"), std::string::npos)
+        << e.what();
+  }
   // A timed-out Get leaves the object alone: it is delivered once ready.
   EXPECT_EQ(*slow.Get(kGetTimeoutMs), 1);
   EXPECT_EQ(*ray::Get(both, kGetTimeoutMs)[0], 5);

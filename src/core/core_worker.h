@@ -251,6 +251,8 @@ class CoreWorker final : public internal::Runtime,
   std::vector<std::string> PinArgBorrows(const rpc::TaskSpec& spec) override;
   void UnpinArgBorrows(const std::vector<std::string>& pinned) override;
   void FailObject(const std::string& id, StatusCode code, const std::string& msg);
+  // The ids of `ids` that are not ready and why (at most 3), for a timeout's message. Requires mu_.
+  std::string DescribeNotReady(const std::vector<std::string>& ids);
   // Location of a value we hold, for an Arg or a GetObject reply. Require mu_.
   bool LocationOf(const std::string& id, rpc::ObjectLocation* loc, bool* is_error,
                   rpc::Error* err);

@@ -568,11 +568,35 @@ void CoreWorker::WaitAllReady(std::unique_lock<std::mutex>& lock, ReadyScan& sca
     if (deadline == Clock::time_point::max()) {
       cv_.wait(lock);
     } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !scan.AllReady()) {
+      std::string which = DescribeNotReady(scan.ids);
       lock.unlock();
       throw internal::RayTimeoutException("Get timed out: some object(s) not ready after " +
-                                          std::to_string(timeout_ms) + " ms");
+                                          std::to_string(timeout_ms) + " ms (" + which + ")");
     }
   }
+}
+
+std::string CoreWorker::DescribeNotReady(const std::vector<std::string>& ids) {
+  std::string out;
+  int shown = 0, missing = 0;
+  for (const auto& id : ids) {
+    const ObjectEntry* e = refs_.Find(id);
+    if (e && e->ready) continue;
+    if (++missing > 3) continue;
+    if (shown++) out += "; ";
+    out += id + ": ";
+    if (!e) {
+      out += "unknown here";
+      continue;
+    }
+    if (e->owned) {
+      out += e->rebuilding ? "ours, being made again" : e->evicted ? "ours, evicted" : "ours, its task has not finished";
+    } else {
+      out += e->fetching ? "borrowed, its owner has not answered" : "borrowed, not being fetched";
+    }
+  }
+  if (missing > 3) out += "; and " + std::to_string(missing - 3) + " more";
+  return "not ready: " + out;
 }
 
 void CoreWorker::ReadValues(ReadyScan& scan, std::vector<std::shared_ptr<internal::Buffer>>* out,
@@ -670,6 +694,8 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
   auto deadline = req->timeout_ms() < 0 ? Clock::time_point::max()
                                         : Clock::now() + std::chrono::milliseconds(req->timeout_ms());
   if (req->lost()) RebuildForBorrower(req->object_id());
+  const auto began = Clock::now();
+  bool warned = false;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     auto it = refs_.objects().find(req->object_id());
@@ -687,6 +713,11 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
       return grpc::Status::OK;
     }
     if (ctx->IsCancelled() || shutting_down_ || Clock::now() >= deadline) return grpc::Status::OK;
+    if (!warned && Clock::now() - began > std::chrono::seconds(30)) {
+      warned = true;  // evidence for a borrower that waits long (a slow task, or a stuck rebuild)
+      TORUS_LOG(WARNING) << "a borrower has waited 30 s for object " << req->object_id() << ": "
+                         << DescribeNotReady({req->object_id()});
+    }
     it->second.waited = true;
     UnparkReaders();
     cv_.wait_for(lock, std::chrono::milliseconds(100));
