@@ -556,15 +556,24 @@ int StartHead(const Args& a, const std::string& self) {
 }
 
 // How many nodes of the cluster at `address` are alive, or death when its head does not answer.
-size_t AliveNodes(const std::string& address, const std::string& token) {
-  size_t alive = 0;
+// Waits until the node daemon `pid` of this host is alive at the head. (Not a count of alive
+// nodes: a node killed just before this one started may be declared dead meanwhile.)
+bool WaitForNodePid(const std::string& address, const std::string& token, pid_t pid, int timeout_ms) {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   auto stub = rpc::Head::NewStub(GetChannel(address));
-  rpc::ListReply reply;
-  auto ctx = NewContext(token, 5000);
-  auto st = stub->List(ctx.get(), rpc::Empty(), &reply);
-  if (!st.ok()) Die("cannot reach the head at " + address + ": " + st.error_message());
-  for (const auto& n : reply.nodes()) alive += n.alive();
-  return alive;
+  while (std::chrono::steady_clock::now() < deadline) {
+    rpc::ListReply reply;
+    auto ctx = NewContext(token, 1000);
+    if (stub->List(ctx.get(), rpc::Empty(), &reply).ok()) {
+      for (const auto& n : reply.nodes()) {
+        if (n.alive() && n.pid() == pid && n.hostname() == host) return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 // `torus start --address A`: one more node for the cluster at A.
@@ -579,10 +588,15 @@ int JoinCluster(const Args& a, const std::string& self) {
     if (!s.ok()) Die(s.status().message());
     session = *s;
   }
-  // Count nodes first so we can tell when ours has joined. The node gets every head given.
+  // The node gets every head given.
   const std::string heads = address;
   address = FirstReachable(heads);
-  size_t before = AliveNodes(address, *token);
+  {
+    rpc::ListReply reply;
+    auto ctx = NewContext(*token, 5000);
+    auto st = rpc::Head::NewStub(GetChannel(address))->List(ctx.get(), rpc::Empty(), &reply);
+    if (!st.ok()) Die("cannot reach the head at " + address + ": " + st.error_message());
+  }
   std::vector<std::string> nargs = {self, "node", "--address", heads, "--session-dir", session};
   for (auto& s : NodeArgs(a)) nargs.push_back(s);
   if (a.Has("block")) {
@@ -593,8 +607,8 @@ int JoinCluster(const Args& a, const std::string& self) {
   }
   static int counter = 0;
   std::string name = "node-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
-  SpawnDaemon(session, name, nargs);
-  if (!WaitForNodes(address, *token, before + 1, 10000)) {
+  const pid_t pid = SpawnDaemon(session, name, nargs);
+  if (!WaitForNodePid(address, *token, pid, 10000)) {
     auto log = ReadFile(session + "/logs/" + name + ".err");
     Die("the node did not register within 10 s:\n" + (log.ok() ? *log : std::string()));
   }
