@@ -537,6 +537,11 @@ int main(int argc, char** argv) {
       ts.emplace_back([&] {
         for (int i; (i = next++) < num_nodes;) {
           auto st = register_node(i);
+          // As a node does, a registration the head could not take yet is sent again.
+          for (int attempt = 1; !st.ok() && st.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < 10; ++attempt) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200 * attempt));
+            st = register_node(i);
+          }
           if (!st.ok()) Fail("RegisterNode failed: " + st.error_message());
           registered[i] = true;  // heartbeats start right away, as a node's do
         }

@@ -67,7 +67,8 @@ void Head::PushWatchLocked(NodeIt watched, bool join) {
   }
   rpc::WatchTarget t = WatchTargetLocked(w);
   (void)work_.Post([address = w->second.address, t = std::move(t), token = cfg_.token] {
-    auto stub = rpc::Node::NewStub(GetChannel(address));
+    // A one-off channel: a cached one per pushed node would cost the head ~50 KiB per node.
+    auto stub = rpc::Node::NewStub(GetOneOffChannel(address));
     auto ctx = NewContext(token, 2000);
     rpc::Empty e;
     (void)stub->SetWatch(ctx.get(), t, &e);  // a watcher that missed it learns it from its heartbeat
