@@ -5,17 +5,6 @@
 
 namespace torus {
 
-std::string HeadAddresses::HostOf(const std::string& address) {
-  std::string host = address;
-  if (auto colon = host.rfind(':'); colon != std::string::npos && host.find(']') < colon) {
-    host = host.substr(0, colon);
-  } else if (colon != std::string::npos && host.find(':') == colon) {
-    host = host.substr(0, colon);
-  }
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host;
-}
-
 std::vector<std::string> HeadAddresses::Split(const std::string& list) {
   std::vector<std::string> out;
   size_t start = 0;

@@ -35,8 +35,6 @@ class HeadAddresses {
   static uint64_t VersionOf(const std::vector<std::string>& heads);
   // "a,b" -> {"a", "b"} (empty parts dropped).
   static std::vector<std::string> Split(const std::string& list);
-  // "host:port" -> "host" ("[::1]:7" -> "::1"; no port: the whole string).
-  static std::string HostOf(const std::string& address);
 
  private:
   mutable Mutex mu_;

@@ -36,13 +36,5 @@ TEST(HeadAddressesTest, VersionsDifferWithTheListAndAreNeverZero) {
   EXPECT_NE(HeadAddresses::VersionOf({}), 0u);
 }
 
-TEST(HeadAddressesTest, HostOfDropsThePortAndBrackets) {
-  EXPECT_EQ(HeadAddresses::HostOf("10.0.0.7:6379"), "10.0.0.7");
-  EXPECT_EQ(HeadAddresses::HostOf("head-svc.default.svc.cluster.local:6379"), "head-svc.default.svc.cluster.local");
-  EXPECT_EQ(HeadAddresses::HostOf("[::1]:6379"), "::1");
-  EXPECT_EQ(HeadAddresses::HostOf("::1"), "::1");
-  EXPECT_EQ(HeadAddresses::HostOf("localhost"), "localhost");
-}
-
 }  // namespace
 }  // namespace torus

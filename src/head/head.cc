@@ -205,7 +205,8 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   MutexLock lock(mu_);
   auto it = nodes_.find(req->node_id());
   if (it == nodes_.end()) return grpc::Status::OK;
-  if (it->second.alive) {
+  const bool was_alive = it->second.alive;
+  if (was_alive) {
     --alive_nodes_;
     dead_order_.push_back(it->first);
   }
@@ -213,7 +214,7 @@ grpc::Status Head::UnregisterNode(grpc::ServerContext* ctx, const rpc::Unregiste
   IndexNodeLocked(it->first, it->second);
   BumpView(&it->first);
   TORUS_LOG(INFO) << "node left: " << req->node_id();
-  PushWatchLocked(it, /*join=*/false);  // its watcher watches the next one now
+  if (was_alive) PushWatchLocked(it, /*join=*/false);  // its watcher watches the next one now
   pg_manager_.AssertHeld();  // it shares mu_
   pg_manager_.OnNodeLost(req->node_id());
   actors_.AssertHeld();  // it shares mu_

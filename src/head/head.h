@@ -72,7 +72,7 @@ struct HeadConfig {
   // size (at 10,000 nodes and the default: every 5 s, dead after 25 s of silence).
   int max_heartbeats_per_s = 2000;
   // The watch ring (docs/fault_tolerance.md "Finding dead nodes"): a node reported by its
-  // watcher is probed (Node.Ping) with this timeout and declared dead if it does not answer.
+  // watcher is probed (Node.Ping) twice with this timeout and declared dead if neither reaches it.
   int probe_timeout_ms = 1000;
   // Whole cluster views (to a node that is new, or whose view is older than the change log)
   // cost one NodeRecord per alive node; at most this many records are shipped per second, so
@@ -224,6 +224,8 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // Tells the watcher of `it` its target now (a node joined or died next to it); joins are told
   // at most kJoinPushesPerS a second (the others learn it from their next heartbeat).
   void PushWatchLocked(std::map<std::string, NodeEntry>::const_iterator watched, bool join) REQUIRES(mu_);
+  // Tells watcher `w` its target now (Node.SetWatch, from a work thread).
+  void PushTargetLocked(std::map<std::string, NodeEntry>::const_iterator w) REQUIRES(mu_);
   // Probes node `id` (a watcher reported it) off the lock; declares it dead if it does not answer.
   void ProbeNode(const std::string& id, const std::string& address, int64_t start_time_ms, const std::string& why)
       EXCLUDES(mu_);

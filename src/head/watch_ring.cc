@@ -1,8 +1,8 @@
 // Head: the watch ring (docs/fault_tolerance.md, "Finding dead nodes"; the node's side is
 // node/peer_watch.h). Each alive node watches the next alive node in nodes_' order; a watcher
 // whose link ends reports it here, the head probes the reported node (Node.Ping within
-// probe_timeout_ms, once more 200 ms later if the first failed quickly) on a work thread, and
-// declares it dead if that node does not answer. A report of a live node (a flaky link, a confused watcher) costs one
+// probe_timeout_ms, twice, 200 ms apart) on a work thread, and declares it dead if neither
+// probe reached it. A report of a live node (a flaky link, a confused watcher) costs one
 // probe and changes nothing. Heartbeat timeouts stay as the backstop (a hung process whose
 // kernel keeps its sockets open).
 
@@ -65,8 +65,13 @@ void Head::PushWatchLocked(NodeIt watched, bool join) {
     if (join_push_tokens_ < 1) return;
     join_push_tokens_ -= 1;
   }
+  PushTargetLocked(w);
+}
+
+void Head::PushTargetLocked(NodeIt w) {
   rpc::WatchTarget t = WatchTargetLocked(w);
-  (void)work_.Post([address = w->second.address, t = std::move(t), token = cfg_.token] {
+  (void)work_.Post([this, address = w->second.address, t = std::move(t), token = cfg_.token] {
+    if (stopping_) return;
     // A one-off channel: a cached one per pushed node would cost the head ~50 KiB per node.
     auto stub = rpc::Node::NewStub(GetOneOffChannel(address));
     auto ctx = NewContext(token, 2000);
@@ -85,8 +90,13 @@ grpc::Status Head::ReportPeerLostImpl(const rpc::PeerLostRequest& req) {
   int64_t start_time_ms = 0;
   {
     MutexLock lock(mu_);
+    if (stopping_) return grpc::Status::OK;
     auto it = nodes_.find(req.node_id());
-    if (it == nodes_.end() || !it->second.alive || stopping_) return grpc::Status::OK;
+    if (it == nodes_.end() || !it->second.alive) {
+      // Gone already: the watcher watches a stale target (a push it got out of order, say).
+      if (auto w = nodes_.find(req.watcher_id()); w != nodes_.end() && w->second.alive) PushTargetLocked(w);
+      return grpc::Status::OK;
+    }
     if (!probing_.insert(req.node_id()).second) return grpc::Status::OK;  // probed already
     address = it->second.address;
     start_time_ms = it->second.start_time_ms;
@@ -100,11 +110,32 @@ grpc::Status Head::ReportPeerLostImpl(const rpc::PeerLostRequest& req) {
   return grpc::Status::OK;
 }
 
+namespace {
+// Whether the probe reached the node's server: it answered, even with an error of its own (an
+// older node without Ping, a token it refuses). Not answered: unreachable, silent, stopping, or
+// another node now at that address (FAILED_PRECONDITION).
+bool Answered(const grpc::Status& st) {
+  switch (st.error_code()) {
+    case grpc::StatusCode::OK:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 void Head::ProbeNode(const std::string& id, const std::string& address, int64_t start_time_ms, const std::string& why) {
-  grpc::Status st;
+  grpc::Status st(grpc::StatusCode::CANCELLED, "the head is stopping");
+  // Two probes, 200 ms apart, each on a channel of its own (a shared one may still be backing off
+  // from an old failure): a node is declared dead only when neither reached it, so one lost
+  // packet or one slow second does not kill a live node.
   for (int attempt = 0; attempt < 2 && !stopping_; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    // A channel of its own: a shared one may still be backing off from an old failure.
     grpc::ChannelArguments args;
     args.SetInt("torus.probe", attempt);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -114,20 +145,19 @@ void Head::ProbeNode(const std::string& id, const std::string& address, int64_t 
     req.set_node_id(id);
     rpc::Empty e;
     st = stub->Ping(ctx.get(), req, &e);
-    // Asked again only after a quick failure (refused, reset: perhaps a passing fault); silence
-    // for a whole probe timeout, after the watcher's keepalive already went unanswered, is not.
-    if (st.ok() || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) break;
+    if (Answered(st)) break;
   }
   MutexLock lock(mu_);
   probing_.erase(id);
-  if (st.ok()) {
+  if (stopping_) return;
+  if (Answered(st)) {
     TORUS_LOG(INFO) << "node " << id << " answered the head's probe: alive";
     return;
   }
   auto it = nodes_.find(id);
-  if (it == nodes_.end() || !it->second.alive || it->second.start_time_ms != start_time_ms || stopping_) return;
+  if (it == nodes_.end() || !it->second.alive || it->second.start_time_ms != start_time_ms) return;
   DeclareDeadLocked(it->first, it->second,
-                    why + ", and it did not answer the head's probe (" + st.error_message() + ")");
+                    why + ", and it did not answer the head's probes (" + st.error_message() + ")");
 }
 
 }  // namespace torus

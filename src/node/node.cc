@@ -62,7 +62,7 @@ Node::Node(NodeConfig cfg)
                        },
                        [this](const grpc::Status& last) { GiveUp(last); }});
   peer_watch_ = std::make_unique<PeerWatch>(cfg_.token, cfg_.node_id, [this](const std::string& id, const std::string& how) {
-    ReportPeerLost(id, how);
+    return ReportPeerLost(id, how);
   });
   lease_audit_ = std::make_unique<LeaseAudit>(
       cfg_.token, LeaseAudit::Hooks{[this](std::chrono::milliseconds age) { return leases_.AuditDue(age); },
@@ -634,13 +634,15 @@ grpc::Status Node::ServeWatch(LaneServerStream* s) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this is node " + cfg_.node_id + ", not " + hello.node_id());
   }
-  // Held open, silent, until the watcher goes or this node stops (the lane closes it).
+  // Acknowledged, then held open, silent, until the watcher goes or this node stops (the lane
+  // closes it).
+  if (!s->Write(hello)) return grpc::Status::OK;
   while (s->Read(&hello)) {
   }
   return grpc::Status::OK;
 }
 
-void Node::ReportPeerLost(const std::string& node_id, const std::string& how) {
+bool Node::ReportPeerLost(const std::string& node_id, const std::string& how) {
   rpc::PeerLostRequest req;
   req.set_watcher_id(cfg_.node_id);
   req.set_node_id(node_id);
@@ -649,8 +651,10 @@ void Node::ReportPeerLost(const std::string& node_id, const std::string& how) {
   auto ctx = NewContext(cfg_.token, 2000);
   if (auto st = HeadStub()->ReportPeerLost(ctx.get(), req, &e); !st.ok()) {
     TORUS_LOG(WARNING) << "could not tell the head that the watch link to node " << node_id
-                       << " ended: " << st.error_message() << " (heartbeats find it instead)";
+                       << " ended: " << st.error_message() << " (telling it again)";
+    return false;
   }
+  return true;
 }
 
 grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeInfoReply* reply) {

@@ -168,7 +168,7 @@ class Node final : public rpc::Node::Service {
   // The watch ring (node.cc): the Node/Watch lane stream a watcher holds, and the report of
   // this node's own watch link ending (from the watch thread).
   grpc::Status ServeWatch(LaneServerStream* s);
-  void ReportPeerLost(const std::string& node_id, const std::string& how);
+  bool ReportPeerLost(const std::string& node_id, const std::string& how);  // true: the head was told
   // The heartbeat's hooks (no lock held; they take the lock). FillHeartbeat also SIGTERMs idle
   // workers beyond the CPU count; false once the node is stopping.
   bool FillHeartbeat(rpc::HeartbeatRequest* req) EXCLUDES(st_.mu);

@@ -15,21 +15,17 @@ constexpr int kKeepIdleS = 1, kKeepIntervalS = 1, kKeepCount = 1;
 }  // namespace
 
 PeerWatch::PeerWatch(std::string token, std::string my_id, Lost lost)
-    : token_(std::move(token)), my_id_(std::move(my_id)), lost_(std::move(lost)) {}
+    : token_(std::move(token)), my_id_(std::move(my_id)), lost_(std::move(lost)) {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void PeerWatch::SetTarget(const rpc::WatchTarget& t) {
-  bool start = false;
-  {
-    MutexLock lock(mu_);
-    if (stop_ || (t.node_id() == target_.node_id() && t.address() == target_.address())) return;
-    target_ = t;
-    ++version_;
-    if (stream_) stream_->Cancel();
-    start = !started_ && !t.node_id().empty();
-    started_ |= start;
-    cv_.NotifyAll();
-  }
-  if (start) thread_ = std::thread([this] { Run(); });
+  MutexLock lock(mu_);
+  if (stop_ || (t.node_id() == target_.node_id() && t.address() == target_.address())) return;
+  target_ = t;
+  ++version_;
+  if (stream_) stream_->Cancel();
+  cv_.NotifyAll();
 }
 
 std::string PeerWatch::watching() const {
@@ -40,7 +36,6 @@ std::string PeerWatch::watching() const {
 void PeerWatch::Stop() {
   {
     MutexLock lock(mu_);
-    if (stop_) return;
     stop_ = true;
     if (stream_) stream_->Cancel();
     cv_.NotifyAll();
@@ -51,15 +46,14 @@ void PeerWatch::Stop() {
 void PeerWatch::Run() {
   int backoff_ms = 0;
   uint64_t reported = 0;  // the version whose loss was told (0: none)
+  uint64_t version = 0;   // the target's version handled last
   for (;;) {
     rpc::WatchTarget t;
-    uint64_t version;
     {
       MutexLock lock(mu_);
-      if (backoff_ms > 0) {  // cut short by a new target or Stop
-        const uint64_t v = version_;
+      if (backoff_ms > 0) {  // cut short by a new target (also one set before the wait) or Stop
         const auto until = Clock::now() + std::chrono::milliseconds(backoff_ms);
-        while (!stop_ && version_ == v && cv_.WaitUntil(lock, until)) {
+        while (!stop_ && version_ == version && cv_.WaitUntil(lock, until)) {
         }
       }
       while (!stop_ && target_.node_id().empty()) cv_.Wait(lock);
@@ -78,12 +72,19 @@ void PeerWatch::Run() {
       backoff_ms = 0;
       continue;
     }
+    {
+      MutexLock lock(mu_);
+      if (stop_) return;
+      if (version != version_) {  // a new target meanwhile: nothing to tell of the old one
+        backoff_ms = 0;
+        continue;
+      }
+    }
     if (linked) reported = 0;  // it was watched again: a new loss is told again
     if (reported != version) {
-      reported = version;
       TORUS_LOG(INFO) << "watch link to node " << t.node_id() << " at " << t.address() << " "
                       << (linked ? "ended" : "could not be opened") << " (" << how << "); telling the head";
-      lost_(t.node_id(), how);
+      if (lost_(t.node_id(), how)) reported = version;  // else told again after the backoff
     }
     backoff_ms = linked ? 200 : std::clamp(backoff_ms * 2, 200, 1000);
   }
@@ -101,11 +102,10 @@ std::string PeerWatch::Hold(const rpc::WatchTarget& t, uint64_t version, bool* l
   rpc::WatchHello hello;
   hello.set_node_id(t.node_id());
   hello.set_watcher_id(my_id_);
-  std::string how;
-  if (s->Write(hello)) {
+  rpc::WatchHello ack;  // the target answers the hello once it checked it is the node meant
+  if (s->Write(hello) && s->Read(&ack)) {
     *linked = true;
-    rpc::WatchHello ignored;
-    while (s->Read(&ignored)) {
+    while (s->Read(&ack)) {
     }
   }
   grpc::Status st = s->Finish();
@@ -114,7 +114,6 @@ std::string PeerWatch::Hold(const rpc::WatchTarget& t, uint64_t version, bool* l
     stream_ = nullptr;
     if (stop_ || version != version_) return "";
   }
-  if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) *linked = false;  // not that node
   return st.ok() ? "closed by its node" : st.error_message();
 }
 

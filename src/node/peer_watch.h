@@ -3,17 +3,20 @@
 // (RegisterNodeReply.watch, HeartbeatReply.watch, Node.SetWatch); the node holds one lane
 // stream (Node/Watch) open to it, silent, with TCP keepalive. When the stream ends (the target's
 // process died: its kernel closes the socket at once; its host vanished: keepalive finds it
-// within about 2 s) or cannot be opened, `lost` is called once for that episode and the node
-// tells the head (Head.ReportPeerLost), which probes the target and declares it dead if it does
-// not answer. The stream is then opened again with backoff (200 ms doubling to 1 s): a
-// target that comes back, or never left, is watched again, and a later loss is told again.
+// within about 2 s) or cannot be opened, `lost` is called for that episode (again, with the
+// backoff, until it returns true: the head was told) and the node tells the head
+// (Head.ReportPeerLost), which probes the target and declares it dead if it does not answer.
+// The stream is then opened again with backoff (200 ms doubling to 1 s): a target that comes
+// back, or never left, is watched again (a link counts once the target acknowledged the hello),
+// and a later loss is told again.
 //
 // So no one, the head included, does periodic work per node to find a dead one: a death costs
 // one report and one probe, at any cluster size.
 //
-// THREADS: owns one thread (started by the first SetTarget with a node), joined by Stop()
-// (idempotent; also the destructor). SetTarget and watching() from any thread; `lost` runs on
-// the watch thread with no lock of this class held. mu_ guards the target and the open stream.
+// THREADS: owns one thread, started by the constructor (it sleeps until a target is set) and
+// joined by Stop() (idempotent; also the destructor; one caller at a time). SetTarget and
+// watching() from any thread; `lost` runs on the watch thread with no lock of this class held.
+// mu_ guards the target and the open stream.
 #pragma once
 
 #include <memory>
@@ -30,7 +33,8 @@ inline constexpr char kWatchMethod[] = "/torus.rpc.Node/Watch";
 
 class PeerWatch {
  public:
-  using Lost = std::function<void(const std::string& node_id, const std::string& how)>;
+  // Tells the head; true once it was told.
+  using Lost = std::function<bool(const std::string& node_id, const std::string& how)>;
   PeerWatch(std::string token, std::string my_id, Lost lost);
   ~PeerWatch() { Stop(); }
   PeerWatch(const PeerWatch&) = delete;
@@ -56,7 +60,6 @@ class PeerWatch {
   rpc::WatchTarget target_ GUARDED_BY(mu_);
   uint64_t version_ GUARDED_BY(mu_) = 0;
   bool stop_ GUARDED_BY(mu_) = false;
-  bool started_ GUARDED_BY(mu_) = false;
   LaneClientStream* stream_ GUARDED_BY(mu_) = nullptr;  // the open one, to Cancel
 };
 
