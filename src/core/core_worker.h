@@ -259,7 +259,7 @@ class CoreWorker final : public internal::Runtime,
   // Fetch a borrowed object from its owner in the background (no lock held by caller? holds mu_).
   void EnsureFetching(const std::string& id);
   // `lost`: the location the owner gave could not be read (GetObjectRequest.lost).
-  void FetchFromOwner(const std::string& id, bool lost = false);
+  void FetchFromOwner(const std::string& id, bool lost = false, const std::string& lost_key = "");
   // Turns a stored location into readable bytes (maps shm, pulls from other nodes). No lock.
   // Reserves `size` bytes under `key` in this node's store, pinned once for the writer (who
   // unpins it with UnpinLocal once written, or hands the pin to an ArenaBuffer). No lock.
@@ -315,7 +315,7 @@ class CoreWorker final : public internal::Runtime,
   bool RecoverLost(const std::vector<LostRead>& lost);
   // GetObject with `lost`: a borrower could not read our object `id`; rebuild it if its node is
   // gone. No lock.
-  void RebuildForBorrower(const std::string& id);
+  void RebuildForBorrower(const std::string& id, const std::string& lost_key);
   // How long a reader waits for the head to declare dead a node whose copy it cannot read.
   static constexpr int kNodeDeathWaitMs = 60000;
   // Guarded by mu_: when a Get first failed to read each value whose node is listed alive

@@ -182,7 +182,7 @@ bool CoreWorker::RecoverLost(const std::vector<LostRead>& lost) {
       // Borrowed: its owner rebuilds it (or says why not) before it answers.
       ResetValue(*e);
       e->fetching = true;
-      SpawnTracked([this, id = l.id] { FetchFromOwner(id, /*lost=*/true); });
+      SpawnTracked([this, id = l.id, key = l.loc.key()] { FetchFromOwner(id, /*lost=*/true, key); });
     }
   }
   return !waiting_for_death;
@@ -210,12 +210,15 @@ bool CoreWorker::PollNodeDeath(const std::function<bool(const NodeLiveness& node
   }
 }
 
-void CoreWorker::RebuildForBorrower(const std::string& id) {
+void CoreWorker::RebuildForBorrower(const std::string& id, const std::string& lost_key) {
   rpc::ObjectLocation loc;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ObjectEntry* e = refs_.Find(id);
     if (!e || !e->owned || !e->ready || e->is_error || !e->in_shm) return;
+    // The borrower could not read an older copy (this one was made again since, elsewhere): it
+    // reads this one. Waiting for this copy's node to die would hang it.
+    if (!lost_key.empty() && e->shm.key() != lost_key) return;
     loc = e->shm;
   }
   PollNodeDeath([&](const NodeLiveness& nodes) {

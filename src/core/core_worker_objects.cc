@@ -278,7 +278,7 @@ void CoreWorker::EnsureFetching(const std::string& id) {
   SpawnTracked([this, id] { FetchFromOwner(id); });
 }
 
-void CoreWorker::FetchFromOwner(const std::string& id, bool lost) {
+void CoreWorker::FetchFromOwner(const std::string& id, bool lost, const std::string& lost_key) {
   std::string owner = OwnerOf(id);
   rpc::GetObjectReply reply;
   grpc::Status st;
@@ -290,6 +290,7 @@ void CoreWorker::FetchFromOwner(const std::string& id, bool lost) {
     req.set_object_id(id);
     req.set_timeout_ms(-1);
     req.set_lost(lost);
+    req.set_lost_key(lost_key);
     auto ctx = TrackedContext();
     st = stub->GetObject(ctx.get(), req, &reply);
     ReleaseContext(ctx.get());
@@ -693,7 +694,7 @@ grpc::Status CoreWorker::GetObject(grpc::ServerContext* ctx, const rpc::GetObjec
   }
   auto deadline = req->timeout_ms() < 0 ? Clock::time_point::max()
                                         : Clock::now() + std::chrono::milliseconds(req->timeout_ms());
-  if (req->lost()) RebuildForBorrower(req->object_id());
+  if (req->lost()) RebuildForBorrower(req->object_id(), req->lost_key());
   const auto began = Clock::now();
   bool warned = false;
   std::unique_lock<std::mutex> lock(mu_);
