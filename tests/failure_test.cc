@@ -243,6 +243,24 @@ TEST_F(FailureTest, UnregisteredFunctionIsAnErrorAtSubmit) {
                ray::internal::RayFunctionNotFound);
 }
 
+// Two one-CPU nodes with a "spare" resource, next to the head's node (the driver's), so that a
+// task asking for "spare" never runs on the node the driver is attached to.
+void AddTwoSpareNodes(TestCluster& c) {
+  for (int i = 0; i < 2; ++i) {
+    NodeSpec s;
+    s.num_cpus = 1;
+    s.resources = {{"spare", 1}};
+    c.AddNode(s);
+  }
+}
+
+const NodeInfo* NodeWithId(TestCluster& c, const std::string& id) {
+  for (const auto& n : c.nodes()) {
+    if (n.node_id == id) return &n;
+  }
+  return nullptr;
+}
+
 // A node that dies (SIGKILL of the node daemon) while running a task: the task is retried on
 // another node. The driver joins while the head's node is the only one, so it is attached to that
 // node, which has no "spare": the node that dies is never the driver's own.
@@ -252,12 +270,7 @@ struct NodeFailureTest : ClusterTest<NodeFailureTest> {
   static void Build(TestCluster& c) {
     c.StartHead(1);
     c.ConnectDriver();
-    for (int i = 0; i < 2; ++i) {
-      NodeSpec s;
-      s.num_cpus = 1;
-      s.resources = {{"spare", 1}};
-      c.AddNode(s);
-    }
+    AddTwoSpareNodes(c);
   }
 };
 
@@ -268,10 +281,7 @@ TEST_F(NodeFailureTest, TaskOnAKilledNodeIsRetriedElsewhere) {
   auto ref = ray::Task(FailWhereSleep).SetResource("spare", 1).Remote(dir, 120);
   ASSERT_TRUE(WaitUntil([&] { return !ReadFileOr(dir + "/node-0").empty(); }));
   std::string first_node = ReadFileOr(dir + "/node-0");
-  const NodeInfo* victim = nullptr;
-  for (const auto& n : cluster().nodes()) {
-    if (n.node_id == first_node) victim = &n;
-  }
+  const NodeInfo* victim = NodeWithId(cluster(), first_node);
   ASSERT_NE(victim, nullptr) << "task ran on unknown node " << first_node;
   cluster().KillNode(*victim);
   std::string second_node = *ref.Get(kGetTimeoutMs);
@@ -345,12 +355,7 @@ struct WatchRingTest : ClusterTest<WatchRingTest> {
   static void Build(TestCluster& c) {
     c.StartHead(1, nlohmann::json::object(), {}, {"--node-timeout-ms", "60000"});
     c.ConnectDriver();
-    for (int i = 0; i < 2; ++i) {
-      NodeSpec s;
-      s.num_cpus = 1;
-      s.resources = {{"spare", 1}};
-      c.AddNode(s);
-    }
+    AddTwoSpareNodes(c);
   }
 };
 
@@ -359,11 +364,8 @@ TEST_F(WatchRingTest, AKilledNodeIsDeclaredDeadWhenItsLinkEnds) {
   auto ref = ray::Task(FailWhereSleep).SetResource("spare", 1).Remote(dir, 120);
   ASSERT_TRUE(WaitUntil([&] { return !ReadFileOr(dir + "/node-0").empty(); }));
   const std::string first_node = ReadFileOr(dir + "/node-0");
-  const NodeInfo* victim = nullptr;
-  for (const auto& n : cluster().nodes()) {
-    if (n.node_id == first_node) victim = &n;
-  }
-  ASSERT_NE(victim, nullptr);
+  const NodeInfo* victim = NodeWithId(cluster(), first_node);
+  ASSERT_NE(victim, nullptr) << "task ran on unknown node " << first_node;
   auto state_of = [&](const std::string& id) {
     for (const auto& n : cluster().ListJson("nodes")) {
       if (n.value("node_id", "") == id) return n.value("state", "");

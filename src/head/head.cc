@@ -265,7 +265,11 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   uint64_t heads_version = req->heads_version();
   FillHeads(heads_version, reply->mutable_head_addresses(), &heads_version);
   reply->set_heads_version(heads_version);
-  if (rpc::WatchTarget t = WatchTargetLocked(it); t.node_id() != req->watching()) *reply->mutable_watch() = std::move(t);
+  // The node's target, built only when it is not the one the node watches (the usual case).
+  const auto next = NextAliveLocked(it);
+  if (next == nodes_.end() ? !req->watching().empty() : next->first != req->watching()) {
+    *reply->mutable_watch() = WatchTargetLocked(it);
+  }
   return grpc::Status::OK;
 }
 

@@ -218,6 +218,9 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // order (node ids are random: the order is random, slice-mates are rarely neighbours), so
   // the ring needs no table of its own. A watcher's report is checked by a probe.
   rpc::WatchTarget WatchTargetLocked(std::map<std::string, NodeEntry>::const_iterator it) const REQUIRES(mu_);
+  // The next alive node after `it` in the ring (nodes_.end(): none).
+  std::map<std::string, NodeEntry>::const_iterator NextAliveLocked(std::map<std::string, NodeEntry>::const_iterator it) const
+      REQUIRES(mu_);
   // The alive node that watches `it` (nodes_.end(): none).
   std::map<std::string, NodeEntry>::const_iterator WatcherOfLocked(std::map<std::string, NodeEntry>::const_iterator it) const
       REQUIRES(mu_);

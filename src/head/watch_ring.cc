@@ -24,18 +24,22 @@ using Clock = std::chrono::steady_clock;
 using NodeIt = std::map<std::string, NodeEntry>::const_iterator;
 }  // namespace
 
-rpc::WatchTarget Head::WatchTargetLocked(NodeIt it) const {
-  rpc::WatchTarget t;
-  if (it == nodes_.end()) return t;
+NodeIt Head::NextAliveLocked(NodeIt it) const {
+  if (it == nodes_.end()) return nodes_.end();
   NodeIt j = it;
   for (size_t steps = 0; steps < nodes_.size(); ++steps) {
     if (++j == nodes_.end()) j = nodes_.begin();
     if (j == it) break;
-    if (j->second.alive) {
-      t.set_node_id(j->first);
-      t.set_address(j->second.address);
-      break;
-    }
+    if (j->second.alive) return j;
+  }
+  return nodes_.end();
+}
+
+rpc::WatchTarget Head::WatchTargetLocked(NodeIt it) const {
+  rpc::WatchTarget t;
+  if (NodeIt j = NextAliveLocked(it); j != nodes_.end()) {
+    t.set_node_id(j->first);
+    t.set_address(j->second.address);
   }
   return t;
 }
