@@ -106,7 +106,7 @@ void RunSize(int n, int decisions, bool header) {
   auto churn = [&] {
     for (int k = 0; k < 4; ++k) {
       auto it = by_i[rng() % by_i.size()];
-      ResourceMap avail = ToResourceMap(pool, it->second.total);
+      ResourceMap avail = ToResourceMap(pool, *it->second.total);
       avail["CPU"] = static_cast<double>(rng() % 9);
       SetAvailable(pool, avail, &it->second);
       index.Upsert(it->first, it->second);

@@ -19,6 +19,28 @@ std::optional<uint32_t> NamePool::Find(std::string_view s) const {
   return it->second;
 }
 
+size_t NamePool::TotalsHash::operator()(const CompactResources* r) const {
+  size_t h = r->size();
+  for (const auto& [id, v] : *r) {
+    h = h * 1000003u ^ std::hash<uint32_t>()(id);
+    h = h * 1000003u ^ std::hash<double>()(v);
+  }
+  return h;
+}
+
+const CompactResources* NamePool::InternTotals(CompactResources r) {
+  auto it = totals_ids_.find(&r);
+  if (it != totals_ids_.end()) return *it;
+  r.shrink_to_fit();
+  totals_.push_back(std::move(r));
+  return *totals_ids_.insert(&totals_.back()).first;
+}
+
+const CompactResources* NamePool::NoResources() {
+  static const CompactResources kNone;
+  return &kNone;
+}
+
 namespace {
 template <typename Map>
 void SetResourcesFrom(NamePool& pool, const Map& in, CompactResources* out) {
@@ -70,12 +92,12 @@ double Amount(const NamePool& pool, const CompactResources& r, std::string_view 
 
 namespace {
 void KeepAvailable(CompactResources r, NodeEntry* n) {
-  if (SameCompact(r, n->total)) {
-    n->available_is_total = true;
-    CompactResources().swap(n->available);
+  if (SameCompact(r, *n->total)) {
+    n->available.reset();
+  } else if (n->available) {
+    *n->available = std::move(r);
   } else {
-    n->available_is_total = false;
-    n->available = std::move(r);
+    n->available = std::make_unique<CompactResources>(std::move(r));
   }
 }
 }  // namespace
@@ -108,7 +130,9 @@ void SetFromRecord(NamePool& pool, const rpc::NodeRecord& rec, NodeEntry* n) {
     labels.emplace_back(pool.Intern(k), value);
   }
   n->labels = std::move(labels);
-  SetResources(pool, rec.total(), &n->total);
+  CompactResources total;
+  SetResources(pool, rec.total(), &total);
+  n->total = pool.InternTotals(std::move(total));
   SetAvailable(pool, rec.available(), n);
 }
 
@@ -147,7 +171,7 @@ void FillRecord(const NamePool& pool, const std::string& node_id, const NodeEntr
   out->set_node_id(node_id);
   out->set_address(n.address);
   out->set_alive(n.alive);
-  ToProto(pool, n.total, out->mutable_total());
+  ToProto(pool, *n.total, out->mutable_total());
   ToProto(pool, n.Available(), out->mutable_available());
   auto* labels = out->mutable_labels();
   for (const auto& [k, v] : n.labels) (*labels)[pool.Get(k)] = LabelValue(pool, node_id, n, v);

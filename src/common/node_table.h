@@ -1,9 +1,10 @@
 // The compact node entry the head keeps per registered node (and a node per peer in its view,
-// node/peer_view.h), so that an idle node costs the head well under 1 KiB at 10,000 nodes
-// (docs/benchmarks_scale.md): label keys and values and
-// resource names are interned once in a NamePool shared by the table (a v6e host's dozen labels
-// repeat across the cluster, or across the 4 hosts of a slice), resources are small sorted
-// vectors instead of maps, and `available` is stored only while it differs from `total`.
+// node/peer_view.h), so that an idle node costs the head under 1 KiB (docs/benchmarks_scale.md):
+// label keys and values and resource names are interned once in a NamePool shared by the table
+// (a v6e host's dozen labels repeat across the cluster, or across the 4 hosts of a slice),
+// resources are small sorted vectors instead of maps, a node's totals are interned in the same
+// pool (the hosts of a group or a slice share one vector), and `available` is stored only while
+// it differs from the totals.
 // Records (rpc::NodeRecord) are built on demand for listings and heartbeat views.
 // Thread-compatible: the owner (head, or a node's peer view) guards the pool and the entries
 // with its mutex.
@@ -18,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -26,20 +28,33 @@
 
 namespace torus {
 
-// Strings interned for good; ids are dense and stable. Get() references stay valid.
+using CompactResources = std::vector<std::pair<uint32_t, double>>;  // (name id, amount)
+
+// Strings, and sets of resource totals, interned for good; name ids are dense and stable. Get()
+// references and InternTotals() pointers stay valid for the pool's life. Totals grow the pool
+// only with a shape not seen before, as names do with a name not seen before.
 class NamePool {
  public:
   uint32_t Intern(std::string_view s);
   std::optional<uint32_t> Find(std::string_view s) const;  // without interning
   const std::string& Get(uint32_t id) const { return names_[id]; }
   size_t size() const { return names_.size(); }
+  // The pool's one copy of `r` (sorted by name id, names interned here).
+  const CompactResources* InternTotals(CompactResources r);
+  static const CompactResources* NoResources();
 
  private:
+  struct TotalsHash {
+    size_t operator()(const CompactResources* r) const;
+  };
+  struct TotalsEq {
+    bool operator()(const CompactResources* a, const CompactResources* b) const { return *a == *b; }
+  };
   std::deque<std::string> names_;
   std::unordered_map<std::string_view, uint32_t> ids_;  // views into names_
+  std::deque<CompactResources> totals_;
+  std::unordered_set<const CompactResources*, TotalsHash, TotalsEq> totals_ids_;  // into totals_
 };
-
-using CompactResources = std::vector<std::pair<uint32_t, double>>;  // (name id, amount)
 
 struct NodeEntry {
   // A label whose value is the node's own id or hostname is not interned (one-off strings).
@@ -49,9 +64,8 @@ struct NodeEntry {
   std::string address;
   std::string hostname;
   std::vector<std::pair<uint32_t, uint32_t>> labels;  // (key id, value id)
-  CompactResources total;
-  CompactResources available;       // meaningless while available_is_total
-  bool available_is_total = true;
+  const CompactResources* total = NamePool::NoResources();  // interned in the owner's NamePool
+  std::unique_ptr<CompactResources> available;  // null while the available amounts are the totals
   bool alive = false;
   bool known = false;               // registered at least once
   bool head_node = false;           // NodeRecord.is_head_node
@@ -65,7 +79,9 @@ struct NodeEntry {
   uint32_t beat_ms = 0;             // the longer of the period it reported and the one it was told
   uint32_t reported_beat_ms = 0;    // the period the node reported (HeartbeatRequest.heartbeat_ms)
 
-  const CompactResources& Available() const { return available_is_total ? total : available; }
+  const CompactResources& Total() const { return *total; }
+  const CompactResources& Available() const { return available ? *available : *total; }
+  bool AvailableIsTotal() const { return !available; }
 };
 
 // Sets `out` from a resource set.

@@ -35,7 +35,7 @@ bool PlacementIndex::FitsIn(const CompactResources& need, const CompactResources
 
 const CompactResources& PlacementIndex::Indexed(uint32_t slot) const {
   auto it = busy_.find(slot);
-  return it != busy_.end() ? it->second : slots_[slot].entry->total;
+  return it != busy_.end() ? it->second : *slots_[slot].entry->total;
 }
 
 void PlacementIndex::Enter(Side& side, const CompactResources& r, uint32_t slot) {
@@ -114,12 +114,12 @@ void PlacementIndex::Upsert(const std::string& id, NodeEntry& n) {
     s.id = &id;
     const bool was_busy = busy_.count(slot) > 0;
     Move(avail_, Indexed(slot), n.Available(), slot);
-    if (n.available_is_total) {
+    if (n.AvailableIsTotal()) {
       busy_.erase(slot);
-      if (was_busy) Leave(busy_total_, n.total, slot);
+      if (was_busy) Leave(busy_total_, *n.total, slot);
     } else {
       busy_[slot] = n.Available();
-      if (!was_busy) Enter(busy_total_, n.total, slot);
+      if (!was_busy) Enter(busy_total_, *n.total, slot);
     }
     return;
   }
@@ -135,9 +135,9 @@ void PlacementIndex::Upsert(const std::string& id, NodeEntry& n) {
   Slot& s = slots_[slot];
   s.id = &id;
   s.entry = &n;
-  if (!n.available_is_total) {
+  if (!n.AvailableIsTotal()) {
     busy_[slot] = n.Available();
-    Enter(busy_total_, n.total, slot);
+    Enter(busy_total_, *n.total, slot);
   }
   n.placement_slot = slot;
   ++count_;
@@ -150,7 +150,7 @@ void PlacementIndex::Remove(NodeEntry& n) {
   if (slot == kNoSlot || slot >= slots_.size() || slots_[slot].entry != &n) return;
   IndexLabels(slot, false);
   Leave(avail_, Indexed(slot), slot);
-  if (busy_.count(slot)) Leave(busy_total_, n.total, slot);
+  if (busy_.count(slot)) Leave(busy_total_, *n.total, slot);
   slots_[slot] = Slot{};
   busy_.erase(slot);
   n.placement_slot = kNoSlot;
@@ -166,7 +166,7 @@ uint32_t PlacementIndex::SlotOf(std::string_view id) const {
 }
 
 const CompactResources& PlacementIndex::Free(uint32_t slot, bool use_total) const {
-  return use_total ? slots_[slot].entry->total : Indexed(slot);
+  return use_total ? *slots_[slot].entry->total : Indexed(slot);
 }
 
 bool PlacementIndex::Matches(uint32_t slot, const LabelSelectorTerms& selector) const {

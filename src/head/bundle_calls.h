@@ -40,8 +40,11 @@ struct BundleReply {
   }
 };
 
-// One bundle call to one node: its address and the serialised rpc::BundlesRequest.
+// One bundle call to one node: its id (whose ledger the reply carries; "" when unknown, and
+// the ledger then waits for the node's next heartbeat), its address and the serialised
+// rpc::BundlesRequest.
 struct NodeCall {
+  std::string node_id;
   std::string address;
   std::string payload;
 };

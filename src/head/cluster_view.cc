@@ -47,8 +47,6 @@ void Head::ForgetDeadNodesLocked() {
       }
       entry.second = copy;
     }
-    auto by_address = node_by_address_.find(it->second.address);
-    if (by_address != node_by_address_.end() && by_address->second == key) node_by_address_.erase(by_address);
     nodes_.erase(it);
   }
 }
@@ -135,7 +133,7 @@ std::vector<NodeView> Head::ViewOfNodes(std::map<std::string, int>* index_of, bo
   for (const auto& [nid, n] : nodes_) {
     if (!n.alive) continue;
     (*index_of)[nid] = static_cast<int>(view.size());
-    view.push_back({nid, ToResourceMap(names_, n.total), ToResourceMap(names_, n.Available()),
+    view.push_back({nid, ToResourceMap(names_, *n.total), ToResourceMap(names_, n.Available()),
                     with_labels ? LabelsOf(names_, nid, n) : std::map<std::string, std::string>()});
   }
   return view;

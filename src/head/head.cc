@@ -161,26 +161,19 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   }
   MutexLock lock(mu_);
   auto [it, fresh] = nodes_.try_emplace(n.node_id());
-  const std::string* id = &it->first;
   auto& e = it->second;
-  if (!fresh) {
-    auto old = node_by_address_.find(e.address);
-    if (old != node_by_address_.end() && old->second == id) node_by_address_.erase(old);
-  }
   placement_index_.Remove(e);  // its labels and totals may change: indexed again below
   SetFromRecord(names_, n, &e);
   e.known = true;
   e.ledger_seq = 0;
   e.pending.reset();
-  node_by_address_.erase(std::string_view(e.address));
-  node_by_address_.emplace(std::string_view(e.address), id);
   const bool was_alive = e.alive;
   if (!e.alive) ++alive_nodes_;
   e.alive = true;
   e.start_time_ms = WallClockMs();
   e.last_heartbeat = Clock::now();
-  IndexNodeLocked(*id, e);
-  BumpView(id);
+  IndexNodeLocked(it->first, e);
+  BumpView(&it->first);
   NoteLane(n.address(), static_cast<int>(req->lane_port()), req->lane_unix());
   reply->set_session_dir(cfg_.session_dir);
   e.beat_ms = PacedHeartbeatMsLocked();
@@ -193,7 +186,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
   pg_manager_.AssertHeld();  // it shares mu_
-  pg_manager_.ReleaseUnknownLocked(n.address(), req->held_groups());
+  pg_manager_.ReleaseUnknownLocked(n.node_id(), n.address(), req->held_groups());
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();
   return grpc::Status::OK;
@@ -482,11 +475,10 @@ void Head::OnPgSliceLost(const std::string& pg_id) {
   actors_.OnPgSliceLostLocked(pg_id);
 }
 
-void Head::ApplyLedger(const std::string& node_address, const BundleReply& reply) {
-  auto id = node_by_address_.find(node_address);
-  if (id == node_by_address_.end()) return;
-  auto it = nodes_.find(*id->second);
-  if (it == nodes_.end() || it->second.address != node_address) return;
+void Head::ApplyLedger(const NodeCall& call, const BundleReply& reply) {
+  if (call.node_id.empty()) return;
+  auto it = nodes_.find(call.node_id);
+  if (it == nodes_.end() || it->second.address != call.address) return;
   auto& e = it->second;
   if (reply.ledger_seq < e.ledger_seq) return;
   e.ledger_seq = reply.ledger_seq;
@@ -528,7 +520,7 @@ void Head::IndexNodeLocked(const std::string& node_id, NodeEntry& n) {
   }
   auto amount = [&](const CompactResources& r, const std::string& k) { return Amount(*names, r, k); };
   std::string head = SliceIdleRule::HeadUnit(pod_type);
-  SliceHostUse use{amount(n.total, "TPU"), amount(n.Available(), "TPU"), amount(n.total, head),
+  SliceHostUse use{amount(*n.total, "TPU"), amount(n.Available(), "TPU"), amount(*n.total, head),
                    amount(n.Available(), head)};
   SliceHostInfo info = MakeSliceHostInfo(std::move(pod_type), label(tpu::kLabelSliceName),
                                          label(tpu::kLabelTopology), label(tpu::kLabelWorkerId), use);

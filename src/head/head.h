@@ -184,7 +184,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   const NamePool& Names() override REQUIRES(mu_) { return names_; }
   void Charge(const std::string& node_id, const ResourceMap& res) override REQUIRES(mu_);
   const SliceIndex& Slices() override REQUIRES(mu_) { return slice_index_; }
-  void ApplyLedger(const std::string& node_address, const BundleReply& reply) override REQUIRES(mu_);
+  void ApplyLedger(const NodeCall& call, const BundleReply& reply) override REQUIRES(mu_);
   void OnPgCreated() override REQUIRES(mu_);
   void OnPgRemoved(const std::string& pg_id, const std::string& why) override REQUIRES(mu_);
   void OnPgSliceLost(const std::string& pg_id) override REQUIRES(mu_);
@@ -251,8 +251,8 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   Mutex mu_;
   CondVar stop_cv_;  // Stop began (WatchJob waits on it between its polls)
   // Keys are stable while the node is in the table; a dead node is erased only by
-  // ForgetDeadNodesLocked, which first takes every pointer to its key out of view_log_ and
-  // node_by_address_ (the slice index drops a node when it dies).
+  // ForgetDeadNodesLocked, which first takes every pointer to its key out of view_log_ (the
+  // slice index drops a node when it dies).
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
   size_t alive_nodes_ GUARDED_BY(mu_) = 0;
   static constexpr int kMissedHeartbeats = 5;
@@ -265,8 +265,6 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
     auto it = nodes->find(std::string(id));
     return it == nodes->end() ? nullptr : &it->second;
   }};
-  // address -> node id; each key views the address string of the entry it maps to
-  std::unordered_map<std::string_view, const std::string*> node_by_address_ GUARDED_BY(mu_);
   uint64_t view_version_ GUARDED_BY(mu_) = 1;
   // The node (or nullptr) that changed at each recent view version, oldest first: heartbeat
   // views are deltas from it. view_log_floor_: versions at or above it are covered.

@@ -178,7 +178,7 @@ MetricFamilies Head::CollectMetrics() {
       s.id = id;
       s.alive = n.alive;
       if (n.alive) {
-        for (const auto& [name, v] : n.total) total_by_id[name] += v;
+        for (const auto& [name, v] : *n.total) total_by_id[name] += v;
         for (const auto& [name, v] : n.Available()) avail_by_id[name] += v;
         s.heartbeat_age_s = std::chrono::duration<double>(now - n.last_heartbeat).count();
       }

@@ -298,7 +298,7 @@ void PlacementGroupManager::OnSliceNodeLost(PgEntry& e, const std::string& node_
   }
   if (lost.empty()) return;
   e.rec.set_epoch(e.rec.epoch() + 1);
-  std::map<std::string, rpc::BundlesRequest> by_node;
+  std::map<std::pair<std::string, std::string>, rpc::BundlesRequest> by_node;  // (address, id)
   for (int si : lost) {
     std::string slice = e.rec.slice_names(si);
     std::string reason = "SliceLost: slice '" + slice + "' (slice index " + std::to_string(si) +
@@ -308,7 +308,7 @@ void PlacementGroupManager::OnSliceNodeLost(PgEntry& e, const std::string& node_
     for (auto& b : *e.rec.mutable_bundles()) {
       if (b.index() / per != si) continue;
       if (!b.node_address().empty() && b.node_id() != node_id) {
-        auto& r = by_node[b.node_address()];
+        auto& r = by_node[{b.node_address(), b.node_id()}];
         r.set_pg_id(id);
         r.set_reason(reason);
         r.add_bundles()->set_index(b.index());
@@ -320,7 +320,7 @@ void PlacementGroupManager::OnSliceNodeLost(PgEntry& e, const std::string& node_
     if (h != slice_holder_.end() && h->second == id) slice_holder_.erase(h);
     e.rec.set_slice_names(si, "");
   }
-  for (auto& [addr, r] : by_node) release->push_back({addr, r.SerializeAsString()});
+  for (auto& [node, r] : by_node) release->push_back({node.second, node.first, r.SerializeAsString()});
   // Every task and actor of a slice reservation fails: the program cannot go on without the
   // lost slice. Actors in it die (restartable ones come back after the re-grant).
   cluster_.OnPgSliceLost(id);
@@ -351,13 +351,14 @@ std::vector<NodeCall> PlacementGroupManager::RemoveLocked(PgEntry& e, const std:
   }
   // A group being reserved right now is released by the scheduler when it sees REMOVED.
   if (!e.scheduling) {
-    std::map<std::string_view, std::vector<int>> by_node;  // node address -> bundle indexes
+    // (node address, node id) -> bundle indexes
+    std::map<std::pair<std::string_view, std::string_view>, std::vector<int>> by_node;
     for (const auto& b : e.rec.bundles()) {
-      if (!b.node_address().empty()) by_node[b.node_address()].push_back(b.index());
+      if (!b.node_address().empty()) by_node[{b.node_address(), b.node_id()}].push_back(b.index());
     }
     out.reserve(by_node.size());
-    for (const auto& [addr, indexes] : by_node) {
-      out.push_back({std::string(addr), ReleasePayload(e.rec.pg_id(), indexes, "")});
+    for (const auto& [node, indexes] : by_node) {
+      out.push_back({std::string(node.second), std::string(node.first), ReleasePayload(e.rec.pg_id(), indexes, "")});
     }
   }
   cluster_.OnPgRemoved(e.rec.pg_id(), why);
@@ -375,7 +376,7 @@ void PlacementGroupManager::ReleaseOnNodes(const std::vector<NodeCall>& what) {
                          << results[i].status.error_message();
       continue;
     }
-    cluster_.ApplyLedger(what[i].address, results[i]);
+    cluster_.ApplyLedger(what[i], results[i]);
   }
   sched_cv_.NotifyAll();
 }
@@ -424,7 +425,7 @@ bool PlacementGroupManager::ScheduleOnce() {
   std::string failure = ReserveOnNodes(g, &results, &answered);
   mu_.Lock();
   scheduling_ = false;
-  for (size_t i : answered) cluster_.ApplyLedger(g.calls[i].address, results[i]);
+  for (size_t i : answered) cluster_.ApplyLedger(g.calls[i], results[i]);
   FinishGrant(g, failure);
   return true;
 }
@@ -610,7 +611,9 @@ PlacementGroupManager::Grant PlacementGroupManager::BeginGrant(PgEntry& e,
   // Each node's request is serialised straight from the record, here under mu: the record is
   // not to be read while another thread changes it.
   g.calls.reserve(g.by_node.size());
-  for (const auto& [addr, which] : g.by_node) g.calls.push_back({addr, BundlesPayload(e.rec, which)});
+  for (const auto& [addr, which] : g.by_node) {
+    g.calls.push_back({g.node_of_addr.at(addr), addr, BundlesPayload(e.rec, which)});
+  }
   if (store_) {
     for (const auto& [addr, which] : g.by_node) {
       auto* intent = e.rec.add_granting();
@@ -634,7 +637,8 @@ std::string PlacementGroupManager::ReserveOnNodes(const Grant& g, std::vector<Bu
     const auto& r = (*results)[i];
     if (r.status.ok()) answered->push_back(i);
     if (r.status.ok() && r.ok) {
-      prepared.push_back({g.calls[i].address, ReleasePayload(g.pg_id, g.by_node.at(g.calls[i].address), "")});
+      const NodeCall& c = g.calls[i];
+      prepared.push_back({c.node_id, c.address, ReleasePayload(g.pg_id, g.by_node.at(c.address), "")});
     } else if (failure.empty()) {
       failure = r.status.ok() ? r.error : "prepare on " + g.calls[i].address + " failed: " + r.status.error_message();
     }
@@ -654,7 +658,9 @@ void PlacementGroupManager::FinishGrant(const Grant& g, const std::string& failu
     mu_.Unlock();
     if (failure.empty()) {
       std::vector<NodeCall> undo;
-      for (const auto& [addr, which] : g.by_node) undo.push_back({addr, ReleasePayload(g.pg_id, which, "")});
+      for (const auto& [addr, which] : g.by_node) {
+        undo.push_back({g.node_of_addr.at(addr), addr, ReleasePayload(g.pg_id, which, "")});
+      }
       ReleaseOnNodes(undo);
     }
     mu_.Lock();
@@ -738,7 +744,7 @@ StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pai
     // released before the group is placed again.
     std::vector<NodeCall> undo;
     for (const auto& g : e.rec.granting()) {
-      undo.push_back({g.node_address(), ReleasePayload(id, {g.indexes().begin(), g.indexes().end()},
+      undo.push_back({"", g.node_address(), ReleasePayload(id, {g.indexes().begin(), g.indexes().end()},
                                                       "the head restarted while reserving them")});
     }
     e.rec.clear_granting();
@@ -770,7 +776,7 @@ StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pai
   return parsed.size();
 }
 
-void PlacementGroupManager::ReleaseUnknownLocked(const std::string& node_address,
+void PlacementGroupManager::ReleaseUnknownLocked(const std::string& node_id, const std::string& node_address,
                                                  const google::protobuf::RepeatedPtrField<std::string>& held) {
   std::vector<NodeCall> release;
   for (const auto& pg_id : held) {
@@ -779,7 +785,7 @@ void PlacementGroupManager::ReleaseUnknownLocked(const std::string& node_address
     TORUS_LOG(WARNING) << "node " << node_address << " holds bundles of placement group " << pg_id
                        << ", which " << (it == pgs_.end() ? "this head does not know" : "was removed")
                        << ": releasing them";
-    release.push_back({node_address, ReleasePayload(pg_id, {}, "the placement group no longer exists")});
+    release.push_back({node_id, node_address, ReleasePayload(pg_id, {}, "the placement group no longer exists")});
   }
   if (!release.empty()) ReleaseInBackground(std::move(release));
 }

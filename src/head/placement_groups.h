@@ -54,8 +54,9 @@ class PgCluster {
   // The node's address ("" when unknown).
   virtual std::string NodeAddress(const std::string& node_id) = 0;
   virtual const SliceIndex& Slices() = 0;
-  // Takes a node's ledger from a bundle reply unless the head holds a newer one.
-  virtual void ApplyLedger(const std::string& node_address, const BundleReply& reply) = 0;
+  // Takes the ledger of the node `call` went to from its reply, unless the head holds a newer
+  // one or the node at call.node_id is no longer at call.address.
+  virtual void ApplyLedger(const NodeCall& call, const BundleReply& reply) = 0;
   // A group was granted: the view changed and its actors may be placed now.
   virtual void OnPgCreated() = 0;
   // Group `pg_id` was removed (`why`): the actors in it die.
@@ -118,9 +119,9 @@ class PlacementGroupManager {
   // nodes of their bundles and the slices they hold; waiting ones queue again. Returns how many,
   // or an error for a garbled record (then nothing is taken).
   StatusOr<size_t> RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
-  // Node `node_address` (registering) holds bundles of `held`: releases those of groups that
-  // are unknown here or removed.
-  void ReleaseUnknownLocked(const std::string& node_address,
+  // Node `node_id` at `node_address` (registering) holds bundles of `held`: releases those of
+  // groups that are unknown here or removed.
+  void ReleaseUnknownLocked(const std::string& node_id, const std::string& node_address,
                             const google::protobuf::RepeatedPtrField<std::string>& held) REQUIRES(mu_);
   // The node ids the bundles of live groups are on.
   std::set<std::string> NodesInUseLocked() const REQUIRES(mu_);

@@ -51,7 +51,7 @@ class Cluster {
     index_.Remove(nodes_.at(id));
   }
   ResourceMap Available(const std::string& id) const { return ToResourceMap(pool_, nodes_.at(id).Available()); }
-  ResourceMap Total(const std::string& id) const { return ToResourceMap(pool_, nodes_.at(id).total); }
+  ResourceMap Total(const std::string& id) const { return ToResourceMap(pool_, *nodes_.at(id).total); }
   std::map<std::string, std::string> Labels(const std::string& id) const {
     return LabelsOf(pool_, id, nodes_.at(id));
   }

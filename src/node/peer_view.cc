@@ -13,8 +13,8 @@ void PeerView::Put(const rpc::NodeRecord& rec) {
   SetFromRecord(names_, rec, &fresh);
   fresh.alive = true;
   auto [it, added] = nodes_.try_emplace(rec.node_id());
-  // The index reads an entry's labels to take it out: out first when they change.
-  // Out first when its labels or totals change (the index reads the entry to take it out).
+  // Out first when its labels or totals change (the index reads the entry to take it out);
+  // totals are interned, so the same pointer means the same totals.
   if (!added && (it->second.labels != fresh.labels || it->second.total != fresh.total)) index_.Remove(it->second);
   fresh.placement_slot = it->second.placement_slot;
   it->second = std::move(fresh);
