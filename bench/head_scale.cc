@@ -872,7 +872,8 @@ int main(int argc, char** argv) {
   auto mx = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
   row << "," << killed.size() << "," << killed_silent << "," << undetected << "," << false_dead.size() << ","
       << Median(detect_s) << "," << Pct(detect_s, 0.99) << "," << mx(detect_s) << "," << Median(detect_closed_s)
-      << "," << Pct(detect_closed_s, 0.99) << "," << Median(detect_silent_s) << "," << Pct(detect_silent_s, 0.99);
+      << "," << Pct(detect_closed_s, 0.99) << "," << Median(detect_silent_s) << "," << Pct(detect_silent_s, 0.99) << ","
+      << Pct(slice_dec, 0.99);
   std::string header =
       "nodes,heartbeat_ms,register_s,heartbeats_per_s,heartbeat_failures_per_s,head_cpu_pct,"
       "heartbeat_p50_ms,heartbeat_p99_ms,view_records_per_s,view_kb_per_s,rss_base_kb,rss_kb,rss_bytes_per_node,"
@@ -883,7 +884,7 @@ int main(int argc, char** argv) {
     header += ",pg_" + variants[i].name + "_decision_us_p50,pg_" + variants[i].name + "_decision_us_p99";
   }
   header += ",killed,killed_silent,undetected,false_dead_in_view,detect_s_p50,detect_s_p99,detect_s_max,"
-            "detect_closed_s_p50,detect_closed_s_p99,detect_silent_s_p50,detect_silent_s_p99";
+            "detect_closed_s_p50,detect_closed_s_p99,detect_silent_s_p50,detect_silent_s_p99,slice_decision_us_p99";
   std::cout << header << "\n" << row.str() << std::endl;
   if (!csv.empty()) {
     bool fresh = !std::ifstream(csv).good();

@@ -39,7 +39,8 @@ cols = [("nodes", "nodes", "{:.0f}"), ("paced_heartbeat_ms", "period ms", "{:.0f
         ("view_records_per_s", "view rec/s", "{:.0f}"), ("view_kb_per_s", "view KiB/s", "{:.0f}"),
         ("rss_bytes_per_node", "RSS B/node", "{:.0f}"), ("pss_bytes_per_node", "PSS B/node", "{:.0f}"),
         ("false_deaths", "false deaths", "{:.0f}"), ("slice_decision_us_p50", "slice dec us p50", "{:.1f}"),
-        ("slice_decision_us_p90", "p90", "{:.1f}"), ("slice_reserve_ms_p50", "slice rtt ms", "{:.2f}"),
+        ("slice_decision_us_p90", "p90", "{:.1f}"), ("slice_decision_us_p99", "p99", "{:.1f}"),
+        ("slice_reserve_ms_p50", "slice rtt ms", "{:.2f}"),
         ("loadavg1", "load", "{:.1f}")]
 for v, h in [("pack4", "PACK4"), ("spread4", "SPREAD4"), ("strict_pack4", "S_PACK4"),
              ("strict_spread4", "S_SPREAD4"), ("spread4_label", "SPREAD4 label"),

@@ -625,6 +625,34 @@ TEST_F(SecurityTest, LaneChecksTheTokenRefusesGarbageAndAnswersCalls) {
     rpc::PrepareBundlesReply ledger;
     EXPECT_TRUE(ledger.ParseFromString(f.payload));
     EXPECT_TRUE(ledger.ok());
+    // Bundles meant for another node (one that was at this address before a restart) are
+    // refused, on the lane and over gRPC, and reserve nothing.
+    rpc::BundlesRequest other;
+    other.set_pg_id("group-of-another-node");
+    other.set_node_id("not-this-node");
+    other.set_commit(true);
+    (*other.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 0.5;
+    ASSERT_TRUE(SendAll(nfd, MakeFrame(2, "/torus.rpc.Node/PrepareBundles", other.SerializeAsString())));
+    ASSERT_TRUE(ReadReply(nfd, &f));
+    EXPECT_EQ(f.code, static_cast<uint16_t>(grpc::StatusCode::FAILED_PRECONDITION)) << f.text;
+    EXPECT_NE(f.text.find("not-this-node"), std::string::npos) << f.text;
+    {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("torus-token", token);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      rpc::PrepareBundlesReply r;
+      grpc::Status gs = rpc::Node::NewStub(grpc::CreateChannel(ep.address, grpc::InsecureChannelCredentials()))
+                            ->PrepareBundles(&ctx, other, &r);
+      EXPECT_EQ(gs.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << gs.error_message();
+    }
+    ASSERT_TRUE(SendAll(nfd, MakeFrame(2, "/torus.rpc.Node/ReleaseBundles", release.SerializeAsString())));
+    ASSERT_TRUE(ReadReply(nfd, &f));
+    rpc::PrepareBundlesReply after;
+    EXPECT_TRUE(after.ParseFromString(f.payload));
+    using Amounts = std::map<std::string, double>;
+    Amounts before_amounts(ledger.available().amounts().begin(), ledger.available().amounts().end());
+    Amounts after_amounts(after.available().amounts().begin(), after.available().amounts().end());
+    EXPECT_EQ(after_amounts, before_amounts) << "a refused request changed the node's ledger";
     EXPECT_TRUE(SendAndExpectClose(nport, RandomBytes(4096, 7), std::chrono::seconds(10)));
     close(nfd);
   }

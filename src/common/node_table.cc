@@ -28,12 +28,28 @@ size_t NamePool::TotalsHash::operator()(const CompactResources* r) const {
   return h;
 }
 
+NamePool::~NamePool() {
+  for (const CompactResources* r : totals_) delete r;
+}
+
 const CompactResources* NamePool::InternTotals(CompactResources r) {
-  auto it = totals_ids_.find(&r);
-  if (it != totals_ids_.end()) return *it;
+  if (r.empty()) return NoResources();
+  auto it = totals_.find(&r);
+  if (it != totals_.end()) return *it;
   r.shrink_to_fit();
-  totals_.push_back(std::move(r));
-  return *totals_ids_.insert(&totals_.back()).first;
+  return *totals_.insert(new CompactResources(std::move(r))).first;
+}
+
+void NamePool::RetainTotals(const std::unordered_set<const CompactResources*>& used) {
+  for (auto it = totals_.begin(); it != totals_.end();) {
+    if (used.count(*it)) {
+      ++it;
+    } else {
+      const CompactResources* r = *it;
+      it = totals_.erase(it);  // before the delete: erasing may hash the element
+      delete r;
+    }
+  }
 }
 
 const CompactResources* NamePool::NoResources() {

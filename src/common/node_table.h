@@ -30,18 +30,27 @@ namespace torus {
 
 using CompactResources = std::vector<std::pair<uint32_t, double>>;  // (name id, amount)
 
-// Strings, and sets of resource totals, interned for good; name ids are dense and stable. Get()
-// references and InternTotals() pointers stay valid for the pool's life. Totals grow the pool
-// only with a shape not seen before, as names do with a name not seen before.
+// Strings interned for good (name ids are dense and stable; Get() references stay valid), and
+// sets of resource totals interned until RetainTotals frees those no entry uses any more
+// (SweepTotals below). Not copyable.
 class NamePool {
  public:
+  NamePool() = default;
+  ~NamePool();
+  NamePool(const NamePool&) = delete;
+  NamePool& operator=(const NamePool&) = delete;
+
   uint32_t Intern(std::string_view s);
   std::optional<uint32_t> Find(std::string_view s) const;  // without interning
   const std::string& Get(uint32_t id) const { return names_[id]; }
   size_t size() const { return names_.size(); }
-  // The pool's one copy of `r` (sorted by name id, names interned here).
+  // The pool's one copy of `r` (sorted by name id, names interned here; amounts validated, so
+  // never NaN); NoResources() when `r` is empty.
   const CompactResources* InternTotals(CompactResources r);
   static const CompactResources* NoResources();
+  size_t TotalsSize() const { return totals_.size(); }
+  // Frees every interned totals set not in `used`.
+  void RetainTotals(const std::unordered_set<const CompactResources*>& used);
 
  private:
   struct TotalsHash {
@@ -52,8 +61,7 @@ class NamePool {
   };
   std::deque<std::string> names_;
   std::unordered_map<std::string_view, uint32_t> ids_;  // views into names_
-  std::deque<CompactResources> totals_;
-  std::unordered_set<const CompactResources*, TotalsHash, TotalsEq> totals_ids_;  // into totals_
+  std::unordered_set<const CompactResources*, TotalsHash, TotalsEq> totals_;  // owned
 };
 
 struct NodeEntry {
@@ -83,6 +91,19 @@ struct NodeEntry {
   const CompactResources& Available() const { return available ? *available : *total; }
   bool AvailableIsTotal() const { return !available; }
 };
+
+// Frees the totals of `pool` that no entry of `nodes` (a map of id -> NodeEntry) points at, once
+// the pool holds more than twice the sets left by the last sweep: hosts of new shapes that come
+// and go cost O(1) amortised each, and the pool stays within twice the shapes in use. `*live`
+// is the count the last sweep left.
+template <typename Map>
+void SweepTotals(NamePool& pool, const Map& nodes, size_t* live) {
+  if (pool.TotalsSize() <= 2 * *live + 64) return;
+  std::unordered_set<const CompactResources*> used;
+  for (const auto& kv : nodes) used.insert(kv.second.total);
+  pool.RetainTotals(used);
+  *live = pool.TotalsSize();
+}
 
 // Sets `out` from a resource set.
 void SetResources(NamePool& pool, const rpc::ResourceSet& in, CompactResources* out);

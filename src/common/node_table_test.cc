@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 namespace torus {
 namespace {
 
@@ -38,6 +41,30 @@ TEST(NodeTableTest, NodesOfOneShapeShareTheirTotalsAndOthersDoNot) {
   SetResources(pool, ResourceMap{{"CPU", 8}, {"TPU", 4}}, &again);
   EXPECT_EQ(pool.InternTotals(again), a.total);
   EXPECT_EQ(pool.InternTotals({}), pool.InternTotals({}));
+}
+
+TEST(NodeTableTest, TotalsNoNodeUsesAreFreedOnceThePoolDoubles) {
+  NamePool pool;
+  std::map<std::string, NodeEntry> nodes;
+  size_t live = 0;
+  // 200 hosts, each with totals of its own (say, a different memory size), come and go; one stays.
+  SetFromRecord(pool, Record("keep", {{"CPU", 8}, {"memory", 1}}, {}), &nodes["keep"]);
+  const CompactResources* kept = nodes["keep"].total;
+  size_t most = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::string id = "n" + std::to_string(i);
+    SetFromRecord(pool, Record(id, {{"CPU", 8}, {"memory", 2.0 + i}}, {}), &nodes[id]);
+    nodes.erase(id);
+    SweepTotals(pool, nodes, &live);
+    most = std::max(most, pool.TotalsSize());
+  }
+  EXPECT_LE(most, 2 * 1 + 64 + 1);  // bounded by the sweep's threshold, not by the 201 shapes seen
+  EXPECT_EQ(nodes["keep"].total, kept);  // a shape in use is never freed
+  EXPECT_EQ(Amount(pool, *kept, "memory"), 1);
+  // A shape freed and seen again is interned afresh.
+  NodeEntry again;
+  SetFromRecord(pool, Record("again", {{"CPU", 8}, {"memory", 2}}, {}), &again);
+  EXPECT_EQ(Amount(pool, again.Total(), "memory"), 2);
 }
 
 TEST(NodeTableTest, AvailableIsStoredOnlyWhileItDiffersFromTheTotals) {

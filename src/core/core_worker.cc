@@ -568,9 +568,7 @@ void CoreWorker::EnterTask(const rpc::TaskSpec& spec) {
   }
 }
 
-std::shared_ptr<internal::Buffer> CoreWorker::GetOne(const std::string& id) {
-  return Get({id}, -1)[0];
-}
+std::shared_ptr<internal::Buffer> CoreWorker::GetOne(const std::string& id) { return GetOne(id, -1); }
 
 StatusOr<rpc::ObjectLocation> CoreWorker::StoreLarge(const rpc::TaskSpec& spec, int index,
                                                      size_t size,

@@ -127,6 +127,8 @@ class CoreWorker final : public internal::Runtime,
   // Values lost with their node are rebuilt first (RecoverLost).
   std::vector<std::shared_ptr<internal::Buffer>> Get(const std::vector<std::string>& ids,
                                                      int timeout_ms) override;
+  // An owned value already here inline is answered under mu_ alone; anything else goes through Get.
+  std::shared_ptr<internal::Buffer> GetOne(const std::string& id, int timeout_ms) override;
   std::vector<bool> Wait(const std::vector<std::string>& ids, int num_objects,
                          int timeout_ms) override;
   std::string SubmitTask(const std::string& function_name, std::vector<internal::TaskArg> args,

@@ -424,6 +424,20 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::Get(const std::vector
   }
 }
 
+std::shared_ptr<internal::Buffer> CoreWorker::GetOne(const std::string& id, int timeout_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const ObjectEntry* e = refs_.Find(id);
+    // What Get would do for such a value: no fetch to start, no wait, no pin, nothing to release.
+    if (e && e->ready && e->owned && !e->in_shm) {
+      ThrowIfError(id, *e);
+      if (e->inline_data) return std::make_shared<InlineBuffer>(e->inline_data);
+    }
+  }
+  std::vector<std::shared_ptr<internal::Buffer>> out = Get({id}, timeout_ms);
+  return out.size() == 1 ? std::move(out[0]) : nullptr;
+}
+
 std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
     const std::vector<std::string>& ids, Clock::time_point deadline, int timeout_ms,
     std::vector<LostRead>* lost) {

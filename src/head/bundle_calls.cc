@@ -41,6 +41,13 @@ std::string ReleasePayload(const std::string& pg_id, const std::vector<int>& ind
   return out;
 }
 
+std::string AddressedPayload(const NodeCall& c) {
+  std::string out = c.payload;
+  // A field appended to a serialized message is read as if it had been written with the rest.
+  if (!c.node_id.empty()) PutBytes(&out, rpc::BundlesRequest::kNodeIdFieldNumber, c.node_id);
+  return out;
+}
+
 namespace {
 // Protobuf wire-format reading for the bundle replies.
 bool ReadVarint(const char*& p, const char* end, uint64_t* v) {
@@ -158,7 +165,7 @@ std::vector<BundleReply> CallNodes(const std::string& token, BundleOp op, const 
   for (size_t i = 0; i < calls.size(); ++i) {
     const auto& addr = calls[i].address;
     if (InProcessServiceAt(addr) || !HasLane(addr, token)) continue;
-    lane_reqs.push_back({addr, method, calls[i].payload});
+    lane_reqs.push_back({addr, method, AddressedPayload(calls[i])});
     lane_index.push_back(i);
   }
   if (!lane_reqs.empty()) {
@@ -181,7 +188,7 @@ std::vector<BundleReply> CallNodes(const std::string& token, BundleOp op, const 
     auto& f = inflight[i];
     rpc::BundlesRequest& req = f.req;
     rpc::PrepareBundlesReply& reply = f.reply;
-    if (!req.ParseFromString(calls[i].payload)) {
+    if (!req.ParseFromString(AddressedPayload(calls[i]))) {
       st = grpc::Status(grpc::StatusCode::INTERNAL, std::string("unparsable bundle request for ") + method);
       continue;
     }

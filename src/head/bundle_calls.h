@@ -59,6 +59,8 @@ std::string ReleasePayload(const std::string& pg_id, const std::vector<int>& ind
                            const std::string& reason);
 // Reads r->raw (a serialised rpc::PrepareBundlesReply) into r's fields; false if garbled.
 bool ParseBundleReply(BundleReply* r);
+// The request `c` sends: its payload, addressed to c.node_id when that is known.
+std::string AddressedPayload(const NodeCall& c);
 // One bundle call per NodeCall, issued concurrently; results in order of `calls`.
 std::vector<BundleReply> CallNodes(const std::string& token, BundleOp op,
                                    const std::vector<NodeCall>& calls);

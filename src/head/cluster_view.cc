@@ -49,6 +49,7 @@ void Head::ForgetDeadNodesLocked() {
     }
     nodes_.erase(it);
   }
+  SweepTotals(names_, nodes_, &totals_live_);  // totals of shapes no node has any more
 }
 
 void Head::FillViewLocked(uint64_t version, rpc::HeartbeatReply* reply) {

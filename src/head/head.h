@@ -259,7 +259,8 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   // The period nodes are asked to beat at now (0: their own), from alive_nodes_.
   uint32_t PacedHeartbeatMsLocked() const REQUIRES(mu_);
   std::chrono::steady_clock::time_point last_monitor_ GUARDED_BY(mu_){};
-  NamePool names_ GUARDED_BY(mu_);  // label keys/values, resource names of nodes_
+  NamePool names_ GUARDED_BY(mu_);  // label keys/values, resource names and totals of nodes_
+  size_t totals_live_ GUARDED_BY(mu_) = 0;  // names_'s totals after the last SweepTotals
   // The alive nodes of nodes_ (its lookups read nodes_, under mu_).
   PlacementIndex placement_index_ GUARDED_BY(mu_){names_, [nodes = &nodes_](std::string_view id) {
     auto it = nodes->find(std::string(id));
@@ -275,8 +276,9 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   std::deque<std::pair<uint64_t, std::string>> forgotten_ids_ GUARDED_BY(mu_);
   // Nodes in the order they died (a node that came back is skipped when its turn comes).
   std::deque<std::string> dead_order_ GUARDED_BY(mu_);
-  // Erases the dead nodes beyond cfg_.keep_dead_nodes, the longest dead first. Called from the
-  // monitor's tick, never while nodes_ is being iterated.
+  // Erases the dead nodes beyond cfg_.keep_dead_nodes, the longest dead first, then frees the
+  // interned totals no node uses (SweepTotals). Called from the monitor's tick, never while
+  // nodes_ is being iterated.
   void ForgetDeadNodesLocked() REQUIRES(mu_);
   double view_tokens_ GUARDED_BY(mu_) = 0;  // view records that may be shipped now (--view-records-per-s)
   std::chrono::steady_clock::time_point view_refill_ GUARDED_BY(mu_);

@@ -57,6 +57,19 @@ TEST(WireCodecTest, ReleasePayloadParsesAsTheRequestItWritesByHand) {
   EXPECT_TRUE(got.reason().empty());
 }
 
+TEST(WireCodecTest, AddressedPayloadNamesTheNodeAndKeepsTheRest) {
+  NodeCall call{"node-1", "10.0.0.1:7000", ReleasePayload("pg-9", {3}, "why")};
+  rpc::BundlesRequest got;
+  ASSERT_TRUE(got.ParseFromString(AddressedPayload(call)));
+  EXPECT_EQ(got.node_id(), "node-1");
+  EXPECT_EQ(got.pg_id(), "pg-9");
+  ASSERT_EQ(got.bundles_size(), 1);
+  EXPECT_EQ(got.bundles(0).index(), 3);
+  EXPECT_EQ(got.reason(), "why");
+  call.node_id.clear();  // unknown: whichever node is at the address
+  EXPECT_EQ(AddressedPayload(call), call.payload);
+}
+
 TEST(WireCodecTest, HandReaderReadsAReplyProtobufWrote) {
   rpc::PrepareBundlesReply msg;
   msg.set_ok(true);

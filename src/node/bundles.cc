@@ -25,6 +25,7 @@ grpc::Status BundleHandler::Lane(bool prepare, std::string_view in, std::string*
                         std::string("the ") + (prepare ? "PrepareBundles" : "ReleaseBundles") +
                             " request is not a valid message");
   }
+  if (auto s = CheckAddressee(req); !s.ok()) return s;
   std::string error;
   if (prepare) {
     MutexLock lock(st_.mu);
@@ -40,6 +41,13 @@ grpc::Status BundleHandler::Lane(bool prepare, std::string_view in, std::string*
   }
   for (pid_t p : to_kill) kill(p, SIGKILL);
   return grpc::Status::OK;
+}
+
+grpc::Status BundleHandler::CheckAddressee(const rpc::BundlesRequest& req) const {
+  if (req.node_id().empty() || req.node_id() == node_id_) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "bundles of placement group " + req.pg_id() + " are for node " + req.node_id() +
+                          "; this is node " + node_id_);
 }
 
 void BundleHandler::Prepare(const rpc::BundlesRequest& req, rpc::PrepareBundlesReply* reply) {

@@ -26,9 +26,10 @@ namespace torus {
 
 class BundleHandler {
  public:
-  // `st`, `leases` and `labels` (the node's own) outlive this.
-  BundleHandler(NodeState& st, LeaseScheduler& leases, const std::map<std::string, std::string>& labels)
-      : st_(st), leases_(leases), labels_(labels) {}
+  // `st`, `leases`, `labels` and `node_id` (the node's own) outlive this.
+  BundleHandler(NodeState& st, LeaseScheduler& leases, const std::map<std::string, std::string>& labels,
+                const std::string& node_id)
+      : st_(st), leases_(leases), labels_(labels), node_id_(node_id) {}
   BundleHandler(const BundleHandler&) = delete;
   BundleHandler& operator=(const BundleHandler&) = delete;
 
@@ -38,6 +39,8 @@ class BundleHandler {
   void Release(const rpc::BundlesRequest& req, rpc::PrepareBundlesReply* reply) EXCLUDES(st_.mu);
   // The lane's PrepareBundles (prepare) or ReleaseBundles: serialised request in, reply out.
   grpc::Status Lane(bool prepare, std::string_view in, std::string* out) EXCLUDES(st_.mu);
+  // FAILED_PRECONDITION when the request is addressed to another node (BundlesRequest.node_id).
+  grpc::Status CheckAddressee(const rpc::BundlesRequest& req) const;
 
  private:
   // Reserves (and with `commit`, commits) the request's bundles, all or none; false with
@@ -50,6 +53,7 @@ class BundleHandler {
   NodeState& st_;
   LeaseScheduler& leases_;
   const std::map<std::string, std::string>& labels_;
+  const std::string& node_id_;
 };
 
 }  // namespace torus

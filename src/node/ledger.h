@@ -57,6 +57,7 @@ class Ledger {
   };
 
   Ledger(std::string node_id, ResourceMap total);
+  const std::string& node_id() const { return node_id_; }
 
   // Resets totals and chips (at Start, once the host's TPU and memory are known): everything
   // is available, no bundle exists.

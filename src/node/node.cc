@@ -696,6 +696,7 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
 grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
                                   rpc::PrepareBundlesReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  if (auto s = bundles_.CheckAddressee(*req); !s.ok()) return s;
   bundles_.Prepare(*req, reply);
   return grpc::Status::OK;
 }
@@ -703,12 +704,14 @@ grpc::Status Node::PrepareBundles(grpc::ServerContext* ctx, const rpc::BundlesRe
 grpc::Status Node::CommitBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
                                  rpc::PrepareBundlesReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  if (auto s = bundles_.CheckAddressee(*req); !s.ok()) return s;
   return bundles_.Commit(*req, reply);
 }
 
 grpc::Status Node::ReleaseBundles(grpc::ServerContext* ctx, const rpc::BundlesRequest* req,
                                   rpc::PrepareBundlesReply* reply) {
   if (auto s = CheckToken(ctx, cfg_.token); !s.ok()) return s;
+  if (auto s = bundles_.CheckAddressee(*req); !s.ok()) return s;
   bundles_.Release(*req, reply);
   return grpc::Status::OK;
 }

@@ -202,7 +202,7 @@ class Node final : public rpc::Node::Service {
   ObjectStore objects_{cfg_.node_id};
   LeaseScheduler leases_{st_, cfg_.node_id, cfg_.labels};
   ActorStarter actors_{st_, cfg_.token};
-  BundleHandler bundles_{st_, leases_, cfg_.labels};
+  BundleHandler bundles_{st_, leases_, cfg_.labels, cfg_.node_id};
 
   std::atomic<bool> gave_up_{false};
   Mutex stop_mu_;

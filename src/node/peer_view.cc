@@ -19,6 +19,7 @@ void PeerView::Put(const rpc::NodeRecord& rec) {
   fresh.placement_slot = it->second.placement_slot;
   it->second = std::move(fresh);
   index_.Upsert(it->first, it->second);
+  SweepTotals(names_, nodes_, &totals_live_);
 }
 
 void PeerView::Drop(const std::string& id) {

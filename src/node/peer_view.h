@@ -52,6 +52,7 @@ class PeerView {
 
   const std::string self_;
   NamePool names_;
+  size_t totals_live_ = 0;  // names_'s totals after the last SweepTotals
   std::map<std::string, NodeEntry> nodes_;  // keys and entries stay put while indexed
   PlacementIndex index_{names_, [this](std::string_view id) -> const NodeEntry* {
     auto it = nodes_.find(std::string(id));

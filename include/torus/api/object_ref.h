@@ -40,11 +40,9 @@ struct ObjectRefAccess;
 // Reads one object through the runtime; throws what Runtime::Get throws.
 inline std::shared_ptr<Buffer> GetOneBuffer(const std::string& id, int timeout_ms) {
   if (id.empty()) throw RayException("Get called on an empty ObjectRef");
-  std::vector<std::shared_ptr<Buffer>> buffers = RequireRuntime().Get({id}, timeout_ms);
-  if (buffers.size() != 1 || buffers[0] == nullptr) {
-    throw RayException("runtime returned no value for object " + id);
-  }
-  return std::move(buffers[0]);
+  std::shared_ptr<Buffer> buffer = RequireRuntime().GetOne(id, timeout_ms);
+  if (buffer == nullptr) throw RayException("runtime returned no value for object " + id);
+  return buffer;
 }
 
 template <typename T>

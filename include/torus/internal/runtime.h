@@ -204,6 +204,13 @@ class Runtime {
   // TPU slice counts for a shape (topology/version may be empty) and the nodes of a slice.
   virtual SliceQueryResult QuerySlices(const std::string& topology, const std::string& version,
                                        int chips_per_vm, const std::string& slice_name) = 0;
+  // Get of one object (ObjectRef::Get): Get's contract; a runtime may answer a value that is
+  // already here without building the vectors. (Last, so that earlier vtable slots keep their
+  // place.)
+  virtual std::shared_ptr<Buffer> GetOne(const std::string& id, int timeout_ms) {
+    std::vector<std::shared_ptr<Buffer>> buffers = Get({id}, timeout_ms);
+    return buffers.size() == 1 ? std::move(buffers[0]) : nullptr;
+  }
 };
 
 // The runtime of this process, or nullptr before Init / after Shutdown.
