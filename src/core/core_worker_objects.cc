@@ -444,12 +444,30 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
   std::vector<std::shared_ptr<internal::Buffer>> out(ids.size());
   std::vector<std::pair<size_t, rpc::ObjectLocation>> to_map;
   std::vector<size_t> local;  // values in this node's store, read in place
+  // Borrowed entries are pinned while this Get reads them: one made for it (a task argument the
+  // worker holds no ObjectRef to) would otherwise be dropped by its fetch thread the moment the
+  // value arrives, and the Get would wait for it for ever. Unpinned last, after the reads.
+  struct Held {
+    CoreWorker* cw;
+    std::vector<std::string> ids;
+    ~Held() {
+      if (ids.empty()) return;
+      std::lock_guard<std::mutex> lock(cw->mu_);
+      for (const auto& id : ids) cw->refs_.Unpin(id);
+    }
+  } held{this, {}};
   // A worker blocked in Get tells its node (which may then start another worker); it is
   // unblocked when this goes, after mu_ is released.
   BlockedScope blocked{this};
   {
     std::unique_lock<std::mutex> lock(mu_);
     StartFetches(ids);
+    for (const auto& id : ids) {
+      ObjectEntry* e = refs_.Find(id);
+      if (!e || e->owned) continue;
+      e->pins++;
+      held.ids.push_back(id);
+    }
     ReadyScan scan(refs_, ids);
     if (!scan.AllReady()) {
       if (!opts_.is_driver) {

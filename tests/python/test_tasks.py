@@ -86,6 +86,22 @@ def test_put_get_and_refs_as_args(torus_local):
         torus.put(ref)
 
 
+def test_a_borrowed_ref_passed_on_as_an_argument_is_read_by_the_task(torus_local):
+    # The inner task's argument is a ref the submitting worker borrowed and never read: the
+    # executing worker holds no reference to it and fetches it from its owner (the driver).
+    # Small values (inline) and large ones (shared memory), not yet ready when passed on.
+    @torus.remote
+    def total(refs):
+        return torus.get(add.remote(refs[0], 1), timeout=30)
+
+    small = [sleep_then.remote(0.2, i) for i in range(8)]
+    big = np.arange(1 << 18, dtype=np.float64)
+    large = sleep_then.remote(0.2, big)
+    got = torus.get([total.remote([r]) for r in small] + [total.remote([large])], timeout=60)
+    assert got[:8] == [i + 1 for i in range(8)]
+    assert np.array_equal(got[8], big + 1)
+
+
 def test_numpy_round_trip_is_read_only(torus_local):
     a = np.arange(1 << 16, dtype=np.int32).reshape(256, 256)
     out = torus.get(torus.put(a))
