@@ -618,7 +618,6 @@ PlacementGroupManager::Grant PlacementGroupManager::BeginGrant(PgEntry& e,
     for (const auto& [addr, which] : g.by_node) {
       auto* intent = e.rec.add_granting();
       intent->set_node_address(addr);
-      intent->set_node_id(g.node_of_addr.at(addr));
       for (int i : which) intent->add_indexes(i);
     }
     SaveLocked(e);
@@ -745,7 +744,9 @@ StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pai
     // released before the group is placed again.
     std::vector<NodeCall> undo;
     for (const auto& g : e.rec.granting()) {
-      undo.push_back({g.node_id(), g.node_address(), ReleasePayload(id, {g.indexes().begin(), g.indexes().end()},
+      // No node id kept (a smaller record on every grant): whichever node is at the address
+      // releases, and its ledger waits for its next heartbeat.
+      undo.push_back({"", g.node_address(), ReleasePayload(id, {g.indexes().begin(), g.indexes().end()},
                                                       "the head restarted while reserving them")});
     }
     e.rec.clear_granting();
