@@ -351,8 +351,7 @@ std::vector<NodeCall> PlacementGroupManager::RemoveLocked(PgEntry& e, const std:
   }
   // A group being reserved right now is released by the scheduler when it sees REMOVED.
   if (!e.scheduling) {
-    // (node address, node id) -> bundle indexes
-    std::map<std::pair<std::string_view, std::string_view>, std::vector<int>> by_node;
+    std::map<std::pair<std::string_view, std::string_view>, std::vector<int>> by_node;  // (address, id) -> indexes
     for (const auto& b : e.rec.bundles()) {
       if (!b.node_address().empty()) by_node[{b.node_address(), b.node_id()}].push_back(b.index());
     }
@@ -611,9 +610,7 @@ PlacementGroupManager::Grant PlacementGroupManager::BeginGrant(PgEntry& e,
   // Each node's request is serialised straight from the record, here under mu: the record is
   // not to be read while another thread changes it.
   g.calls.reserve(g.by_node.size());
-  for (const auto& [addr, which] : g.by_node) {
-    g.calls.push_back({g.node_of_addr.at(addr), addr, BundlesPayload(e.rec, which)});
-  }
+  for (const auto& [addr, which] : g.by_node) g.calls.push_back({g.node_of_addr.at(addr), addr, BundlesPayload(e.rec, which)});
   if (store_) {
     for (const auto& [addr, which] : g.by_node) {
       auto* intent = e.rec.add_granting();
@@ -658,9 +655,7 @@ void PlacementGroupManager::FinishGrant(const Grant& g, const std::string& failu
     mu_.Unlock();
     if (failure.empty()) {
       std::vector<NodeCall> undo;
-      for (const auto& [addr, which] : g.by_node) {
-        undo.push_back({g.node_of_addr.at(addr), addr, ReleasePayload(g.pg_id, which, "")});
-      }
+      for (const auto& [addr, which] : g.by_node) undo.push_back({g.node_of_addr.at(addr), addr, ReleasePayload(g.pg_id, which, "")});
       ReleaseOnNodes(undo);
     }
     mu_.Lock();
@@ -744,8 +739,7 @@ StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pai
     // released before the group is placed again.
     std::vector<NodeCall> undo;
     for (const auto& g : e.rec.granting()) {
-      // No node id kept (a smaller record on every grant): whichever node is at the address
-      // releases, and its ledger waits for its next heartbeat.
+      // No node id kept: whichever node is at the address releases (its ledger: next heartbeat).
       undo.push_back({"", g.node_address(), ReleasePayload(id, {g.indexes().begin(), g.indexes().end()},
                                                       "the head restarted while reserving them")});
     }
