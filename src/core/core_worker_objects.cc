@@ -446,7 +446,9 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
   std::vector<size_t> local;  // values in this node's store, read in place
   // Borrowed entries are pinned while this Get reads them: one made for it (a task argument the
   // worker holds no ObjectRef to) would otherwise be dropped by its fetch thread the moment the
-  // value arrives, and the Get would wait for it for ever. Unpinned last, after the reads.
+  // value arrives, and the Get would wait for it for ever. Unpinned last, after the reads (also
+  // when a read throws): an entry nothing else holds is freed then — an inline value's bytes
+  // live on in the returned buffer, a store value's in the local reference its view takes.
   struct Held {
     CoreWorker* cw;
     std::vector<std::string> ids;
@@ -465,7 +467,7 @@ std::vector<std::shared_ptr<internal::Buffer>> CoreWorker::GetRound(
     for (const auto& id : ids) {
       ObjectEntry* e = refs_.Find(id);
       if (!e || e->owned) continue;
-      e->pins++;
+      refs_.Pin(id);
       held.ids.push_back(id);
     }
     ReadyScan scan(refs_, ids);
@@ -635,30 +637,15 @@ std::string CoreWorker::DescribeNotReady(const std::vector<std::string>& ids) {
 void CoreWorker::ReadValues(ReadyScan& scan, std::vector<std::shared_ptr<internal::Buffer>>* out,
                             std::vector<std::pair<size_t, rpc::ObjectLocation>>* to_map) {
   const auto& ids = scan.ids;
-  bool any_borrowed = false;
-  try {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      ObjectEntry& e = *scan.entries[i];
-      any_borrowed |= !e.owned;
-      ThrowIfError(ids[i], e);
-      if (e.in_shm && e.shm.node_id() == node_id_ && PinLocal(e.shm)) {
-        (*out)[i] = std::make_shared<ArenaBuffer>(arena_, e.shm.offset(), e.shm.size());
-      } else if (e.in_shm) {
-        to_map->emplace_back(i, e.shm);
-      } else {
-        (*out)[i] = std::make_shared<InlineBuffer>(e.inline_data);
-      }
-    }
-  } catch (...) {
-    for (const auto& id : ids) refs_.ReleaseIfUnused(id);
-    throw;
-  }
-  // Temporary borrowed entries of inline values: the buffers hold the bytes now.
-  for (size_t i = 0; any_borrowed && i < ids.size(); ++i) {
-    auto it = refs_.objects().find(ids[i]);
-    if (it != refs_.objects().end() && !it->second.in_shm && it->second.Unused() &&
-        !it->second.owned) {
-      refs_.MaybeFreeAt(it);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ObjectEntry& e = *scan.entries[i];
+    ThrowIfError(ids[i], e);
+    if (e.in_shm && e.shm.node_id() == node_id_ && PinLocal(e.shm)) {
+      (*out)[i] = std::make_shared<ArenaBuffer>(arena_, e.shm.offset(), e.shm.size());
+    } else if (e.in_shm) {
+      to_map->emplace_back(i, e.shm);
+    } else {
+      (*out)[i] = std::make_shared<InlineBuffer>(e.inline_data);
     }
   }
 }
