@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
@@ -21,6 +22,12 @@ namespace torus {
 
 namespace {
 thread_local bool t_direct_call = false;  // see DirectCallScope
+
+// Host names resolve as everywhere else on the host (and as Ray resolves a head's name): through
+// glibc, so /etc/hosts and nsswitch count. gRPC's default c-ares resolver asks DNS servers only,
+// so a head named in /etc/hosts (a pod's hosts entries, a VM cluster's hosts file) could not be
+// reached. Set before gRPC reads its configuration; a value the user set wins.
+[[maybe_unused]] const bool g_native_dns = [] { return setenv("GRPC_DNS_RESOLVER", "native", 0) == 0; }();
 }  // namespace
 
 std::unique_ptr<grpc::ClientContext> NewContext(const std::string& token, int64_t deadline_ms) {
