@@ -113,6 +113,9 @@ RayTranslation TranslateStart(const RayArgs& r, const std::string& default_ip) {
   a = {"start"};
   if (head) {
     a.insert(a.end(), {"--head", "--port", r.flags.count("port") ? r.flags.at("port") : "6379"});
+    // Ray's GCS port listens on every interface: KubeRay's head container has
+    // RAY_ADDRESS=127.0.0.1:6379, and other pods dial the pod's address.
+    a.insert(a.end(), {"--listen-host", "0.0.0.0"});
   } else {
     a.insert(a.end(), {"--address", r.flags.at("address")});
   }

@@ -14,7 +14,7 @@ TEST(RayCompatTest, KubeRaysHeadCommandBecomesAForegroundTorusHeadOn6379) {
                            "--metrics-export-port=8080", "--num-cpus=2"}),
                         {}, "10.0.0.5");
   ASSERT_EQ(t.error, "");
-  EXPECT_EQ(t.torus_args, V({"start", "--head", "--port", "6379", "--bind", "10.0.0.5",
+  EXPECT_EQ(t.torus_args, V({"start", "--head", "--port", "6379", "--listen-host", "0.0.0.0", "--bind", "10.0.0.5",
                              "--dashboard-agent-host", "0.0.0.0", "--block",
                              "--dashboard-agent-listen-port", "52365", "--dashboard-host", "0.0.0.0",
                              "--memory", "2147483648", "--num-cpus", "2"}));

@@ -139,6 +139,7 @@ int RunHead(const Args& a) {
   SetLogComponent("head");
   HeadConfig cfg;
   cfg.bind_host = a.Get("bind", "127.0.0.1");
+  cfg.listen_host = a.Get("listen-host", "");
   cfg.port = PortFlag(a, "port", kDefaultPort);
   cfg.session_dir = a.Get("session-dir");
   if (!cfg.session_dir.empty()) cfg.state_path = HeadStore::PathIn(cfg.session_dir);
@@ -334,6 +335,7 @@ int RunHeadInForeground(const Args& a, const std::string& session, int port) {
   SetLogComponent("head");
   HeadConfig hc;
   hc.bind_host = a.Get("bind", "127.0.0.1");
+  hc.listen_host = a.Get("listen-host", "");
   hc.port = port;
   hc.session_dir = session;
   hc.state_path = HeadStore::PathIn(session);
@@ -368,11 +370,14 @@ int RunHeadInForeground(const Args& a, const std::string& session, int port) {
   return 0;
 }
 
+// Where the head's client port listens: --listen-host, else --bind.
+std::string HeadListenHost(const Args& a) { return a.Get("listen-host", a.Get("bind", "127.0.0.1")); }
+
 // The command line of the head daemon `torus start --head` spawns.
 std::vector<std::string> HeadDaemonArgs(const Args& a, const std::string& self, const std::string& port,
                                         const std::string& session) {
   std::vector<std::string> hargs = {self, "head", "--port", port, "--session-dir", session};
-  for (const char* k : {"bind", "state"}) {
+  for (const char* k : {"bind", "listen-host", "state"}) {
     if (!a.Has(k)) continue;
     hargs.push_back(std::string("--") + k);
     hargs.push_back(a.Get(k));
@@ -477,7 +482,7 @@ int StartHeadOnEtcd(const Args& a, const std::string& self) {
   const int port = PortFlag(a, "port", kDefaultPort);
   if (port == 0) Die("a head on etcd needs a fixed --port (its standbys' callers dial it)");
   const std::string p = std::to_string(port);
-  if (std::string why = WhyCannotListen(a.Get("bind", "127.0.0.1"), port); !why.empty()) {
+  if (std::string why = WhyCannotListen(HeadListenHost(a), port); !why.empty()) {
     Die("cannot start the head on port " + p + ": " + why + "; nothing was started");
   }
   const std::string session = EtcdHeadSession(*token);
@@ -533,7 +538,7 @@ int StartHead(const Args& a, const std::string& self) {
   std::string port = std::to_string(PortFlag(a, "port", kDefaultPort));
   if (port != "0") {
     // Before anything is created: a port in use is refused, never shared.
-    std::string why = WhyCannotListen(a.Get("bind", "127.0.0.1"), std::stoi(port));
+    std::string why = WhyCannotListen(HeadListenHost(a), std::stoi(port));
     if (!why.empty()) Die("cannot start the head on port " + port + ": " + why + "; nothing was started");
   }
   if (a.Has("dashboard-port") && PortFlag(a, "dashboard-port", 0) != 0) {
@@ -654,7 +659,7 @@ int Stop(const Args&) {
 
 std::vector<std::string> StartFlags() {
   std::vector<std::string> v = {"head", "address", "port", "num-cpus", "num-gpus", "memory", "resources",
-                                "labels", "bind", "block", "heartbeat-ms", "head-lost-ms", "new-session",
+                                "labels", "bind", "listen-host", "block", "heartbeat-ms", "head-lost-ms", "new-session",
                                 "session-dir", "help", "dashboard-host", "dashboard-port", "include-dashboard",
                                 "dashboard-agent-listen-port", "dashboard-agent-host", "object-store-memory",
                                 "object-spilling-directory", "spill-dir", "state"};

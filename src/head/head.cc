@@ -64,11 +64,12 @@ Status Head::Start() {
     TORUS_LOG(WARNING) << "head: no lane port on " << cfg_.bind_host << "; placement-group calls use gRPC";
   }
   std::string why;
-  server_ = StartServer(cfg_.bind_host, &port, {this, job_manager_.get(), lane_.get()}, 0, &why);
+  const std::string& listen = cfg_.listen_host.empty() ? cfg_.bind_host : cfg_.listen_host;
+  server_ = StartServer(listen, &port, {this, job_manager_.get(), lane_.get()}, 0, &why);
   if (server_ && lane_) lane_->SetGrpcPort(port);
   if (!server_ || port == 0) {
     lane_->Stop();
-    return Unavailable("head cannot listen on " + cfg_.bind_host + ":" + std::to_string(cfg_.port) + ": " + why);
+    return Unavailable("head cannot listen on " + listen + ":" + std::to_string(cfg_.port) + ": " + why);
   }
   address_ = cfg_.bind_host + ":" + std::to_string(port);
   RegisterInProcessServer(address_, server_.get(), this);

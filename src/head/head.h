@@ -60,7 +60,10 @@
 namespace torus {
 
 struct HeadConfig {
-  std::string bind_host = "127.0.0.1";
+  std::string bind_host = "127.0.0.1";  // the address the head listens on and advertises
+  // Where its client port listens instead, when set ("0.0.0.0": every interface, as Ray's GCS;
+  // KubeRay's head container reaches it at 127.0.0.1). It still advertises bind_host.
+  std::string listen_host;
   int port = 0;
   std::string session_dir;
   std::string token;
