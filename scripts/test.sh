@@ -7,7 +7,8 @@
 # what is left out and why, scripts/tsan.supp what is ignored), and every multi-process test in
 # the release build; then installs the Python package (`pip install .`, scripts/python_env.sh)
 # into .venv-py and the pinned Ray client into .venv-ray, and runs the pytest suite (tests/python)
-# against real clusters (Ray's own `ray job` CLI and SDK among the clients); last, builds the
+# against real clusters (Ray's own `ray job` CLI and SDK among the clients) and the KubeRay
+# conformance test (KubeRay's own operator code makes the pods; tests/kuberay_test.sh); last, builds the
 # container image (scripts/image.sh) and runs a head pod in it (tests/image_test.sh).
 # Every stage prints its duration when the suite ends (also on failure), and the total.
 set -euo pipefail
@@ -87,6 +88,10 @@ ray_client() {
 stage "ray client (pip install -r python/requirements-ray-client.txt into .venv-ray)" ray_client
 export TORUS_TEST_ARTIFACTS="${TORUS_TEST_ARTIFACTS:-$PWD/build/test-artifacts}"  # the dashboard's screenshot
 stage "python tests (pytest)" .venv-py/bin/python -m pytest tests/python -q -x --timeout=600 -p no:cacheprovider
+# KubeRay v1.5.0's own operator code makes the pods of the example RayClusters; they run as a
+# kubelet would run them, become ready by KubeRay's probes, run a Ray program, and a killed
+# worker pod recreated by the operator rejoins (tests/kuberay_test.sh, docs/kuberay.md).
+stage "KubeRay conformance (tests/kuberay_test.sh)" tests/kuberay_test.sh .venv-py/bin/python
 # The container image for KubeRay pods (scripts/image.sh: Debian rootfs by mmdebstrap, the wheel
 # of this tree), and a head pod run in it with KubeRay's command line and probes.
 stage "container image and a head pod in it (tests/image_test.sh)" tests/image_test.sh build-image
