@@ -49,7 +49,8 @@ int RunHeadOnEtcd(const Args& a, HeadConfig cfg, const sigset_t& signals) {
 
   // Standing by: callers of this address reach the active head through the relay.
   TcpRelay relay;
-  if (auto port = relay.Start(cfg.bind_host, cfg.port); !port.ok()) Die(port.status().message());
+  const std::string& listen = cfg.listen_host.empty() ? cfg.bind_host : cfg.listen_host;
+  if (auto port = relay.Start(listen, cfg.port); !port.ok()) Die(port.status().message());
   std::atomic<Head*> serving{nullptr};
   std::atomic<bool> stop{false};
   SignalThread on_signal(signals, [&] {

@@ -362,7 +362,7 @@ int List(const Args& a) {
 void Usage() {
   std::cout << "usage: torus <command> [options]      (torus --version; torus <command> --help)\n"
                "  start --head [--port N] [--num-cpus N] [--num-gpus N] [--memory BYTES] [--resources JSON]\n"
-               "        [--labels k=v,...] [--bind HOST] [--block] [--new-session | --session-dir DIR]\n"
+               "        [--labels k=v,...] [--bind HOST] [--listen-host HOST] [--block] [--new-session | --session-dir DIR]\n"
                "        (resumes the latest session when it has durable state; docs/fault_tolerance.md)\n"
                "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
                "        [--keep-dead-nodes N (1000)]\n"

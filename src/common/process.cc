@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/grpc_env.h"
 #include "common/session.h"
 
 extern char** environ;
@@ -32,6 +33,7 @@ StatusOr<pid_t> Spawn(const SpawnOptions& opts) {
     if (!eq) continue;
     env[std::string(*e, eq - *e)] = eq + 1;
   }
+  for (const auto& k : GrpcEnvSetHere()) env.erase(k);  // ours, not the child's
   for (const auto& k : opts.env_unset) env.erase(k);
   for (const auto& [k, v] : opts.env_set) env[k] = v;
   std::vector<std::string> env_strs;

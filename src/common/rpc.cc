@@ -13,6 +13,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "common/grpc_env.h"
 #include "common/logging.h"
 #include "common/rpc_metrics.h"
 #include "common/thread_annotations.h"
@@ -22,12 +23,6 @@ namespace torus {
 
 namespace {
 thread_local bool t_direct_call = false;  // see DirectCallScope
-
-// Host names resolve as everywhere else on the host (and as Ray resolves a head's name): through
-// glibc, so /etc/hosts and nsswitch count. gRPC's default c-ares resolver asks DNS servers only,
-// so a head named in /etc/hosts (a pod's hosts entries, a VM cluster's hosts file) could not be
-// reached. Set before gRPC reads its configuration; a value the user set wins.
-[[maybe_unused]] const bool g_native_dns = [] { return setenv("GRPC_DNS_RESOLVER", "native", 0) == 0; }();
 }  // namespace
 
 std::unique_ptr<grpc::ClientContext> NewContext(const std::string& token, int64_t deadline_ms) {
@@ -119,7 +114,9 @@ std::shared_ptr<grpc::Channel> NewTcpChannel(const std::string& address) {
   // A name is looked up again at most once a second (gRPC's default: 30 s), so a head that
   // came back at a new address behind the same name (a recreated pod) is found at once.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  ForgetGrpcEnv();  // gRPC chose its resolver when it made the channel (common/grpc_env.h)
+  return channel;
 }
 }  // namespace
 

@@ -60,11 +60,13 @@ Status Head::Start() {
   lane_->Handle("/torus.rpc.Head/RemovePlacementGroup", this, &rpc::Head::Service::RemovePlacementGroup);
   lane_->Handle("/torus.rpc.Head/GetPlacementGroup", this, &rpc::Head::Service::GetPlacementGroup);
   lane_->Handle("/torus.rpc.Head/Heartbeat", this, &rpc::Head::Service::Heartbeat);
-  if (lane_->Start(cfg_.bind_host) == 0) {
-    TORUS_LOG(WARNING) << "head: no lane port on " << cfg_.bind_host << "; placement-group calls use gRPC";
+  // Both of its ports listen on listen_host when set (a caller that dialled 127.0.0.1 also
+  // reaches the lane there).
+  const std::string& listen = cfg_.listen_host.empty() ? cfg_.bind_host : cfg_.listen_host;
+  if (lane_->Start(listen) == 0) {
+    TORUS_LOG(WARNING) << "head: no lane port on " << listen << "; placement-group calls use gRPC";
   }
   std::string why;
-  const std::string& listen = cfg_.listen_host.empty() ? cfg_.bind_host : cfg_.listen_host;
   server_ = StartServer(listen, &port, {this, job_manager_.get(), lane_.get()}, 0, &why);
   if (server_ && lane_) lane_->SetGrpcPort(port);
   if (!server_ || port == 0) {

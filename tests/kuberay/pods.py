@@ -24,6 +24,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -59,6 +60,14 @@ def pod_type(accelerator: str, topology: str, chips_per_host: int) -> str:
     return f"{gen}-{cores}"
 
 
+def sweep(tag: str):
+    for ns in sh("ip", "netns", "list").stdout.split():
+        if ns.startswith(tag + "-"):
+            sh("ip", "netns", "del", ns, check=False)
+            sh("rm", "-rf", f"/etc/netns/{ns}", check=False)
+    sh("ip", "link", "del", f"{tag}br", check=False)
+
+
 class Pod:
     def __init__(self, obj: dict, ip: str, netns: str):
         self.obj, self.ip, self.netns = obj, ip, netns
@@ -89,7 +98,7 @@ class Kubelet:
         self.cluster, self.namespace = cluster, namespace
         self.pods: dict[str, Pod] = {}
         self.services: list = []
-        self.tag = f"k{os.getpid() % 10000}"
+        self.tag = f"k{os.getpid()}"  # names: k<pid>br, k<pid>v<n>, k<pid>-<n> (<= 15 chars)
         self.bridge = f"{self.tag}br"
         self.net = self._pick_subnet()
         self.next_host = 2
@@ -111,14 +120,27 @@ class Kubelet:
         sh("ip", "link", "set", self.bridge, "up")
 
     def teardown(self):
-        for p in list(self.pods.values()):
-            self.kill(p.name)
-        for ns in sh("ip", "netns", "list").stdout.split("\n"):
-            ns = ns.split(" ")[0]
-            if ns.startswith(self.tag + "-"):
-                sh("ip", "netns", "del", ns, check=False)
-                sh("rm", "-rf", f"/etc/netns/{ns}", check=False)
-        sh("ip", "link", "del", self.bridge, check=False)
+        for name in list(self.pods):
+            try:
+                self.kill(name)
+            except Exception as e:  # keep tearing down the rest
+                print(f"kubelet: removing pod {name}: {e}")
+        sweep(self.tag)
+
+    @staticmethod
+    def sweep_stale():
+        """Removes what a kubelet of a process that no longer runs left behind (a run stopped
+        by SIGKILL): its namespaces, their /etc/netns entries and its bridge."""
+        tags = {ns.split("-")[0] for ns in sh("ip", "netns", "list").stdout.split()
+                if re.fullmatch(r"k\d+-\d+", ns)}
+        tags |= {m for m in re.findall(r"\d+: (k\d+)br[:@]", sh("ip", "-o", "link").stdout)}
+        for tag in tags:
+            try:
+                alive = "conformance.py" in Path(f"/proc/{tag[1:]}/cmdline").read_text()
+            except OSError:
+                alive = False
+            if not alive:
+                sweep(tag)
 
     def _netns(self, ip):
         self.count += 1
@@ -155,8 +177,12 @@ class Kubelet:
     def _write_hosts(self):
         table = self._hosts_table()
         for p in self.pods.values():
-            with open(f"/etc/netns/{p.netns}/hosts", "w") as f:  # same inode: running pods see it
+            path = f"/etc/netns/{p.netns}/hosts"
+            if not os.path.exists(path):
+                open(path, "w").close()
+            with open(path, "r+") as f:  # same inode (running pods see it), never empty
                 f.write(table)
+                f.truncate()
 
     # ---- the TPU webhook ----
     def _webhook(self, obj):
@@ -228,7 +254,7 @@ class Kubelet:
                 kind, what = res.split(".", 1)
                 q = (limits if kind == "limits" else requests).get(what)
                 if q is None:  # unset: the node's allocatable, as Kubernetes does
-                    q = str(os.cpu_count()) if what == "cpu" else str(os.sysconf("SC_PHYS_PAGES") * 4096)
+                    q = str(os.cpu_count()) if what == "cpu" else str(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
                 div = quantity(r.get("divisor", "1"))
                 v = quantity(q) / div
                 env[name] = str(int(-(-v // 1)))  # rounded up, as Kubernetes does
@@ -273,7 +299,8 @@ class Kubelet:
                 raise RuntimeError(f"pod {p.name}: volumeMount {m['name']} names no volume")
             if "emptyDir" in v and v["emptyDir"].get("medium") == "Memory":
                 size = int(quantity(v["emptyDir"].get("sizeLimit", "1Gi")))
-                out += f'mkdir -p "{path}" && mount -t tmpfs -o size={size} {m["name"]} "{path}" && '
+                q = shlex.quote(path)
+                out += f"mkdir -p {q} && mount -t tmpfs -o size={size} tmpfs {q} && "
                 continue
             if "emptyDir" in v:
                 src = self.workdir / "pods" / p.name / "volumes" / m["name"]
@@ -284,7 +311,7 @@ class Kubelet:
             else:
                 raise RuntimeError(f"pod {p.name}: volume {m['name']} of an unsupported kind: {v}")
             src.mkdir(parents=True, exist_ok=True)
-            out += f'mkdir -p "{path}" && mount --bind "{src}" "{path}" && '
+            out += f"mkdir -p {shlex.quote(path)} && mount --bind {shlex.quote(str(src))} {shlex.quote(path)} && "
         return out
 
     def _in_pod(self, p: Pod, c: dict):
@@ -298,10 +325,11 @@ class Kubelet:
         keep = [d for d in {str(Path(self.image_path.split(":")[0]).resolve()), str(Path(__file__).resolve())}
                 if d.startswith("/tmp/")]
         tops = {k.split("/")[2] for k in keep}
-        binds = "".join(f'mkdir -p "{root}/tmp/{t}" && mount --bind "/tmp/{t}" "{root}/tmp/{t}" && '
+        q = lambda x: shlex.quote(str(x))  # noqa: E731
+        binds = "".join(f"mkdir -p {q(root / 'tmp' / t)} && mount --bind {q('/tmp/' + t)} {q(root / 'tmp' / t)} && "
                         for t in tops)
-        setup = (f"{binds}mount --rbind {root}/tmp /tmp && "
-                 f"mount -t tmpfs -o size=64m shm /dev/shm && {self._mounts(p, c)}hostname {hostname} && "
+        setup = (f"{binds}mount --rbind {q(root / 'tmp')} /tmp && "
+                 f"mount -t tmpfs -o size=64m shm /dev/shm && {self._mounts(p, c)}hostname {q(hostname)} && "
                  'exec env -i "$@"')
         return (["ip", "netns", "exec", p.netns, "unshare", "--mount", "--uts", "--pid", "--fork",
                  "--kill-child", "--mount-proc", "--propagation", "private", "/bin/sh", "-c", setup, "sh"]
@@ -333,8 +361,11 @@ class Kubelet:
             return True
         if "exec" not in pr:
             raise RuntimeError(f"pod {p.name}: {which} is not an exec probe: {pr}")
-        r = subprocess.run(["ip", "netns", "exec", p.netns, *pr["exec"]["command"]],
-                           capture_output=True, timeout=max(5, pr.get("timeoutSeconds", 1) * 3))
+        try:
+            r = subprocess.run(["ip", "netns", "exec", p.netns, *pr["exec"]["command"]],
+                               capture_output=True, timeout=max(5, pr.get("timeoutSeconds", 1) * 3))
+        except subprocess.TimeoutExpired:
+            return False  # a probe that times out fails, as the kubelet counts it
         return r.returncode == 0
 
     def wait_ready(self, pods, timeout: float):
@@ -372,7 +403,10 @@ class Kubelet:
             for slot in [s for s, n in taken.items() if n == name]:
                 del taken[slot]
         if p.proc and p.proc.poll() is None:
-            os.killpg(p.proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(p.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             p.proc.wait()
         sh("ip", "netns", "del", p.netns, check=False)
         sh("rm", "-rf", f"/etc/netns/{p.netns}", check=False)
