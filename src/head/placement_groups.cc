@@ -627,21 +627,26 @@ std::string PlacementGroupManager::ReserveOnNodes(const Grant& g, std::vector<Bu
                                                   std::vector<size_t>* answered) {
   // Each node reserves and commits in one step (head/bundle_calls.h): the head's CREATED is
   // the group's commit point.
-  std::vector<NodeCall> prepared;
+  std::vector<size_t> prepared;  // calls whose node reserved its bundles
   std::string failure;
   *results = CallNodes(token_, BundleOp::kPrepare, g.calls);
   for (size_t i = 0; i < g.calls.size(); ++i) {
     const auto& r = (*results)[i];
     if (r.status.ok()) answered->push_back(i);
     if (r.status.ok() && r.ok) {
-      const NodeCall& c = g.calls[i];
-      prepared.push_back({c.node_id, c.address, ReleasePayload(g.pg_id, g.by_node.at(c.address), "")});
+      prepared.push_back(i);
     } else if (failure.empty()) {
       failure = r.status.ok() ? r.error : "prepare on " + g.calls[i].address + " failed: " + r.status.error_message();
     }
   }
+  if (failure.empty()) return failure;
   // Roll back every reserved bundle: a group never holds part of its bundles.
-  if (!failure.empty()) ReleaseOnNodes(prepared);
+  std::vector<NodeCall> undo;
+  for (size_t i : prepared) {
+    const NodeCall& c = g.calls[i];
+    undo.push_back({c.node_id, c.address, ReleasePayload(g.pg_id, g.by_node.at(c.address), "")});
+  }
+  ReleaseOnNodes(undo);
   return failure;
 }
 
