@@ -633,19 +633,14 @@ std::string PlacementGroupManager::ReserveOnNodes(const Grant& g, std::vector<Bu
   for (size_t i = 0; i < g.calls.size(); ++i) {
     const auto& r = (*results)[i];
     if (r.status.ok()) answered->push_back(i);
-    if (r.status.ok() && r.ok) {
-      prepared.push_back(i);
-    } else if (failure.empty()) {
-      failure = r.status.ok() ? r.error : "prepare on " + g.calls[i].address + " failed: " + r.status.error_message();
-    }
+    if (r.status.ok() && r.ok) prepared.push_back(i);
+    if ((r.status.ok() && r.ok) || !failure.empty()) continue;
+    failure = r.status.ok() ? r.error : "prepare on " + g.calls[i].address + " failed: " + r.status.error_message();
   }
   if (failure.empty()) return failure;
   // Roll back every reserved bundle: a group never holds part of its bundles.
   std::vector<NodeCall> undo;
-  for (size_t i : prepared) {
-    const NodeCall& c = g.calls[i];
-    undo.push_back({c.node_id, c.address, ReleasePayload(g.pg_id, g.by_node.at(c.address), "")});
-  }
+  for (size_t i : prepared) undo.push_back({g.calls[i].node_id, g.calls[i].address, ReleasePayload(g.pg_id, g.by_node.at(g.calls[i].address), "")});
   ReleaseOnNodes(undo);
   return failure;
 }
