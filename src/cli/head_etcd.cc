@@ -49,8 +49,7 @@ int RunHeadOnEtcd(const Args& a, HeadConfig cfg, const sigset_t& signals) {
 
   // Standing by: callers of this address reach the active head through the relay.
   TcpRelay relay;
-  const std::string& listen = cfg.listen_host.empty() ? cfg.bind_host : cfg.listen_host;
-  if (auto port = relay.Start(listen, cfg.port); !port.ok()) Die(port.status().message());
+  if (auto port = relay.Start(cfg.ListenHost(), cfg.port); !port.ok()) Die(port.status().message());
   std::atomic<Head*> serving{nullptr};
   std::atomic<bool> stop{false};
   SignalThread on_signal(signals, [&] {

@@ -62,7 +62,7 @@ Status Head::Start() {
   lane_->Handle("/torus.rpc.Head/Heartbeat", this, &rpc::Head::Service::Heartbeat);
   // Both of its ports listen on listen_host when set (a caller that dialled 127.0.0.1 also
   // reaches the lane there).
-  const std::string& listen = cfg_.listen_host.empty() ? cfg_.bind_host : cfg_.listen_host;
+  const std::string& listen = cfg_.ListenHost();
   if (lane_->Start(listen) == 0) {
     TORUS_LOG(WARNING) << "head: no lane port on " << listen << "; placement-group calls use gRPC";
   }

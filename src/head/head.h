@@ -64,6 +64,7 @@ struct HeadConfig {
   // Where its client port listens instead, when set ("0.0.0.0": every interface, as Ray's GCS;
   // KubeRay's head container reaches it at 127.0.0.1). It still advertises bind_host.
   std::string listen_host;
+  const std::string& ListenHost() const { return listen_host.empty() ? bind_host : listen_host; }
   int port = 0;
   std::string session_dir;
   std::string token;
