@@ -4,7 +4,11 @@
 // A 64-bundle SPREAD creation makes one such round from the head to 64 nodes plus the driver's
 // call to the head, so bench/gang_bench.sh prints this floor next to its creation latency.
 //
-// Usage (TORUS_ADDRESS names a running cluster): fanout_floor [--rounds R] [--iters N]
+// With --prepare it also times the same round doing a reservation's real node work: each node
+// reserves and commits one bundle ({CPU: 0.01}) of a group, as the head's round of a 64-bundle
+// SPREAD creation asks it to; the bundles are released after each timed round (untimed).
+//
+// Usage (TORUS_ADDRESS names a running cluster): fanout_floor [--rounds R] [--iters N] [--prepare 1]
 // Prints one JSON line per measurement, like gang_bench.
 #include <cstdio>
 #include <cstdlib>
@@ -21,10 +25,12 @@
 
 int main(int argc, char** argv) {
   int rounds = 1, iters = 100;
+  bool prepare = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
     else if (a == "--iters") iters = std::atoi(argv[i + 1]);
+    else if (a == "--prepare") prepare = std::atoi(argv[i + 1]) != 0;
   }
   const std::string address = torus::AddressFromEnv();
   auto token = torus::FindToken();
@@ -57,20 +63,52 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  auto round = [&] {
-    auto res = torus::LaneCallMany(*token, reqs, 10000);
+  auto call = [&](const std::vector<torus::LaneRequest>& calls) {
+    auto res = torus::LaneCallMany(*token, calls, 10000);
     for (const auto& r : res) {
       if (!r.delivered || !r.status.ok()) {
         fprintf(stderr, "fanout_floor: a node call failed: %s\n",
                 r.delivered ? r.status.error_message().c_str() : "not delivered");
         std::exit(1);
       }
+      torus::rpc::PrepareBundlesReply reply;  // a no-op release answers ok too
+      if (!reply.ParseFromString(r.reply) || !reply.ok()) {
+        fprintf(stderr, "fanout_floor: a node refused: %s\n", reply.error().c_str());
+        std::exit(1);
+      }
     }
   };
   // The warm-ups bring the connections and lanes up.
   auto us = torus::bench::Time(iters, [&] {
-    for (int r = 0; r < rounds; ++r) round();
+    for (int r = 0; r < rounds; ++r) call(reqs);
   });
-  torus::bench::Report("fanout_floor_" + std::to_string(reqs.size()) + "_nodes_" + std::to_string(rounds) + "_rounds", us);
+  const std::string n = std::to_string(reqs.size());
+  torus::bench::Report("fanout_floor_" + n + "_nodes_" + std::to_string(rounds) + "_rounds", us);
+  if (!prepare) return 0;
+  // One bundle per node, as the head asks each node for a SPREAD group's bundle.
+  std::vector<torus::LaneRequest> reserve, undo;
+  int index = 0;
+  for (const auto& node : list.nodes()) {
+    if (!node.alive()) continue;
+    torus::rpc::BundlesRequest b;
+    b.set_pg_id("fanout-floor-prepare");
+    b.set_node_id(node.node_id());
+    b.set_commit(true);
+    auto* bundle = b.add_bundles();
+    bundle->set_index(index++);
+    (*bundle->mutable_resources()->mutable_amounts())["CPU"] = 0.01;
+    reserve.push_back({node.address(), "/torus.rpc.Node/PrepareBundles", b.SerializeAsString()});
+    b.clear_commit();
+    undo.push_back({node.address(), "/torus.rpc.Node/ReleaseBundles", b.SerializeAsString()});
+  }
+  std::vector<double> prep;
+  for (int i = 0; i < iters + 3; ++i) {
+    auto t0 = torus::bench::Clock::now();
+    call(reserve);
+    auto t1 = torus::bench::Clock::now();
+    call(undo);
+    if (i >= 3) prep.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  torus::bench::Report("fanout_prepare_" + n + "_nodes_1_rounds", prep);
   return 0;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gang-reservation benchmarks on clusters of real node processes on this machine:
 #  1. placement-group creation latency against bundle count (1, 4, 16, 64) on 64 nodes, and
-#     the floor of its one round to the nodes (bench/fanout_floor: a no-op call to all 64 at once);
+#     the floor of its one round to the nodes (bench/fanout_floor: a no-op call to all 64 at once),
+#     and that round with the nodes' real reservation work (fanout_prepare_64_nodes);
 #  2. whole-slice reserve+release latency for v6e slices of 1, 4, 16 and 64 hosts
 #     (2x4, 4x4, 8x8, 16x16), every host a node process with GKE's TPU environment.
 # Usage: bench/gang_bench.sh [--iters N] [--sweep LIST|none] [--slices LIST|none]
@@ -79,8 +80,9 @@ for _ in $(seq 20); do
 done
 wait_nodes 64
 $B --sweep "$sweep" --iters "$iters"
-# The floor of a creation's one round to the nodes, on the same 64 node processes.
-"$BUILD/bench/fanout_floor" --rounds 1 --iters "$iters"
+# The floor of a creation's one round to the nodes, on the same 64 node processes; and the
+# same round doing the nodes' real reservation work, from a process other than the head.
+"$BUILD/bench/fanout_floor" --rounds 1 --iters "$iters" --prepare 1
 echo "# node daemon resident memory at idle (kB, VmRSS of each 'torus node' process): median"
 for p in $(pgrep -f "torus node" || true); do awk '/VmRSS/{print $2}' /proc/$p/status; done | sort -n |
   awk '{a[NR]=$1} END{if (NR) print "{\"name\": \"node_idle_rss_kb\", \"median\": " a[int((NR+1)/2)] ", \"max\": " a[NR] ", \"n\": " NR "}"}'
