@@ -322,6 +322,7 @@ nlohmann::ordered_json ListFromNodes(const Cluster& c, const std::string& what) 
         j["pid"] = w.pid();
         j["state"] = StateName(w.state());
         j["actor_id"] = w.actor_id();
+        j["job_id"] = w.job_id();
         out.push_back(j);
       }
     }

@@ -417,7 +417,7 @@ class CoreWorker final : public internal::Runtime,
   void UnparkReaders(const Conn* except = nullptr);
   void Enqueue(std::shared_ptr<TaskRecord> t, Outbox* out = nullptr);
   void PumpQueue(SchedulingQueue& q, Outbox* out = nullptr);
-  int PipelineDepth(const std::string& function) const;
+  int PipelineDepth(const SchedulingQueue& q, const std::string& function) const;
   void RequestLease(SchedulingQueue& q);
   void LeaseThread(std::string key, rpc::LeaseRequest req, std::string node_address, int spread);
   // Asks *node_address for a worker, following spillbacks; OK once *reply grants one, else why

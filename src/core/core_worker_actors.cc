@@ -45,6 +45,7 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   rpc::CreateActorRequest req;
   req.set_placement_group_id(options.placement_group_id);
   req.set_bundle_index(options.bundle_index);
+  req.set_spread(options.spread && options.placement_group_id.empty());
   for (const auto& [k, v] : options.label_selector) {
     auto* term = req.add_label_selector();
     term->set_key(k);

@@ -104,6 +104,8 @@ std::string CoreWorker::SubmitTask(const std::string& function_name,
   SetJobConfig(options.serialized_runtime_env, &spec);
   const std::string env_key = EnvVarsKey(spec.env_vars());  // no sharing across env_vars
   key += env_key;
+  // A worker's leases are for the job of the task it runs (an actor serves several jobs).
+  if (!opts_.is_driver) key += "|job=" + spec.job_id();
   t->key = key;
   Outbox out;  // flushed after the lock is released
   std::lock_guard<std::mutex> lock(mu_);
@@ -150,6 +152,8 @@ std::string CoreWorker::SchedulingKey(const internal::TaskOptions& options,
   }
   if (!options.placement_group_id.empty()) {
     key += "|pg=" + options.placement_group_id + ":" + std::to_string(options.bundle_index);
+  } else if (options.spread) {
+    key += "|spread";
   }
   if (!selector.empty()) {
     auto terms = ParseLabelSelector(selector);
@@ -174,10 +178,12 @@ std::unique_ptr<SchedulingQueue> CoreWorker::NewSchedulingQueue(
   } else {
     for (const auto& p : opts_.code_search_path) lt.add_code_search_path(p);
   }
-  lt.set_job_id(opts_.job_id);
+  lt.set_job_id(spec.job_id());  // nodes give its leases workers of this job only
   lt.set_owner_address(address_);
   lt.set_description("task " + spec.function());
   lt.set_placement_group_id(options.placement_group_id);
+  q->spread = options.spread && options.placement_group_id.empty();
+  lt.set_spread(q->spread);
   lt.set_bundle_index(options.bundle_index);
   for (const auto& [k, v] : selector) {
     auto* term = lt.add_label_selector();
@@ -285,9 +291,10 @@ void CoreWorker::Enqueue(std::shared_ptr<TaskRecord> t, Outbox* out) {
   PumpQueue(q, out);
 }
 
-int CoreWorker::PipelineDepth(const std::string& function) const {
+int CoreWorker::PipelineDepth(const SchedulingQueue& q, const std::string& function) const {
   // Short functions are pipelined to a worker (batching hides the round trip); long or unknown
-  // ones go one per worker, so they spread over workers and nodes.
+  // ones, and SPREAD ones, go one per worker, so they spread over workers and nodes.
+  if (q.spread) return 1;
   auto it = exec_avg_us_.find(function);
   return (it != exec_avg_us_.end() && it->second < 2000) ? kMaxPipelineDepth : 1;
 }
@@ -305,7 +312,7 @@ void CoreWorker::PumpQueue(SchedulingQueue& q, Outbox* outbox) {
     return static_cast<std::vector<std::shared_ptr<TaskRecord>>*>(nullptr);
   };
   while (!q.tasks.empty()) {
-    int depth = PipelineDepth(q.tasks.front()->spec.function());
+    int depth = PipelineDepth(q, q.tasks.front()->spec.function());
     int refill_below = depth > 1 ? depth / 2 : depth;
     Conn* best = nullptr;
     for (Conn* c : q.leases) {

@@ -105,6 +105,7 @@ struct SchedulingQueue {
   std::vector<Conn*> leases;
   int lease_requests = 0;
   int lease_spread = 0;  // placement-group work on any bundle: which fitting bundle to ask next
+  bool spread = false;   // scheduling strategy SPREAD: one task per lease, leases spread out
 };
 
 struct ActorQueue {

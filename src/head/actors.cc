@@ -145,6 +145,27 @@ void ActorDirectory::EndResumeGraceLocked() {
   ScheduleLocked();
 }
 
+const std::string* ActorDirectory::ChooseNodeLocked(const PlacementIndex& index,
+                                                    const PlacementIndex::Demand& demand, bool spread) {
+  const std::string* best = nullptr;   // least loaded; for SPREAD the next id after the last
+  const std::string* lowest = nullptr;  // SPREAD: the lowest id, where the round wraps
+  index.ForEach(demand, /*use_total=*/false, [&](uint32_t slot) {
+    const std::string& id = index.Id(slot);
+    if (!spread) {
+      best = &id;
+      return false;
+    }
+    if (!lowest || id < *lowest) lowest = &id;
+    if (id > spread_last_ && (!best || id < *best)) best = &id;
+    return true;
+  });
+  if (spread) {
+    if (!best) best = lowest;
+    if (best) spread_last_ = *best;
+  }
+  return best;
+}
+
 void ActorDirectory::PlaceOnNodeLocked(const std::string& id, ActorEntry& a) {
   if (ResumePlacementLocked(id, a)) return;
   ResourceMap res = FromProto(a.spec.resources());
@@ -153,11 +174,7 @@ void ActorDirectory::PlaceOnNodeLocked(const std::string& id, ActorEntry& a) {
   // resource free (its scarcest one; CPU for a plain actor), i.e. the least loaded.
   const PlacementIndex& index = nodes_.Placement();
   PlacementIndex::Demand demand = index.Compile(placement, a.selector);
-  const std::string* best = nullptr;
-  index.ForEach(demand, /*use_total=*/false, [&](uint32_t slot) {
-    best = &index.Id(slot);
-    return false;
-  });
+  const std::string* best = ChooseNodeLocked(index, demand, a.spec.spread());
   if (!best) {
     bool feasible = false;
     index.ForEach(demand, /*use_total=*/true, [&](uint32_t) {

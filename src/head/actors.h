@@ -125,6 +125,11 @@ class ActorDirectory {
   // least-loaded feasible node.
   void PlaceInGroupLocked(const std::string& id, ActorEntry& a) REQUIRES(mu_);
   void PlaceOnNodeLocked(const std::string& id, ActorEntry& a) REQUIRES(mu_);
+  // The node for an actor: the first candidate (the least loaded that fits), or for SPREAD the
+  // next node in id order after the last SPREAD choice among those that fit (round robin).
+  // Null: none fits now.
+  const std::string* ChooseNodeLocked(const PlacementIndex& index, const PlacementIndex::Demand& demand,
+                                      bool spread) REQUIRES(mu_);
   // Posts the placement attempt of actor `id` on node `node_id` to the work queue.
   void PostPlacementLocked(const std::string& id, ActorEntry& a, const std::string& node_id,
                            const std::string& node_address) REQUIRES(mu_);
@@ -140,6 +145,7 @@ class ActorDirectory {
   // A restored actor whose placement was in flight goes to that node again once it is back;
   // true when it was posted there, or must wait for it (the resume grace is on).
   bool ResumePlacementLocked(const std::string& id, ActorEntry& a) REQUIRES(mu_);
+  std::string spread_last_ GUARDED_BY(mu_);  // the node of the last SPREAD actor placed
   bool resume_grace_ GUARDED_BY(mu_) = false;  // set by RestoreLocked, ended by the head
   HeadStore* store_ = nullptr;  // set before serving
   // Dead actors are kept for queries (`torus list actors`, a caller learning why) up to

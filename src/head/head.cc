@@ -261,6 +261,7 @@ grpc::Status Head::Heartbeat(grpc::ServerContext* ctx, const rpc::HeartbeatReque
   uint64_t heads_version = req->heads_version();
   FillHeads(heads_version, reply->mutable_head_addresses(), &heads_version);
   reply->set_heads_version(heads_version);
+  finished_jobs_.Fill(*req, reply);
   // The node's target, built only when it is not the one the node watches (the usual case).
   const auto next = NextAliveLocked(it);
   if (next == nodes_.end() ? !req->watching().empty() : next->first != req->watching()) {
@@ -408,6 +409,7 @@ grpc::Status Head::WatchJob(grpc::ServerContext* ctx, const rpc::JobRequest* req
 void Head::FinishJobLocked(const std::string& job_id) {
   if (auto it = jobs_.find(job_id); it != jobs_.end()) SaveDriverJobLocked(it->second, /*finished=*/true);
   jobs_.erase(job_id);
+  finished_jobs_.Add(job_id);  // the nodes stop its idle workers
   // Non-detached actors and placement groups die with the job that created them.
   actors_.AssertHeld();  // it shares mu_
   actors_.FinishJobLocked(job_id);

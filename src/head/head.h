@@ -53,6 +53,7 @@
 #include "head/slice_index.h"
 #include "common/work_queue.h"
 #include "head/head_store.h"
+#include "head/finished_jobs.h"
 #include "head/jobs.h"
 #include "head/kv_store.h"
 #include "proto/torus.grpc.pb.h"
@@ -292,6 +293,7 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   size_t snapshot_nodes_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point snapshot_built_ GUARDED_BY(mu_);
   std::map<std::string, rpc::JobRequest> jobs_ GUARDED_BY(mu_);
+  FinishedJobs finished_jobs_ GUARDED_BY(mu_);  // for the nodes, on their heartbeats
   std::shared_ptr<HeadStore> store_;  // set by Start when cfg_.state_path or cfg_.store is given
   // The heads' addresses for the nodes (SetHeadAddresses), and their version (0: none).
   mutable Mutex heads_mu_;

@@ -12,13 +12,13 @@ namespace torus {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-// The same key as the core worker's runtime_key for this command (core_worker.cc).
+// The same key as a lease's worker key for this job and command (leases.cc).
 std::string RuntimeKey(const rpc::StartActorRequest& req) {
-  std::string key;
+  std::string key = req.creation().job_id() + "|";
   if (req.worker_command_size()) {
-    key = CommandKey(req.worker_command());
+    key += CommandKey(req.worker_command());
   } else {
-    key = req.code_search_path_size() ? "code:" : "exe:";
+    key += req.code_search_path_size() ? "code:" : "exe:";
     key += req.executable();
     for (const auto& p : req.code_search_path()) key += ":" + p;
   }
@@ -71,6 +71,7 @@ Worker* ActorStarter::WorkerLocked(MutexLock& lock, const rpc::StartActorRequest
   if (Worker* w = st_.pool.FindIdle(key)) return w;
   // A worker started for this actor alone: task leases never take it meanwhile.
   WorkerSpawn spawn;
+  spawn.job_id = req.creation().job_id();
   spawn.exe = req.executable();
   spawn.command.assign(req.worker_command().begin(), req.worker_command().end());
   spawn.code_path.assign(req.code_search_path().begin(), req.code_search_path().end());

@@ -18,7 +18,8 @@ using Clock = std::chrono::steady_clock;
 // request cannot bounce between nodes faster than this).
 constexpr auto kRespillAfter = std::chrono::milliseconds(1000);
 
-std::string Key(const rpc::LeaseRequest& r) { return r.runtime_key(); }
+// A worker serves one job: the job is part of its key.
+std::string Key(const rpc::LeaseRequest& r) { return r.job_id() + "|" + r.runtime_key(); }
 
 }  // namespace
 
@@ -121,12 +122,16 @@ bool LeaseScheduler::TrySpillback(PendingLease& p) {
   bool local_feasible = respill || (Fits(p.res, st_.ledger.total()) && MatchesLabels(p.selector, labels_));
   auto target = peers_.Pick(p.res, p.selector, /*or_capacity=*/!local_feasible);
   if (!target) return false;
-  p.reply.set_spillback_node_address(target->address);
-  p.reply.set_spillback_node_id(target->node_id);
+  SpillTo(p, *target);
+  return true;
+}
+
+void LeaseScheduler::SpillTo(PendingLease& p, const PeerView::Target& target) {
+  p.reply.set_spillback_node_address(target.address);
+  p.reply.set_spillback_node_id(target.node_id);
   p.done = true;
   // Optimistically charge the view so a burst does not all go to the same node.
-  peers_.Charge(target->node_id, p.res);
-  return true;
+  peers_.Charge(target.node_id, p.res);
 }
 
 bool LeaseScheduler::HoldResourcesLocked(PendingLease& p, bool* answered) {
@@ -140,6 +145,14 @@ bool LeaseScheduler::HoldResourcesLocked(PendingLease& p, bool* answered) {
       *answered = true;
     }
     return false;
+  }
+  if (p.req.spread() && !p.req.spilled() && MatchesLabels(p.selector, labels_)) {
+    // SPREAD: to another node when it has more room for the request than this one.
+    if (auto target = peers_.PickRoomier(p.res, p.selector, st_.ledger.available())) {
+      SpillTo(p, *target);
+      *answered = true;
+      return false;
+    }
   }
   if (MatchesLabels(p.selector, labels_) && st_.ledger.TakeFromNode(p.res, &p.hold)) {
     p.infeasible = false;
@@ -187,6 +200,7 @@ bool LeaseScheduler::StartNeededWorkersLocked(const std::map<std::string, Worker
   for (const auto& [key, n] : need) {
     const PendingLease& e = *n.example;
     WorkerSpawn spawn;
+    spawn.job_id = e.req.job_id();
     spawn.exe = e.req.executable();
     spawn.command.assign(e.req.worker_command().begin(), e.req.worker_command().end());
     spawn.code_path.assign(e.req.code_search_path().begin(), e.req.code_search_path().end());

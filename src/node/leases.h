@@ -11,7 +11,9 @@
 //  out or exited at that moment). Every way a request or a lease ends gives its resources back
 //  through GiveBackLocked -> Ledger::Return. A request that cannot run here spills to a node
 //  whose last reported view has room; a request already spilled here waits, but spills again
-//  once it has waited kRespillAfter (1 s) and another node has room for it now.
+//  once it has waited kRespillAfter (1 s) and another node has room for it now. A SPREAD
+//  request (not yet spilled) spills to the view's roomiest node when that node has more room
+//  for it than this one (node/peer_view.h PickRoomier); on a tie it stays here.
 //
 // THREADS: shares the node's mutex (NodeState::mu; node/node_state.h). Request blocks its gRPC
 // handler thread on NodeState::cv until the request is answered (checking every 200 ms whether
@@ -107,6 +109,8 @@ class LeaseScheduler {
   void GrantLocked(PendingLease& p, Worker& w) REQUIRES(st_.mu);
   bool StartNeededWorkersLocked(const std::map<std::string, WorkerNeed>& need) REQUIRES(st_.mu);
   bool TrySpillback(PendingLease& p) REQUIRES(st_.mu);
+  // Answers `p` with a spillback to `target`, charging the view for it.
+  void SpillTo(PendingLease& p, const PeerView::Target& target) REQUIRES(st_.mu);
   bool AnyNodeCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const REQUIRES(st_.mu);
   // Takes a placement-group lease's resources from its bundle. False: must wait (or, with
   // *error set, can never be served here).

@@ -513,6 +513,8 @@ bool Node::FillHeartbeat(rpc::HeartbeatRequest* req) {
   if (st_.stopping) return false;
   req->set_node_id(cfg_.node_id);
   req->set_watching(peer_watch_->watching());
+  req->set_jobs_epoch(jobs_epoch_);
+  req->set_jobs_seq(jobs_seq_);
   std::vector<pid_t> to_kill;
   {
     MutexLock lock(st_.mu);
@@ -520,10 +522,7 @@ bool Node::FillHeartbeat(rpc::HeartbeatRequest* req) {
     req->set_ledger_seq(st_.ledger.seq());
     leases_.AssertHeld();  // NodeState::mu
     leases_.FillHeartbeatLocked(req);
-    // Stop idle workers beyond the CPU count once they have idled long enough.
-    auto cpu = st_.ledger.total().find("CPU");
-    int keep = static_cast<int>(cpu != st_.ledger.total().end() ? cpu->second : 1);
-    to_kill = st_.pool.PickIdleToStop(keep, std::chrono::milliseconds(cfg_.idle_worker_keep_ms));
+    to_kill = IdleToStopLocked();
   }
   for (pid_t p : to_kill) kill(p, SIGTERM);
   return true;
@@ -536,8 +535,28 @@ void Node::ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::Heartbeat
     return;
   }
   if (reply.has_watch()) peer_watch_->SetTarget(reply.watch());
+  jobs_epoch_ = reply.jobs_epoch();
+  jobs_seq_ = reply.jobs_seq();
+  if (reply.finished_jobs_size() > 0) StopFinishedJobsWorkers(reply.finished_jobs());
   if (reply.view_version() == req.view_version()) return;
   leases_.ApplyView(reply);
+}
+
+std::vector<pid_t> Node::IdleToStopLocked() {
+  // Idle workers of finished jobs; idle workers beyond the CPU count once idle long enough.
+  auto cpu = st_.ledger.total().find("CPU");
+  int keep = static_cast<int>(cpu != st_.ledger.total().end() ? cpu->second : 1);
+  return st_.pool.PickIdleToStop(keep, std::chrono::milliseconds(cfg_.idle_worker_keep_ms));
+}
+
+void Node::StopFinishedJobsWorkers(const google::protobuf::RepeatedPtrField<std::string>& jobs) {
+  std::vector<pid_t> to_kill;
+  {
+    MutexLock lock(st_.mu);
+    for (const auto& j : jobs) st_.pool.JobFinished(j);
+    to_kill = IdleToStopLocked();
+  }
+  for (pid_t p : to_kill) kill(p, SIGTERM);
 }
 
 void Node::GiveUp(const grpc::Status& last) {
@@ -675,6 +694,7 @@ grpc::Status Node::Info(grpc::ServerContext* ctx, const rpc::Empty*, rpc::NodeIn
     wi->set_address(w->address);
     wi->set_state(w->hold.blocked ? rpc::WorkerInfo::BLOCKED : WireState(w->state));
     wi->set_actor_id(w->actor_id);
+    wi->set_job_id(w->job_id);
   }
   reply->set_num_workers(n);
   reply->set_num_idle_workers(idle);

@@ -173,6 +173,10 @@ class Node final : public rpc::Node::Service {
   // workers beyond the CPU count; false once the node is stopping.
   bool FillHeartbeat(rpc::HeartbeatRequest* req) EXCLUDES(st_.mu);
   void ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::HeartbeatReply& reply) EXCLUDES(st_.mu);
+  // The jobs ended (a heartbeat reply said so): their idle workers are stopped now, and their
+  // busy ones once idle.
+  void StopFinishedJobsWorkers(const google::protobuf::RepeatedPtrField<std::string>& jobs) EXCLUDES(st_.mu);
+  std::vector<pid_t> IdleToStopLocked() REQUIRES(st_.mu);
   void ReaperLoop() EXCLUDES(st_.mu);
   Status RegisterWithHead() EXCLUDES(st_.mu);
   Status StartHttp();  // the agent's HTTP surface, when cfg_.agent_port >= 0
@@ -205,6 +209,10 @@ class Node final : public rpc::Node::Service {
   BundleHandler bundles_{st_, leases_, cfg_.labels, cfg_.node_id};
 
   std::atomic<bool> gave_up_{false};
+  // The node's place in the head's log of finished jobs (head/finished_jobs.h); only the
+  // heartbeat thread touches these.
+  std::string jobs_epoch_;
+  uint64_t jobs_seq_ = 0;
   Mutex stop_mu_;
   bool stopped_ GUARDED_BY(stop_mu_) = false;
   CondVar stopped_cv_;

@@ -1,5 +1,8 @@
 #include "node/peer_view.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <set>
 
 namespace torus {
@@ -57,6 +60,28 @@ std::optional<PeerView::Target> PeerView::Pick(const ResourceMap& res, const Lab
   index_.ForEach(d, /*use_total=*/false, first);
   if (!out && or_capacity) index_.ForEach(d, /*use_total=*/true, first);
   return out;
+}
+
+namespace {
+// How many requests of `res` fit in `avail` (fractional; the least over res's resources).
+double Room(const ResourceMap& avail, const ResourceMap& res) {
+  double room = std::numeric_limits<double>::infinity();
+  for (const auto& [name, amount] : res) {
+    if (amount <= 0) continue;
+    auto it = avail.find(name);
+    room = std::min(room, (it == avail.end() ? 0.0 : it->second) / amount);
+  }
+  return room;
+}
+}  // namespace
+
+std::optional<PeerView::Target> PeerView::PickRoomier(const ResourceMap& res, const LabelSelectorTerms& selector,
+                                                      const ResourceMap& local) const {
+  auto target = Pick(res, selector, /*or_capacity=*/false);
+  if (!target) return target;
+  const NodeEntry& n = nodes_.at(target->node_id);
+  if (Room(ToResourceMap(names_, n.Available()), res) <= Room(local, res)) return std::nullopt;
+  return target;
 }
 
 bool PeerView::AnyCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const {

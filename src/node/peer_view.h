@@ -39,6 +39,11 @@ class PeerView {
   // Another node for a request: the first candidate that can run it now; else, with
   // `or_capacity`, the first whose totals could.
   std::optional<Target> Pick(const ResourceMap& res, const LabelSelectorTerms& selector, bool or_capacity) const;
+  // For SPREAD: the first candidate that can run the request now when it has more room for it
+  // than `local` (this node's available resources) has; room is how many such requests fit
+  // (the least over the request's resources).
+  std::optional<Target> PickRoomier(const ResourceMap& res, const LabelSelectorTerms& selector,
+                                    const ResourceMap& local) const;
   // Whether another node's totals could ever hold the request.
   bool AnyCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const;
   // Takes `res` off the node's available resources until the head's next view of it (so that a

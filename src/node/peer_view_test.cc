@@ -40,6 +40,26 @@ TEST(PeerViewTest, PicksTheLeastLoadedOtherNodeAndSpreadsABurst) {
   EXPECT_FALSE(v.AnyCouldFit({{"CPU", 9}}, {}));
 }
 
+TEST(PeerViewTest, SpreadGoesToARoomierNodeOnlyWhenItHasMoreRoomThanThisOne) {
+  PeerView v("self");
+  rpc::ListReply snap;
+  *snap.add_nodes() = Record("a", 4, 4);
+  *snap.add_nodes() = Record("b", 4, 2);
+  v.ApplySnapshot(snap);
+  auto roomier = [&](double local_free, double cpu = 1) {
+    auto t = v.PickRoomier({{"CPU", cpu}}, {}, {{"CPU", local_free}});
+    return t ? t->node_id : "";
+  };
+  EXPECT_EQ(roomier(4), "");   // a tie: it stays here
+  EXPECT_EQ(roomier(3), "a");  // a has room for 4 such tasks, this node for 3
+  EXPECT_EQ(roomier(0), "a");
+  v.Charge("a", {{"CPU", 3}});  // a: 1 free, b: 2
+  EXPECT_EQ(roomier(1), "b");
+  EXPECT_EQ(roomier(0, 3), "");  // no other node can run it now
+  // Room is the least over the request's resources: b has CPU but no GPU.
+  EXPECT_EQ(v.PickRoomier({{"CPU", 1}, {"GPU", 1}}, {}, {{"CPU", 0}}).has_value(), false);
+}
+
 TEST(PeerViewTest, DeltasReplaceDropAndRelabelNodesAndASnapshotForgetsTheRest) {
   PeerView v("self");
   rpc::ListReply snap;

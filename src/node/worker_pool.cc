@@ -72,6 +72,7 @@ StatusOr<Worker*> WorkerPool::Start(const std::string& key, const WorkerSpawn& s
   auto w = std::make_unique<Worker>();
   w->id = RandomHex(14);
   w->runtime_key = key;
+  w->job_id = spawn.job_id;
   w->reserved_for = spawn.reserved_for;
   SpawnOptions opts;
   std::string code;
@@ -154,6 +155,15 @@ std::vector<pid_t> WorkerPool::PickIdleToStop(int keep, std::chrono::millisecond
   std::vector<pid_t> out;
   int idle = 0;
   for (auto& [id, w] : workers_) idle += w->state == WorkerState::kIdle;
+  if (!finished_.empty()) {
+    for (auto& [id, w] : workers_) {
+      if (w->state == WorkerState::kIdle && !w->kill_requested && finished_.count(w->job_id)) {
+        w->kill_requested = true;
+        out.push_back(w->pid);
+        --idle;
+      }
+    }
+  }
   auto now = Clock::now();
   for (auto& [id, w] : workers_) {
     if (idle <= keep) break;
@@ -164,6 +174,15 @@ std::vector<pid_t> WorkerPool::PickIdleToStop(int keep, std::chrono::millisecond
     }
   }
   return out;
+}
+
+void WorkerPool::JobFinished(const std::string& job_id) {
+  if (!finished_.insert(job_id).second) return;
+  finished_order_.push_back(job_id);
+  if (finished_order_.size() > 1024) {
+    finished_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
 }
 
 std::vector<pid_t> WorkerPool::StopAll() {

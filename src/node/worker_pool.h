@@ -1,8 +1,9 @@
 // WorkerPool: the node's worker processes. Starts them (`torus worker` or the driver's own
 // executable in worker mode, with the node's, the chips' and the bundle's environment), keys
-// them by what they can run (runtime key + chips + bundle environment: a worker only ever runs
-// work whose key it was started with), finds idle ones (most recently used first), picks long
-// idle ones to stop, and remembers how the last 10,000 ended (GetWorkerExit).
+// them by what they can run (job + runtime key + chips + bundle environment: a worker only ever
+// runs work whose key it was started with, so never two jobs' work), finds idle ones (most
+// recently used first), picks long idle ones and those of finished jobs to stop, and remembers
+// how the last 10,000 ended (GetWorkerExit).
 //
 // It decides nothing about resources (the Ledger's) or leases (the Node's): a Worker's `hold`
 // and lease fields are written by the node.
@@ -18,6 +19,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -50,6 +52,7 @@ struct Worker {
   pid_t pid = 0;
   std::string address;
   std::string runtime_key;
+  std::string job_id;  // the job it serves
   WorkerState state = WorkerState::kStarting;
   std::string lease_id;
   std::string actor_id;
@@ -65,6 +68,7 @@ struct Worker {
 
 // What a worker process is started with, beyond its key.
 struct WorkerSpawn {
+  std::string job_id;  // the job whose work it runs (part of its key)
   std::string exe;
   std::vector<std::string> code_path;  // non-empty: `torus worker` with this search path
   // Non-empty: the whole command line (Python workers: the interpreter and its bootstrap);
@@ -113,8 +117,12 @@ class WorkerPool {
   Worker* Find(const std::string& id);
   // Workers of `key` being started for leases.
   int Starting(const std::string& key) const;
-  // Idle workers above `keep` idle longer than `keep_for`: marked to stop, their pids returned.
+  // Idle workers of finished jobs, and idle workers above `keep` idle longer than `keep_for`:
+  // marked to stop, their pids returned.
   std::vector<pid_t> PickIdleToStop(int keep, std::chrono::milliseconds keep_for);
+  // `job_id` ended: its workers are stopped once idle (the last 1,024 ended jobs are kept).
+  void JobFinished(const std::string& job_id);
+  bool IsFinished(const std::string& job_id) const { return finished_.count(job_id) > 0; }
   // Marks every worker (not drivers) to stop; returns their pids.
   std::vector<pid_t> StopAll();
 
@@ -138,6 +146,8 @@ class WorkerPool {
   std::unordered_map<std::string, std::unique_ptr<Worker>> workers_;  // by worker id
   std::unordered_map<pid_t, std::string> by_pid_;
   std::map<std::string, int> starting_by_key_;
+  std::set<std::string> finished_;        // jobs that ended (JobFinished)
+  std::deque<std::string> finished_order_;  // the same, oldest first (bounds finished_)
   std::map<std::string, std::string> exits_;  // worker id -> how it ended
   std::map<std::string, int> exit_codes_;      // worker id -> StatusCode when ended for a reason
   std::deque<std::string> exit_order_;

@@ -133,7 +133,7 @@ internal::Language LanguageOf(nb::dict d) {
 internal::TaskOptions ToTaskOptions(nb::dict d) {
   CheckKeys(d, {"name", "resources", "max_retries", "retry_exceptions", "placement_group_id",
                 "bundle_index", "label_selector", "serialized_runtime_env", "language",
-                "num_returns", "capture_child_tasks"},
+                "num_returns", "capture_child_tasks", "spread"},
             "task options");
   internal::TaskOptions o;
   o.language = LanguageOf(d);
@@ -145,6 +145,7 @@ internal::TaskOptions ToTaskOptions(nb::dict d) {
   if (o.num_returns < 1) throw nb::value_error("num_returns must be at least 1");
   o.placement_group_id = Opt<std::string>(d, "placement_group_id", "");
   o.bundle_index = Opt<int>(d, "bundle_index", -1);
+  o.spread = Opt<bool>(d, "spread", false);
   o.capture_child_tasks = Opt<bool>(d, "capture_child_tasks", false);
   o.label_selector = Selector(d);
   o.serialized_runtime_env = Opt<std::string>(d, "serialized_runtime_env", "");
@@ -155,7 +156,7 @@ internal::ActorOptions ToActorOptions(nb::dict d) {
   CheckKeys(d, {"name", "ray_namespace", "resources", "max_restarts", "max_task_retries",
                 "max_concurrency", "detached", "lifetime_set", "placement_group_id",
                 "bundle_index", "label_selector", "serialized_runtime_env", "class_name",
-                "language", "capture_child_tasks"},
+                "language", "capture_child_tasks", "spread"},
             "actor options");
   internal::ActorOptions o;
   o.language = LanguageOf(d);
@@ -168,6 +169,7 @@ internal::ActorOptions ToActorOptions(nb::dict d) {
   o.lifetime_set = Opt<bool>(d, "lifetime_set", false);
   o.placement_group_id = Opt<std::string>(d, "placement_group_id", "");
   o.bundle_index = Opt<int>(d, "bundle_index", -1);
+  o.spread = Opt<bool>(d, "spread", false);
   o.capture_child_tasks = Opt<bool>(d, "capture_child_tasks", false);
   o.label_selector = Selector(d);
   o.serialized_runtime_env = Opt<std::string>(d, "serialized_runtime_env", "");

@@ -58,6 +58,9 @@ struct TaskOptions {
   bool capture_child_tasks = false;  // with a group: the task's own untargeted work goes there too
   LabelSelector label_selector;
   std::string serialized_runtime_env;  // RuntimeEnv::Serialize(); empty: the parent's (job's)
+  // Scheduling strategy SPREAD: each lease goes to the least loaded node that can run the task
+  // now (this one on a tie), and the tasks are not pipelined onto a worker.
+  bool spread = false;
 };
 
 struct ActorOptions {
@@ -73,6 +76,7 @@ struct ActorOptions {
   int bundle_index = -1;
   bool capture_child_tasks = false;  // with a group: the actor's untargeted work goes there too
   LabelSelector label_selector;
+  bool spread = false;  // scheduling strategy SPREAD: round robin over the nodes that fit it
   std::string serialized_runtime_env;  // RuntimeEnv::Serialize(); empty: the parent's (job's)
 };
 

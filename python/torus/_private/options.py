@@ -81,7 +81,7 @@ def resources(opts: Dict[str, Any], default_cpus: Optional[float]) -> Dict[str, 
 
 
 def _placement(opts: Dict[str, Any]) -> Dict[str, Any]:
-    """placement_group_id, bundle_index and label_selector from scheduling_strategy."""
+    """placement_group_id, bundle_index, label_selector and spread from scheduling_strategy."""
     from torus.util import scheduling_strategies as ss
     from torus.util.placement_group import PlacementGroup
     out: Dict[str, Any] = {"placement_group_id": "", "bundle_index": -1, "label_selector": {}}
@@ -89,9 +89,11 @@ def _placement(opts: Dict[str, Any]) -> Dict[str, Any]:
     strat = opts.get("scheduling_strategy")
     if strat is None or strat == "DEFAULT":
         pass
+    elif strat == "SPREAD":
+        out["spread"] = True
     elif isinstance(strat, str):
-        raise NotImplementedError(f"scheduling_strategy='{strat}' is not implemented by Torus "
-                                  "(use DEFAULT, a placement group, node affinity or labels)")
+        raise ValueError(f"invalid scheduling_strategy '{strat}': expected 'DEFAULT', 'SPREAD' "
+                         "or a SchedulingStrategy object")
     elif isinstance(strat, ss.PlacementGroupSchedulingStrategy):
         pg = strat.placement_group
         if pg is not None and not (isinstance(pg, PlacementGroup) and pg.is_empty):
