@@ -149,6 +149,7 @@ const std::string* ActorDirectory::ChooseNodeLocked(const PlacementIndex& index,
                                                     const PlacementIndex::Demand& demand, bool spread) {
   const std::string* best = nullptr;   // least loaded; for SPREAD the next id after the last
   const std::string* lowest = nullptr;  // SPREAD: the lowest id, where the round wraps
+  const std::string last = spread_last_;  // a copy: the lambda is not known to run under mu_
   index.ForEach(demand, /*use_total=*/false, [&](uint32_t slot) {
     const std::string& id = index.Id(slot);
     if (!spread) {
@@ -156,7 +157,7 @@ const std::string* ActorDirectory::ChooseNodeLocked(const PlacementIndex& index,
       return false;
     }
     if (!lowest || id < *lowest) lowest = &id;
-    if (id > spread_last_ && (!best || id < *best)) best = &id;
+    if (id > last && (!best || id < *best)) best = &id;
     return true;
   });
   if (spread) {
