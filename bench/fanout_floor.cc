@@ -6,7 +6,8 @@
 //
 // With --prepare it also times the same round doing a reservation's real node work: each node
 // reserves and commits one bundle ({CPU: 0.01}) of a group, as the head's round of a 64-bundle
-// SPREAD creation asks it to; the bundles are released after each timed round (untimed).
+// SPREAD creation asks it to; the bundles are released after each timed round (untimed). And
+// it times a driver's no-op call to the head over the lane (head_lane_hop).
 //
 // Usage (TORUS_ADDRESS names a running cluster): fanout_floor [--rounds R] [--iters N] [--prepare 1]
 // Prints one JSON line per measurement, like gang_bench.
@@ -110,5 +111,19 @@ int main(int argc, char** argv) {
     if (i >= 3) prep.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
   torus::bench::Report("fanout_prepare_" + n + "_nodes_1_rounds", prep);
+  // A driver's call to the head over the lane that does no work (a group the head does not
+  // know): the hop every creation's Create call makes on top of the head's round.
+  if (!torus::HasLane(address, *token)) return 0;
+  torus::rpc::PlacementGroupRequest get;
+  get.set_pg_id("fanout-floor-no-such-group");
+  std::vector<torus::LaneRequest> hop = {{address, "/torus.rpc.Head/GetPlacementGroup", get.SerializeAsString()}};
+  auto hop_us = torus::bench::Time(iters, [&] {
+    auto res = torus::LaneCallMany(*token, hop, 10000);
+    if (res.empty() || !res[0].delivered || !res[0].status.ok()) {
+      fprintf(stderr, "fanout_floor: the head call failed\n");
+      std::exit(1);
+    }
+  });
+  torus::bench::Report("head_lane_hop", hop_us);
   return 0;
 }
