@@ -28,7 +28,6 @@ class FinishedJobs {
   // Fills reply's jobs_epoch, jobs_seq and finished_jobs for a node at (req.jobs_epoch, req.jobs_seq).
   void Fill(const rpc::HeartbeatRequest& req, rpc::HeartbeatReply* reply) const;
 
-  uint64_t seq() const { return seq_; }
   const std::string& epoch() const { return epoch_; }
 
  private:

@@ -14,15 +14,15 @@ using Clock = std::chrono::steady_clock;
 
 // The same key as a lease's worker key for this job and command (leases.cc).
 std::string RuntimeKey(const rpc::StartActorRequest& req) {
-  std::string key = req.creation().job_id() + "|";
+  std::string key;
   if (req.worker_command_size()) {
-    key += CommandKey(req.worker_command());
+    key = CommandKey(req.worker_command());
   } else {
-    key += req.code_search_path_size() ? "code:" : "exe:";
+    key = req.code_search_path_size() ? "code:" : "exe:";
     key += req.executable();
     for (const auto& p : req.code_search_path()) key += ":" + p;
   }
-  return key + EnvVarsKey(req.creation().env_vars());
+  return WorkerPool::JobKey(req.creation().job_id(), key + EnvVarsKey(req.creation().env_vars()));
 }
 
 // The live worker that hosts (or is being made to host) `actor_id`, or null.

@@ -18,8 +18,7 @@ using Clock = std::chrono::steady_clock;
 // request cannot bounce between nodes faster than this).
 constexpr auto kRespillAfter = std::chrono::milliseconds(1000);
 
-// A worker serves one job: the job is part of its key.
-std::string Key(const rpc::LeaseRequest& r) { return r.job_id() + "|" + r.runtime_key(); }
+std::string Key(const rpc::LeaseRequest& r) { return WorkerPool::JobKey(r.job_id(), r.runtime_key()); }
 
 }  // namespace
 

@@ -104,6 +104,10 @@ class WorkerPool {
   // Set once at the node's Start, before any worker starts.
   void Configure(WorkerPoolConfig cfg) { cfg_ = std::move(cfg); }
 
+  // Worker key for `job_id`'s work of this runtime key: a worker serves one job.
+  static std::string JobKey(const std::string& job_id, const std::string& runtime_key) {
+    return job_id + "|" + runtime_key;
+  }
   // Worker key for work holding `chips`: workers are started with their chips' env.
   static std::string ChipKey(const std::string& key, const std::vector<int>& chips);
 
