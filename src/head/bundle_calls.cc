@@ -146,8 +146,14 @@ bool ParseBundleReply(BundleReply* r) {
 }
 
 
-std::vector<BundleReply> CallNodes(const std::string& token, BundleOp op, const std::vector<NodeCall>& calls) {
-  std::vector<BundleReply> out(calls.size());
+namespace {
+// The calls not done over the lane (a node in this process, or one without a lane): as
+// messages, directly to a node in this process, else over gRPC, concurrently. Each reply is
+// left serialised in out[i].raw, as a lane reply is.
+void CallOffLane(const std::string& token, BundleOp op, const std::vector<NodeCall>& calls,
+                 std::vector<bool>* done, std::vector<BundleReply>* out) {
+  const char* method = op == BundleOp::kPrepare ? "/torus.rpc.Node/PrepareBundles"
+                                                : "/torus.rpc.Node/ReleaseBundles";
   struct InFlight {
     rpc::BundlesRequest req;
     rpc::PrepareBundlesReply reply;
@@ -156,40 +162,18 @@ std::vector<BundleReply> CallNodes(const std::string& token, BundleOp op, const 
     std::unique_ptr<grpc::ClientAsyncResponseReader<rpc::PrepareBundlesReply>> reader;
   };
   std::vector<InFlight> inflight(calls.size());
-  // Nodes with a lane (every real node): one batch, all requests sent before any reply is read.
-  const char* method = op == BundleOp::kPrepare ? "/torus.rpc.Node/PrepareBundles"
-                                                : "/torus.rpc.Node/ReleaseBundles";
-  std::vector<LaneRequest> lane_reqs;
-  std::vector<size_t> lane_index;
-  std::vector<bool> done(calls.size(), false);
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const auto& addr = calls[i].address;
-    if (InProcessServiceAt(addr) || !HasLane(addr, token)) continue;
-    lane_reqs.push_back({addr, method, AddressedPayload(calls[i])});
-    lane_index.push_back(i);
-  }
-  if (!lane_reqs.empty()) {
-    auto results = LaneCallMany(token, lane_reqs, 5000);
-    for (size_t k = 0; k < results.size(); ++k) {
-      if (!results[k].delivered) continue;  // no lane after all: gRPC below
-      auto& r = out[lane_index[k]];
-      r.status = results[k].status;
-      r.raw = std::move(results[k].reply);
-      done[lane_index[k]] = true;
-    }
-  }
   grpc::CompletionQueue cq;
   int outstanding = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
-    if (done[i]) continue;
+    if ((*done)[i]) continue;
     const auto& addr = calls[i].address;
-    grpc::Status& st = out[i].status;
-    // Off the lane (a node in this process, or one without a lane): the request as a message.
+    grpc::Status& st = (*out)[i].status;
     auto& f = inflight[i];
     rpc::BundlesRequest& req = f.req;
     rpc::PrepareBundlesReply& reply = f.reply;
     if (!req.ParseFromString(AddressedPayload(calls[i]))) {
       st = grpc::Status(grpc::StatusCode::INTERNAL, std::string("unparsable bundle request for ") + method);
+      (*done)[i] = true;
       continue;
     }
     if (auto* node = dynamic_cast<rpc::Node::Service*>(InProcessServiceAt(addr))) {
@@ -215,8 +199,40 @@ std::vector<BundleReply> CallNodes(const std::string& token, BundleOp op, const 
   while (cq.Next(&tag, &ok)) {
   }
   for (size_t i = 0; i < calls.size(); ++i) {
+    if (!(*done)[i] && (*out)[i].status.ok()) (*out)[i].raw = inflight[i].reply.SerializeAsString();
+  }
+}
+}  // namespace
+
+std::vector<BundleReply> CallNodes(const std::string& token, BundleOp op, const std::vector<NodeCall>& calls) {
+  std::vector<BundleReply> out(calls.size());
+  // Nodes with a lane (every real node): one batch, all requests sent before any reply is read.
+  const char* method = op == BundleOp::kPrepare ? "/torus.rpc.Node/PrepareBundles"
+                                                : "/torus.rpc.Node/ReleaseBundles";
+  std::vector<LaneRequest> lane_reqs;
+  std::vector<size_t> lane_index;
+  std::vector<bool> done(calls.size(), false);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto& addr = calls[i].address;
+    if (InProcessServiceAt(addr) || !HasLane(addr, token)) continue;
+    lane_reqs.push_back({addr, method, AddressedPayload(calls[i])});
+    lane_index.push_back(i);
+  }
+  size_t left = calls.size();
+  if (!lane_reqs.empty()) {
+    auto results = LaneCallMany(token, lane_reqs, 5000);
+    for (size_t k = 0; k < results.size(); ++k) {
+      if (!results[k].delivered) continue;  // no lane after all: gRPC below
+      auto& r = out[lane_index[k]];
+      r.status = results[k].status;
+      r.raw = std::move(results[k].reply);
+      done[lane_index[k]] = true;
+      --left;
+    }
+  }
+  if (left > 0) CallOffLane(token, op, calls, &done, &out);
+  for (size_t i = 0; i < calls.size(); ++i) {
     BundleReply& r = out[i];
-    if (!done[i] && r.status.ok()) r.raw = inflight[i].reply.SerializeAsString();
     if (r.status.ok() && !ParseBundleReply(&r)) {
       r.status = grpc::Status(grpc::StatusCode::INTERNAL, std::string("garbled reply to ") + method);
     }

@@ -25,7 +25,15 @@ class BundlePlacer {
  public:
   BundlePlacer(const std::vector<BundleDemand>& bundles, const PlacementIndex& nodes, bool use_total)
       : bundles_(bundles), nodes_(nodes), use_total_(use_total), out_(bundles.size(), -1) {
-    for (const auto& b : bundles) demands_.push_back(nodes.Compile(b.resources, b.selector));
+    for (size_t b = 0; b < bundles.size(); ++b) {
+      // Bundles asking what the one before asked (a 64-bundle group is often 64 equal bundles)
+      // share its compiled demand.
+      if (b > 0 && SameAsked(b, b - 1)) {
+        demands_.push_back(demands_.back());
+      } else {
+        demands_.push_back(nodes.Compile(bundles[b].resources, bundles[b].selector));
+      }
+    }
     for (size_t b = 0; b < bundles.size(); ++b) {
       if (bundles[b].fixed_node >= 0) {
         out_[b] = bundles[b].fixed_node;
@@ -82,6 +90,12 @@ class BundlePlacer {
     const bool pack = strategy == PgStrategy::kPack;
     for (size_t b = 0; b < bundles_.size(); ++b) {
       if (bundles_[b].fixed_node >= 0) continue;
+      // An unused node beats every used one for SPREAD: the used ones are read only when no
+      // unused node fits.
+      if (int unused = pack ? -1 : NextUnused(b); unused >= 0) {
+        Take(b, static_cast<uint32_t>(unused));
+        continue;
+      }
       const Demand& d = demands_[b];
       int best = -1, best_count = 0;
       for (const auto& [slot, count] : used_) {
@@ -91,12 +105,8 @@ class BundlePlacer {
                       (count == best_count && nodes_.Before(d, use_total_, slot, static_cast<uint32_t>(best)));
         if (better) best = s, best_count = count;
       }
-      // An unused node beats every used one for SPREAD, and is PACK's choice only when no used
-      // node fits.
-      if (!pack || best < 0) {
-        int unused = FirstUnused(b);
-        if (unused >= 0) best = unused;
-      }
+      // An unused node is PACK's choice only when no used node fits.
+      if (pack && best < 0) best = FirstUnused(b);
       if (best < 0) return false;
       Take(b, static_cast<uint32_t>(best));
     }
@@ -115,6 +125,44 @@ class BundlePlacer {
     const Demand& d = demands_[b];
     return !d.impossible && PlacementIndex::FitsIn(d.amounts, FreeOf(slot)) &&
            nodes_.Matches(slot, bundles_[b].selector);
+  }
+
+  // Whether bundles a and b ask for the same resources with the same selector.
+  bool SameAsked(size_t a, size_t b) const {
+    const auto& x = bundles_[a].selector;
+    const auto& y = bundles_[b].selector;
+    if (bundles_[a].resources != bundles_[b].resources || x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].key != y[i].key || x[i].op != y[i].op || x[i].values != y[i].values) return false;
+    }
+    return true;
+  }
+
+  // SPREAD's first unused candidate of bundle b, as FirstUnused(b), in O(1) amortised over a run
+  // of bundles asking the same: the run's unused candidates are read once, in candidate order,
+  // as many as the run has bundles (the index does not change during a decision and this
+  // group's use only grows, so each bundle of the run starts where the one before stopped).
+  int NextUnused(size_t b) {
+    if (run_first_ < 0 || !SameAsked(b, static_cast<size_t>(run_first_))) {
+      run_first_ = static_cast<int>(b);
+      run_.clear();
+      run_pos_ = 0;
+      size_t want = 0;
+      for (size_t k = b; k < bundles_.size(); ++k) {
+        if (bundles_[k].fixed_node >= 0) continue;
+        if (!SameAsked(k, b)) break;
+        ++want;
+      }
+      nodes_.ForEach(demands_[b], use_total_, [&](uint32_t slot) {
+        if (!used_.count(slot)) run_.push_back(slot);
+        return run_.size() < want;
+      });
+    }
+    while (run_pos_ < run_.size()) {
+      uint32_t slot = run_[run_pos_++];
+      if (!used_.count(slot)) return static_cast<int>(slot);
+    }
+    return -1;
   }
 
   // The first candidate of bundle b that this group has not used (its free amounts untouched).
@@ -210,6 +258,10 @@ class BundlePlacer {
   std::vector<int> out_;                                 // slot per bundle (-1: not placed yet)
   std::unordered_map<uint32_t, int> used_;               // bundles of this group per slot
   std::unordered_map<uint32_t, CompactResources> free_;  // what this group left on nodes it used
+  // NextUnused's run: its first bundle (-1: none yet), its unused candidates, the next to try.
+  int run_first_ = -1;
+  std::vector<uint32_t> run_;
+  size_t run_pos_ = 0;
 };
 
 }  // namespace
