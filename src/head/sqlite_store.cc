@@ -31,15 +31,23 @@ StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& pa
     return Unavailable("cannot open the head's state " + path + ": " + why);
   }
   sqlite3_busy_timeout(db, 5000);
+  // A damaged file is refused whole, never half loaded. Where SQLite meets the damage depends on
+  // where the file was cut or overwritten (setting the schema up, the check, preparing the
+  // statements): each says the same.
+  auto damaged = [&path](const std::string& why) {
+    return Unavailable("the head's state " + path + " is damaged (" + why + "); refusing to load it");
+  };
+  auto corrupt = [db] { return (sqlite3_errcode(db) & 0xff) == SQLITE_CORRUPT; };
   char* err = nullptr;
   if (sqlite3_exec(db, kSchema, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string why = err ? err : "unknown error";
+    bool is_corrupt = corrupt();
     sqlite3_free(err);
     sqlite3_close(db);
+    if (is_corrupt) return damaged(why);
     return Unavailable("cannot set up the head's state " + path + ": " + why +
                        " (is it an SQLite database written by torus?)");
   }
-  // A damaged file is refused whole, never half loaded.
   std::string check;
   auto row = [](void* out, int, char** values, char**) {
     if (values[0]) *static_cast<std::string*>(out) += values[0];
@@ -49,12 +57,17 @@ StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& pa
     std::string why = err ? err : check;
     sqlite3_free(err);
     sqlite3_close(db);
-    return Unavailable("the head's state " + path + " is damaged (" + why + "); refusing to load it");
+    return damaged(why);
   }
   std::unique_ptr<SqliteHeadStore> s(new SqliteHeadStore(path, db));
-  if (auto st = s->Prepare(); !st.ok()) return st;
-  if (auto st = s->CheckFormat(); !st.ok()) return st;
+  if (auto st = s->Prepare(); !st.ok()) return s->Corrupt() ? damaged(st.message()) : st;
+  if (auto st = s->CheckFormat(); !st.ok()) return s->Corrupt() ? damaged(st.message()) : st;
   return std::unique_ptr<HeadStore>(std::move(s));
+}
+
+bool SqliteHeadStore::Corrupt() {
+  MutexLock lock(mu_);
+  return (sqlite3_errcode(db_) & 0xff) == SQLITE_CORRUPT;
 }
 
 Status SqliteHeadStore::Prepare() {

@@ -39,6 +39,7 @@ class SqliteHeadStore final : public HeadStore {
  private:
   SqliteHeadStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   Status Prepare() EXCLUDES(mu_);
+  bool Corrupt() EXCLUDES(mu_);  // the last statement met a damaged file (SQLITE_CORRUPT)
   Status Error(const char* what) const REQUIRES(mu_);
 
   const std::string path_;
