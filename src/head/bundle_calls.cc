@@ -147,13 +147,16 @@ bool ParseBundleReply(BundleReply* r) {
 
 
 namespace {
+const char* MethodOf(BundleOp op) {
+  return op == BundleOp::kPrepare ? "/torus.rpc.Node/PrepareBundles" : "/torus.rpc.Node/ReleaseBundles";
+}
+
 // The calls not done over the lane (a node in this process, or one without a lane): as
 // messages, directly to a node in this process, else over gRPC, concurrently. Each reply is
 // left serialised in out[i].raw, as a lane reply is.
 void CallOffLane(const std::string& token, BundleOp op, const std::vector<NodeCall>& calls,
                  std::vector<bool>* done, std::vector<BundleReply>* out) {
-  const char* method = op == BundleOp::kPrepare ? "/torus.rpc.Node/PrepareBundles"
-                                                : "/torus.rpc.Node/ReleaseBundles";
+  const char* method = MethodOf(op);
   struct InFlight {
     rpc::BundlesRequest req;
     rpc::PrepareBundlesReply reply;
@@ -207,8 +210,7 @@ void CallOffLane(const std::string& token, BundleOp op, const std::vector<NodeCa
 std::vector<BundleReply> CallNodes(const std::string& token, BundleOp op, const std::vector<NodeCall>& calls) {
   std::vector<BundleReply> out(calls.size());
   // Nodes with a lane (every real node): one batch, all requests sent before any reply is read.
-  const char* method = op == BundleOp::kPrepare ? "/torus.rpc.Node/PrepareBundles"
-                                                : "/torus.rpc.Node/ReleaseBundles";
+  const char* method = MethodOf(op);
   std::vector<LaneRequest> lane_reqs;
   std::vector<size_t> lane_index;
   std::vector<bool> done(calls.size(), false);

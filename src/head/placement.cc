@@ -85,7 +85,8 @@ class BundlePlacer {
 
   // PACK and SPREAD after the one-node try: greedy, bundle by bundle, onto the node holding the
   // most (PACK) or fewest (SPREAD) bundles of the group so far; among equals, the first in
-  // candidate order. Only the nodes already used and the first fitting unused one are read.
+  // candidate order. Only the nodes already used and the first fitting unused one are read
+  // (SPREAD reads the used ones only when no unused one fits).
   bool Greedy(PgStrategy strategy) {
     const bool pack = strategy == PgStrategy::kPack;
     for (size_t b = 0; b < bundles_.size(); ++b) {

@@ -60,14 +60,22 @@ StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& pa
     return damaged(why);
   }
   std::unique_ptr<SqliteHeadStore> s(new SqliteHeadStore(path, db));
-  if (auto st = s->Prepare(); !st.ok()) return s->Corrupt() ? damaged(st.message()) : st;
-  if (auto st = s->CheckFormat(); !st.ok()) return s->Corrupt() ? damaged(st.message()) : st;
+  auto failed = [&](Status st) {
+    // A statement that failed (Unavailable, from Error) left SQLite's error code to read.
+    if (st.code() == StatusCode::kUnavailable) {
+      if (auto why = s->CorruptMessage()) return damaged(*why);
+    }
+    return st;
+  };
+  if (auto st = s->Prepare(); !st.ok()) return failed(std::move(st));
+  if (auto st = s->CheckFormat(); !st.ok()) return failed(std::move(st));
   return std::unique_ptr<HeadStore>(std::move(s));
 }
 
-bool SqliteHeadStore::Corrupt() {
+std::optional<std::string> SqliteHeadStore::CorruptMessage() {
   MutexLock lock(mu_);
-  return (sqlite3_errcode(db_) & 0xff) == SQLITE_CORRUPT;
+  if ((sqlite3_errcode(db_) & 0xff) != SQLITE_CORRUPT) return std::nullopt;
+  return std::string(sqlite3_errmsg(db_));
 }
 
 Status SqliteHeadStore::Prepare() {

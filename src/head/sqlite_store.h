@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/thread_annotations.h"
@@ -39,7 +40,8 @@ class SqliteHeadStore final : public HeadStore {
  private:
   SqliteHeadStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   Status Prepare() EXCLUDES(mu_);
-  bool Corrupt() EXCLUDES(mu_);  // the last statement met a damaged file (SQLITE_CORRUPT)
+  // SQLite's message when the last failed statement met a damaged file (SQLITE_CORRUPT).
+  std::optional<std::string> CorruptMessage() EXCLUDES(mu_);
   Status Error(const char* what) const REQUIRES(mu_);
 
   const std::string path_;
