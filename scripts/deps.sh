@@ -7,7 +7,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PKGS=(
   build-essential cmake ninja-build ccache pkg-config git clang
   "libgrpc++-dev=1.51.*" "protobuf-compiler-grpc=1.51.*" "libprotobuf-dev=3.21.*" "protobuf-compiler=3.21.*"
-  "libmsgpack-cxx-dev=4.1.*" libyaml-cpp-dev nlohmann-json3-dev libboost-dev libsqlite3-dev libcivetweb-dev
+  "libmsgpack-cxx-dev=4.1.*" libyaml-cpp-dev nlohmann-json3-dev libboost-dev libsqlite3-dev libssl-dev
   prometheus-cpp-dev prometheus chromium chromium-driver
   libgtest-dev libbenchmark-dev iproute2 procps etcd-server
   python3-dev python3-venv python3-pip

@@ -100,14 +100,14 @@ Status Head::StartHttp() {
   o.host = cfg_.dashboard_host;
   o.port = cfg_.dashboard_port;
   o.any_port_if_taken = cfg_.dashboard_port_fallback;
-  o.threads = 32;  // log tails hold a thread each
+  o.threads = 8;  // handlers only: connections and log tails hold no pool thread
   o.token = cfg_.token;
   http_ = std::make_unique<HttpServer>(o);
   // KubeRay's readiness probe of the head (Ray's answer: 200 "success").
   http_->Handle("GET", "/api/gcs_healthz", HttpServer::Access::kPublic, [this](const HttpRequest&) {
     return stopping_ ? HttpResponse::Text("503: Health check failed: the head is stopping", 503)
                      : HttpResponse::Text("success");
-  });
+  }, HttpServer::Lane::kProbe);
   ServeMetrics(*http_, [this] { return CollectMetrics(); });
   RegisterDashboardHttp(*http_, {address_, cfg_.token});
   RegisterJobsHttp(*http_, *job_manager_,

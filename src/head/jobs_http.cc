@@ -19,7 +19,7 @@ using Json = nlohmann::json;
 constexpr const char* kRayVersion = "2.60.0";  // the Ray release whose Jobs API this speaks
 constexpr size_t kMaxLogBytes = 64u << 20;     // one /logs answer (the start of a longer log)
 constexpr size_t kTailChunk = 256u << 10;      // one websocket message (aiohttp takes <= 4 MiB)
-constexpr int kMaxTails = 24;                  // of the head's 32 HTTP threads
+constexpr int kMaxTails = 24;                  // of the server's 64 websocket threads
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -358,8 +358,7 @@ void RegisterJobsHttp(HttpServer& server, JobManager& jobs, JobsHttpInfo info) {
     if (!s.ok()) return Error(s);
     return HttpResponse::Json(Dump({{"deleted", true}}));
   });
-  // A tail holds a server thread while it is open: at most kMaxTails at once, so that other
-  // requests (the health probe among them) always find one.
+  // A tail holds a thread of its own while it is open: at most kMaxTails at once.
   auto tails = std::make_shared<std::atomic<int>>(0);
   server.HandleWebSocket(
       "/api/jobs/{}/logs/tail", A::kToken,

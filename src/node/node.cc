@@ -266,7 +266,7 @@ Status Node::StartHttp() {
   o.host = cfg_.agent_host;
   o.port = cfg_.agent_port;
   o.any_port_if_taken = cfg_.agent_port_fallback;
-  o.threads = 4;
+  o.threads = 2;  // handlers only: connections hold no thread
   o.token = cfg_.token;
   http_ = std::make_unique<HttpServer>(o);
   // KubeRay's liveness/readiness probe of every pod (Ray's answer: 200 "success").
@@ -274,7 +274,7 @@ Status Node::StartHttp() {
     if (st_.stopping) return HttpResponse::Text("Local Raylet failed: the node is stopping", 503);
     if (!serving_) return HttpResponse::Text("Local Raylet failed: the node is not registered yet", 503);
     return HttpResponse::Text("success");
-  });
+  }, HttpServer::Lane::kProbe);
   ServeMetrics(*http_, [this] { return CollectMetrics(); });
   if (auto s = http_->Start(); !s.ok()) {
     http_.reset();
