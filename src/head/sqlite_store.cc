@@ -1,6 +1,7 @@
 #include "head/sqlite_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 namespace torus {
 
@@ -19,9 +20,28 @@ Status Bind(sqlite3* db, sqlite3_stmt* st, int index, std::string_view bytes) {
   }
   return Status();
 }
+
+// Why the file at `path` cannot be a state torus wrote although SQLite would open it, or "".
+// SQLite reads an empty (or absent) file as a new database and deletes the write-ahead log
+// beside it, which may hold every record: the session would start afresh without a word. A
+// state torus wrote is never empty (switching it to WAL writes its first page).
+std::string MissingDatabase(const std::string& path) {
+  struct stat db, wal;
+  const bool has_db = stat(path.c_str(), &db) == 0;
+  const bool has_wal = stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+  if (has_db && db.st_size == 0) {
+    return has_wal ? "the file is empty, beside a write-ahead log of " + std::to_string(wal.st_size) + " bytes"
+                   : "the file is empty";
+  }
+  if (!has_db && has_wal) return "the file is missing, but its write-ahead log " + path + "-wal is there";
+  return "";
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& path) {
+  if (std::string why = MissingDatabase(path); !why.empty()) {
+    return Unavailable("the head's state " + path + " is damaged (" + why + "); refusing to load it");
+  }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
