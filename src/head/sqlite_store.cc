@@ -3,6 +3,8 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <cerrno>
+
 namespace torus {
 
 namespace {
@@ -36,6 +38,15 @@ std::string MissingDatabase(const std::string& path) {
   if (!has_db && has_wal) return "the file is missing, but its write-ahead log " + path + "-wal is there";
   return "";
 }
+
+// "no space left on device writing PATH" when the last failure of `db` was a full disk, else "".
+std::string FullDisk(sqlite3* db, const std::string& path) {
+  const int e = sqlite3_system_errno(db);
+  if ((sqlite3_errcode(db) & 0xff) == SQLITE_FULL || e == ENOSPC || e == EDQUOT) {
+    return "no space left on device writing " + path;
+  }
+  return "";
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& path) {
@@ -62,9 +73,13 @@ StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& pa
   if (sqlite3_exec(db, kSchema, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string why = err ? err : "unknown error";
     bool is_corrupt = corrupt();
+    std::string full = FullDisk(db, path);
     sqlite3_free(err);
     sqlite3_close(db);
     if (is_corrupt) return damaged(why);
+    if (!full.empty()) {
+      return Status(StatusCode::kResourceExhausted, "cannot set up the head's state " + path + ": " + full);
+    }
     return Unavailable("cannot set up the head's state " + path + ": " + why +
                        " (is it an SQLite database written by torus?)");
   }
@@ -75,8 +90,12 @@ StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& pa
   };
   if (sqlite3_exec(db, "PRAGMA quick_check;", row, &check, &err) != SQLITE_OK || check != "ok") {
     std::string why = err ? err : check;
+    std::string full = FullDisk(db, path);
     sqlite3_free(err);
     sqlite3_close(db);
+    if (!full.empty()) {
+      return Status(StatusCode::kResourceExhausted, "cannot check the head's state " + path + ": " + full);
+    }
     return damaged(why);
   }
   std::unique_ptr<SqliteHeadStore> s(new SqliteHeadStore(path, db));
@@ -124,6 +143,10 @@ SqliteHeadStore::~SqliteHeadStore() {
 }
 
 Status SqliteHeadStore::Error(const char* what) const {
+  std::string full = FullDisk(db_, path_);
+  if (!full.empty()) {
+    return Status(StatusCode::kResourceExhausted, "head state " + path_ + ": " + what + ": " + full);
+  }
   return Unavailable(std::string("head state ") + path_ + ": " + what + ": " + sqlite3_errmsg(db_));
 }
 

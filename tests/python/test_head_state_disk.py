@@ -1,11 +1,17 @@
-"""The head's state on a disk that fails (issue 41 #5; docs/fault_tolerance.md): an emptied
-state file is refused as damaged and left as it is."""
+"""The head's state and the session's records on a disk that fails (issue 41 #5, #6;
+docs/fault_tolerance.md): an emptied state file is refused as damaged and left as it is, and a
+full disk is named by the `torus start` that hit it while the session stays resumable."""
+import errno
 import os
 import signal
+import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
-from helpers import Cluster, free_port
+import pytest
+
+from helpers import Cluster, clean_env, free_port
 
 
 def _pid(session: str, name: str) -> int:
@@ -68,3 +74,71 @@ def test_an_empty_state_file_is_refused_as_damaged_and_nothing_on_disk_changes()
         assert _snapshot(session) == before
     finally:
         c.torus("stop", check=False)
+
+
+def _mount_small_disk(where: Path) -> None:
+    """A 16 MiB tmpfs at `where`: a disk that can be filled without filling the machine's."""
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is simulated with a small tmpfs, which needs root to mount")
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(where)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (no CAP_SYS_ADMIN?): {r.stderr.strip()}")
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    f.write(b"x" * chunk)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+    return filler
+
+
+def test_a_full_disk_is_named_and_the_session_stays_resumable(tmp_path):
+    disk = tmp_path / "disk"
+    _mount_small_disk(disk)
+    c = Cluster()
+    c.root = str(disk / "root")
+    os.mkdir(c.root, 0o700)
+    c.env = clean_env(TORUS_TMPDIR=c.root)
+    reader = None
+    try:
+        port, session = _head_with_state(c)
+        _kill(_pid(session, "node-head"), signal.SIGTERM)
+        os.remove(Path(session) / "pids" / "node-head.pid")
+        head_address = (Path(session) / "head_address").read_text()
+        assert head_address.endswith(":" + port)
+        # A reader keeps the state's log and index open (the command's own look at the state
+        # would otherwise fold the log in on closing and free their pages).
+        reader = sqlite3.connect(Path(session) / "head_state.sqlite3")
+        reader.execute("SELECT count(*) FROM records").fetchone()
+        filler = _fill(disk)
+        # One page free, as removing the dead head's stale pid file frees it: enough for the
+        # command's pid file of the new head, not for the head's own records.
+        os.remove(Path(session) / "pids" / "head.pid")
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "1", check=False, timeout=120)
+        assert p.returncode != 0, p.stdout
+        assert "no space left on device writing " + session in p.stderr, p.stderr
+        assert "did not come up" not in p.stderr, p.stderr
+        # The head's own error, reported back to the command that started it.
+        assert "the head failed to start on port " + port + ": " in p.stderr, p.stderr
+        # The session's records still name its head: it can be resumed once there is room.
+        assert (Path(session) / "head_address").read_text() == head_address
+        assert not any(Path(session, "pids").iterdir()), list(Path(session, "pids").iterdir())
+        os.remove(filler)
+        reader.close()
+        reader = None
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "1")
+        assert "resuming session " + session in p.stderr and "1 job" in p.stderr, p.stderr
+        assert "Torus head resumed at 127.0.0.1:" + port in p.stdout, p.stdout
+        assert "SUCCEEDED" in c.torus("job", "list").stdout
+    finally:
+        if reader is not None:
+            reader.close()
+        c.torus("stop", check=False)
+        subprocess.run(["umount", "-l", str(disk)], check=False)
