@@ -522,7 +522,7 @@ int SilentListener(int* port) {
 
 // Issue 41 #7: a launch that failed midway left shared memory that neither `torus down` nor
 // `torus stop` removed: the launch's own cleanup marked the session down, and `down` skipped it.
-// Here the supervisor cannot start the third host (its pod env is too large for exec): `up`
+// Here the supervisor cannot start the last host (its pod env is too large for exec): `up`
 // fails saying so and removes what it started. Then a node of that session SIGKILLed after the
 // cleanup (as a node still dying then) leaves its arena and owner lock: `down` removes them.
 TEST_F(LauncherTest, DownRemovesWhatAFailedLaunchLeft) {
@@ -530,18 +530,24 @@ TEST_F(LauncherTest, DownRemovesWhatAFailedLaunchLeft) {
   const std::string env = "          env:\n          - name: TOO_BIG_FOR_EXEC\n            value: \"" +
                           std::string(200 * 1024, 'x') + "\"\n";
   std::ofstream(file) << CpuManifest("fails", {{"cpu", 2, ""}, {"huge", 1, env}});
-  RunResult r = cluster_.Torus({"up", file, "--wait", "--timeout", "100"}, {}, {}, 150);
-  ASSERT_EQ(r.exit_code, 1) << r.Describe();
-  EXPECT_NE(r.err.find("cannot start huge-0-0"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("Argument list too long"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("cleaning up what was started"), std::string::npos) << r.err;
-  auto at = r.out.find("(session ");
-  ASSERT_NE(at, std::string::npos) << r.out;
-  const std::string session = r.out.substr(at + 9, r.out.find(')', at) - at - 9);
-  EXPECT_TRUE(ProcessesWithEnv("TORUS_UP_SESSION=" + session).empty());
-  EXPECT_TRUE(fs::exists(session + "/launcher/down"));
-  EXPECT_TRUE(fs::is_empty(session + "/pids"));
-  EXPECT_TRUE(!fs::exists(session + "/shm") || fs::is_empty(session + "/shm"));
+  // The launch fails, saying why, and removes what it started: with --wait too, at once.
+  std::string session;
+  for (bool wait : {true, false}) {
+    std::vector<std::string> args = {"up", file, "--timeout", "100"};
+    if (wait) args.push_back("--wait");
+    RunResult r = cluster_.Torus(args, {}, {}, 150);
+    ASSERT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_NE(r.err.find("cannot start huge-0-0"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Argument list too long"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("cleaning up what was started"), std::string::npos) << r.err;
+    auto at = r.out.find("(session ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    session = r.out.substr(at + 9, r.out.find(')', at) - at - 9);
+    EXPECT_TRUE(ProcessesWithEnv("TORUS_UP_SESSION=" + session).empty());
+    EXPECT_TRUE(fs::exists(session + "/launcher/down"));
+    EXPECT_TRUE(fs::is_empty(session + "/pids"));
+    EXPECT_TRUE(!fs::exists(session + "/shm") || fs::is_empty(session + "/shm"));
+  }
   // A node of the session, killed while it holds its arena.
   int port = 0;
   int listener = SilentListener(&port);
@@ -566,7 +572,7 @@ TEST_F(LauncherTest, DownRemovesWhatAFailedLaunchLeft) {
   waitpid(node, nullptr, 0);
   close(listener);
   ASSERT_FALSE(ShmSegments(prefix).empty());
-  r = cluster_.Torus({"down"});
+  RunResult r = cluster_.Torus({"down"});
   EXPECT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_NE(r.out.find("Stopped cluster fails (" + session + ")"), std::string::npos) << r.out;
   EXPECT_TRUE(ShmSegments(prefix).empty()) << "left: /dev/shm/" << ShmSegments(prefix).front();

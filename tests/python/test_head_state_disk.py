@@ -53,6 +53,7 @@ def test_an_empty_state_file_is_refused_as_damaged_and_nothing_on_disk_changes()
     c = Cluster()
     try:
         port, session = _head_with_state(c)
+        _kill(_pid(session, "node-head"), signal.SIGTERM)  # the whole session is down
         state = Path(session) / "head_state.sqlite3"
         wal = Path(str(state) + "-wal")
         assert wal.stat().st_size > 0, "a head killed with -9 leaves its write-ahead log"
@@ -117,16 +118,21 @@ def test_a_full_disk_is_named_and_the_session_stays_resumable(tmp_path):
         # would otherwise fold the log in on closing and free their pages).
         reader = sqlite3.connect(Path(session) / "head_state.sqlite3")
         reader.execute("SELECT count(*) FROM records").fetchone()
+        os.remove(Path(session) / "pids" / "head.pid")  # stale: the head was killed
         filler = _fill(disk)
-        # One page free, as removing the dead head's stale pid file frees it: enough for the
-        # command's pid file of the new head, not for the head's own records.
-        os.remove(Path(session) / "pids" / "head.pid")
+        # No room at all: the command cannot even record its new head's pid.
         p = c.torus("start", "--head", "--port", port, "--num-cpus", "1", check=False, timeout=120)
         assert p.returncode != 0, p.stdout
-        assert "no space left on device writing " + session in p.stderr, p.stderr
+        assert "no space left on device writing " + session + "/pids/head.pid" in p.stderr, p.stderr
+        assert (Path(session) / "head_address").read_text() == head_address
+        # Room for the command's pid file, not for the head's own records: the head's error is
+        # reported back to the command that started it.
+        os.truncate(filler, filler.stat().st_size - 4096)
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "1", check=False, timeout=120)
+        assert p.returncode != 0, p.stdout
+        assert "the head failed to start on port " + port + ": no space left on device writing " + session \
+            in p.stderr, p.stderr
         assert "did not come up" not in p.stderr, p.stderr
-        # The head's own error, reported back to the command that started it.
-        assert "the head failed to start on port " + port + ": " in p.stderr, p.stderr
         # The session's records still name its head: it can be resumed once there is room.
         assert (Path(session) / "head_address").read_text() == head_address
         assert not any(Path(session, "pids").iterdir()), list(Path(session, "pids").iterdir())
