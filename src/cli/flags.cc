@@ -11,6 +11,7 @@
 #include "common/labels.h"
 #include "common/rpc.h"
 #include "common/session.h"
+#include "common/session_daemons.h"
 
 namespace torus {
 
@@ -93,6 +94,7 @@ Args ParseArgs(int argc, char** argv, int from, const std::set<std::string>& boo
 
 [[noreturn]] void Die(const std::string& msg) {
   std::cerr << "torus: " << msg << std::endl;
+  ReportDaemonFailed(msg);  // a daemon's error reaches the command that started it
   exit(1);
 }
 

@@ -35,7 +35,8 @@ struct Args {
 // "--" ends the flags: every word after it goes to after_dashes.
 Args ParseArgs(int argc, char** argv, int from, const std::set<std::string>& bool_flags);
 
-// Writes "torus: <msg>" to stderr and exits with status 1.
+// Writes "torus: <msg>" to stderr and exits with status 1; a daemon started with --ready-fd
+// also reports the message there (common/session_daemons.h).
 [[noreturn]] void Die(const std::string& msg);
 
 // A TCP port from a flag (`def` when absent), or death naming the flag.

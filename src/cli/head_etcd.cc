@@ -86,7 +86,11 @@ int RunHeadOnEtcd(const Args& a, HeadConfig cfg, const sigset_t& signals) {
   (*election)->OnHeads([&head](const std::vector<std::string>& heads) { head.SetHeadAddresses(heads); });
   serving = &head;
   if (stop) head.Stop();
-  WriteHeadAddresses(head, cfg.session_dir);
+  if (auto s = WriteHeadAddresses(head, cfg.session_dir); !s.ok()) {
+    head.Stop();
+    (*election)->Stop();
+    Die(s.message());
+  }
   if (!cfg.session_dir.empty()) (void)WriteFile(state_file, "active");
   head.Wait();
   serving = nullptr;

@@ -1,7 +1,6 @@
 #include "cli/resume.h"
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "common/session.h"
@@ -26,7 +25,9 @@ bool HasLiveHead(const std::vector<SessionDaemon>& live) {
 void MarkSessionEnded(const std::string& session) {
   std::error_code ec;
   if (!std::filesystem::exists(HeadStore::PathIn(session), ec)) return;
-  std::ofstream(session + "/ended") << "torus stop\n";
+  if (auto s = WriteFile(session + "/ended", "torus stop\n"); !s.ok()) {
+    std::cerr << "torus: " << s.message() << " (a later head may resume session " << session << ")" << std::endl;
+  }
 }
 
 StatusOr<std::string> DurableStateSummary(const std::string& session) {
@@ -73,6 +74,8 @@ StatusOr<std::string> ChooseHeadSession(const Args& a) {
   if (!latest.ok()) return latest.status();
   if (latest->empty()) return std::string();
   auto state = DurableStateSummary(*latest);
+  // A full disk is no reason to abandon a session: room made, it resumes.
+  if (!state.ok() && state.status().code() == StatusCode::kResourceExhausted) return state.status();
   if (!state.ok() && !a.Has("new-session")) {
     return FailedPrecondition(state.status().message() + ". `torus start --head --new-session` starts afresh");
   }
@@ -93,11 +96,13 @@ StatusOr<std::string> ChooseHeadSession(const Args& a) {
 }
 
 Status CheckResume(const Args& a, const std::string& session, const std::string& port) {
-  auto old = ReadFile(session + "/head_address");
-  if (old.ok()) {
-    std::string old_port = old->substr(old->rfind(':') + 1);
+  // An empty record (left by a full disk before records were replaced atomically) names no
+  // address to keep.
+  const std::string old = SessionHeadAddress(session);
+  if (!old.empty()) {
+    std::string old_port = old.substr(old.rfind(':') + 1);
     if (old_port != port) {
-      return FailedPrecondition("session " + session + " had its head at " + *old +
+      return FailedPrecondition("session " + session + " had its head at " + old +
                                 "; its nodes and drivers reconnect there: resume it with --port " + old_port +
                                 " (or start afresh with --new-session)");
     }

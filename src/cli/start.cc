@@ -117,14 +117,16 @@ std::string DashboardNote(const std::string& session) {
 
 }  // namespace
 
-// Writes what a started head serves on into its session (the CLI reads them): the dashboard's
-// address first, so that it is there once head_address is.
-void WriteHeadAddresses(const Head& head, const std::string& session) {
-  if (session.empty()) return;
-  std::error_code ec;
-  std::filesystem::remove(session + "/dashboard_address", ec);
-  if (!head.dashboard_address().empty()) (void)WriteFile(session + "/dashboard_address", head.dashboard_address());
-  (void)WriteFile(session + "/head_address", head.address());
+Status WriteHeadAddresses(const Head& head, const std::string& session) {
+  if (!session.empty()) {
+    // The dashboard's address first, so that it is there once head_address is.
+    std::error_code ec;
+    if (head.dashboard_address().empty()) std::filesystem::remove(session + "/dashboard_address", ec);
+    else if (auto s = WriteFile(session + "/dashboard_address", head.dashboard_address()); !s.ok()) return s;
+    if (auto s = WriteFile(session + "/head_address", head.address()); !s.ok()) return s;
+  }
+  ReportDaemonStarted(head.address());
+  return Status::Ok();
 }
 
 int RunHead(const Args& a) {
@@ -141,6 +143,8 @@ int RunHead(const Args& a) {
   cfg.bind_host = a.Get("bind", "127.0.0.1");
   cfg.listen_host = a.Get("listen-host", "");
   cfg.port = PortFlag(a, "port", kDefaultPort);
+  // First: every failure after this reaches the command that started this head.
+  if (a.Has("ready-fd")) SetDaemonReportFd(PositiveIntFlag(a, "ready-fd", -1));
   cfg.session_dir = a.Get("session-dir");
   if (!cfg.session_dir.empty()) cfg.state_path = HeadStore::PathIn(cfg.session_dir);
   if (a.Has("state")) cfg.state_path = a.Get("state");
@@ -152,7 +156,10 @@ int RunHead(const Args& a) {
   if (HeadStore::IsEtcd(cfg.state_path)) return RunHeadOnEtcd(a, cfg, set);
   Head head(cfg);
   if (auto s = head.Start(); !s.ok()) Die(s.ToString());
-  WriteHeadAddresses(head, cfg.session_dir);
+  if (auto s = WriteHeadAddresses(head, cfg.session_dir); !s.ok()) {
+    head.Stop();
+    Die(s.message());
+  }
   SignalThread signals(set, [&] { head.Stop(); });
   head.Wait();
   return 0;
@@ -347,7 +354,10 @@ int RunHeadInForeground(const Args& a, const std::string& session, int port) {
   Head head(hc);
   if (auto s = head.Start(); !s.ok()) Die(s.ToString());
   ForegroundPidFile pid_file(session, "head");
-  WriteHeadAddresses(head, session);
+  if (auto s = WriteHeadAddresses(head, session); !s.ok()) {
+    head.Stop();
+    Die(s.message());
+  }
   Args na = a;
   na.flags["address"] = head.address();
   na.flags["session-dir"] = session;
@@ -394,35 +404,19 @@ std::vector<std::string> HeadDaemonArgs(const Args& a, const std::string& self, 
   return hargs;
 }
 
-// The address the spawned head `hp` writes once it listens (up to 5 s; "" if it did not); death
-// with its log if it exits first.
-std::string WaitForHeadAddress(const std::string& session, pid_t hp, const std::string& port) {
-  std::string address;
-  for (int i = 0; i < 500 && address.empty(); ++i) {
-    auto r = ReadFile(session + "/head_address");
-    if (r.ok()) address = *r;
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    int status = 0;
-    if (waitpid(hp, &status, WNOHANG) == hp) {
-      std::error_code ec;
-      std::filesystem::remove(session + "/pids/head.pid", ec);
-      auto log = ReadFile(session + "/logs/head.err");
-      Die("the head failed to start on port " + port + ":\n" + (log.ok() ? *log : std::string()));
-    }
-  }
-  return address;
-}
-
 // `torus start --head` without --block: head and node daemons of a new session.
 int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& session,
                      const std::string& port, bool resumed) {
-  std::error_code ec;
-  std::filesystem::remove(session + "/head_address", ec);  // a resumed session's is stale
-  std::filesystem::remove(session + "/dashboard_address", ec);
+  // The session's records (a resumed session's head_address) stay as they are until the new
+  // head has written its own: a head that fails leaves the session resumable.
   bool node_live = false;  // a resumed session's own node rode out the head's absence
   for (const auto& d : LiveDaemons(session)) node_live |= std::filesystem::path(d.file).stem() == "node-head";
-  pid_t hp = SpawnDaemon(session, "head", HeadDaemonArgs(a, self, port, session));
-  std::string address = WaitForHeadAddress(session, hp, port);
+  int report = -1;
+  auto hp = SpawnReportingSessionDaemon(session, "head", HeadDaemonArgs(a, self, port, session), &report);
+  if (!hp.ok()) Die(hp.status().message() + "; nothing was started");
+  // Its address once it serves, or its own error (a full disk, a damaged state) when it cannot.
+  auto started = WaitForDaemonReport(report, *hp, session + "/logs/head.err", std::chrono::seconds(10));
+  close(report);
   // A failed start leaves nothing running: what it spawned is stopped again.
   auto fail = [&](const std::string& msg) {
     // Only what this command spawned: a resumed session's surviving node keeps its work.
@@ -434,7 +428,8 @@ int SpawnHeadAndNode(const Args& a, const std::string& self, const std::string& 
     TerminateSessionDaemons(ours, std::chrono::seconds(3));
     Die(msg + "; stopped what was started; see " + session + "/logs");
   };
-  if (address.empty()) fail("the head did not come up within 5 s");
+  if (!started.ok()) fail("the head failed to start on port " + port + ": " + started.status().message());
+  const std::string address = *started;
   std::vector<std::string> nargs = {self, "node", "--address", address, "--session-dir", session,
                                     "--serve-session-logs"};
   for (auto& s : NodeArgs(a)) nargs.push_back(s);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/flags.h"
+#include "common/status.h"
 
 namespace torus {
 
@@ -25,8 +26,10 @@ std::vector<std::string> StartFlags();
 void BlockSignals(sigset_t* set);
 class Head;
 // Writes what a started head serves on into its session (<session>/dashboard_address, then
-// head_address: the CLI reads them); nothing when `session` is "".
-void WriteHeadAddresses(const Head& head, const std::string& session);
+// head_address: the CLI reads them; nothing when `session` is ""), then tells the command that
+// started this daemon (--ready-fd, common/session_daemons.h) its address. Errors: a record
+// that could not be written ("no space left on device writing PATH"); the old ones are kept.
+[[nodiscard]] Status WriteHeadAddresses(const Head& head, const std::string& session);
 int RunHead(const Args& a);  // `torus head` (a daemon)
 int RunNode(const Args& a);  // `torus node` (a daemon)
 int Start(const Args& a);

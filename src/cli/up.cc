@@ -29,6 +29,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -46,6 +47,7 @@
 #include "common/shm.h"
 #include "common/shm_owner.h"
 #include "launcher/cluster_processes.h"
+#include "launcher/host_budget.h"
 #include "launcher/manifest.h"
 #include "launcher/netns.h"
 #include "proto/torus.grpc.pb.h"
@@ -60,6 +62,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using launcher::Alive;
 using launcher::HasEnvEntry;
+using launcher::HasLeftovers;
 using launcher::HostsTable;
 using launcher::IpBinary;
 using launcher::kMarkerVar;
@@ -67,6 +70,7 @@ using launcher::Marker;
 using launcher::PickSubnet;
 using launcher::ReadPid;
 using launcher::SessionProcesses;
+using launcher::ShmPrefixes;
 using launcher::SetUpNetns;
 using launcher::TearDownNetns;
 using launcher::TerminateAll;
@@ -331,39 +335,6 @@ std::vector<std::string> UpSessions() {
   return out;
 }
 
-// Shared-memory prefixes of every node the session ever ran: from the node logs
-// ("node <id> listening on ...") and from the mappings of live processes.
-std::set<std::string> ShmPrefixes(const std::string& session, const std::vector<pid_t>& pids) {
-  std::set<std::string> out;
-  std::error_code ec;
-  for (const auto& f : fs::directory_iterator(session + "/logs", ec)) {
-    std::string n = f.path().filename().string();
-    if (n.rfind("node-", 0) != 0 || f.path().extension() != ".err") continue;
-    std::ifstream in(f.path());
-    std::string line;
-    while (std::getline(in, line)) {
-      auto p = line.find("] node ");
-      if (p == std::string::npos) continue;
-      std::string id = line.substr(p + 7, line.find(' ', p + 7) - (p + 7));
-      if (id.size() >= 12 && line.find(" listening on ", p) != std::string::npos) {
-        out.insert("torus." + id.substr(0, 12) + ".");
-      }
-    }
-  }
-  for (pid_t pid : pids) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-    std::string line;
-    while (std::getline(in, line)) {
-      auto p = line.find("/dev/shm/torus.");
-      if (p == std::string::npos) continue;
-      std::string name = line.substr(p + 9);
-      auto dot = name.find('.', 6);
-      if (dot != std::string::npos) out.insert(name.substr(0, dot + 1));
-    }
-  }
-  return out;
-}
-
 struct DownReport {
   int processes = 0, segments = 0, namespaces = 0;
 };
@@ -379,16 +350,21 @@ DownReport DownSession(const std::string& session) {
   auto pids = SessionProcesses(session);
   auto prefixes = ShmPrefixes(session, pids);
   r.processes += TerminateAll(pids, std::chrono::seconds(5));
-  // Anything started while we were stopping (a worker spawned by a node that was stopping).
-  auto late = SessionProcesses(session);
-  r.processes += TerminateAll(late, std::chrono::seconds(2));
+  // Until none is left: a node may spawn a worker while it stops, and on a loaded machine a
+  // killed process takes a while to go (the owner lock of its segments is held until then).
+  for (int round = 0; round < 5; ++round) {
+    auto late = SessionProcesses(session);
+    if (late.empty()) break;
+    for (const auto& p : ShmPrefixes(session, late)) prefixes.insert(p);
+    r.processes += TerminateAll(late, std::chrono::seconds(2));
+  }
   for (const auto& p : ShmPrefixes(session, {})) prefixes.insert(p);
   for (const auto& p : prefixes) r.segments += UnlinkSegmentsWithPrefix(p);
   r.segments += CleanDeadNodeSegments(session);
   if (state.ok()) r.namespaces = TearDownNetns(session, *state);
   std::error_code ec;
   for (const auto& f : fs::directory_iterator(session + "/pids", ec)) fs::remove(f.path(), ec);
-  (void)WriteFile(session + "/launcher/down", "");
+  if (auto s = WriteFile(session + "/launcher/down", ""); !s.ok()) std::cerr << "torus: " << s.message() << std::endl;
   return r;
 }
 
@@ -399,8 +375,8 @@ int RunDown(const Flags& f) {
     if (!fs::exists(StatePath(sessions[0]))) Die(sessions[0] + " is not a session started by torus up");
   } else {
     for (const auto& s : UpSessions()) {
-      // Cleaned sessions are skipped unless something of theirs is somehow alive again.
-      if (fs::exists(s + "/launcher/down") && SessionProcesses(s).empty()) continue;
+      // Cleaned sessions are skipped unless something of theirs is left (or alive again).
+      if (fs::exists(s + "/launcher/down") && !HasLeftovers(s)) continue;
       sessions.push_back(s);
     }
   }
@@ -450,6 +426,7 @@ int KillHost(const Flags& f) {
 
 void Usage() {
   std::cout << "usage: torus up FILE.yaml [--wait] [--timeout S] [--port N] [--netns] [--no-atomic-restart]\n"
+               "                     [--max-hosts N]\n"
                "       torus up --kill-host G-r-j [--signal KILL|TERM] [--session-dir D]\n"
                "       torus down [--session-dir D]\n";
 }
@@ -483,6 +460,7 @@ size_t WatchRegistration(const std::string& session, const json& state, const st
       }
     }
     if (seen.size() >= want || Clock::now() >= deadline) return seen.size();
+    if (!Alive(ReadPid(session + "/pids/supervisor.pid"))) return seen.size();  // none will come
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -495,6 +473,7 @@ struct UpOptions {
   std::string restart;  // atomic, single or none
   int port = 0;
   double timeout_s = 120;
+  launcher::HostLimit max_hosts;
 };
 
 UpOptions ParseUpOptions(const Flags& f) {
@@ -520,7 +499,22 @@ UpOptions ParseUpOptions(const Flags& f) {
   } catch (...) {
     Die("--timeout must be a number of seconds");
   }
+  const char* env = getenv("TORUS_MAX_HOSTS");
+  auto limit = launcher::ResolveHostLimit(f.Has("max-hosts") ? std::optional(f.Get("max-hosts")) : std::nullopt,
+                                          env && *env ? std::optional<std::string>(env) : std::nullopt,
+                                          launcher::ReadMachineRoom());
+  if (!limit.ok()) Die(limit.status().message());
+  o.max_hosts = *limit;
   return o;
+}
+
+// Dies unless the plan fits this machine: before a session exists or anything starts.
+void RefusePlanTooLarge(const std::vector<launcher::HostPlan>& plan, const UpOptions& o) {
+  if (auto s = launcher::CheckHostCount(plan.size(), o.max_hosts); !s.ok()) Die(s.message());
+  if (o.netns && plan.size() > 250) {
+    Die("--netns supports at most 250 hosts in one /24, the plan has " + std::to_string(plan.size()) +
+        "; nothing was started");
+  }
 }
 
 // The manifest `file`, parsed; death naming the file when it cannot be read or is invalid.
@@ -586,18 +580,35 @@ json PlanState(const launcher::ClusterSpec& spec, const std::vector<launcher::Ho
     state["bridge"] = "tb" + id;
     state["subnet"] = PickSubnet();
     head_ip = state["subnet"].get<std::string>() + ".1";
-    if (plan.size() > 250) Die("--netns supports at most 250 hosts in one /24, the plan has " + std::to_string(plan.size()));
   }
   state["head_ip"] = head_ip;
   state["hosts"] = HostsState(plan, state, o.netns);
   return state;
 }
 
-// Reports `msg`, removes whatever was started for `session` and exits with status 1.
+// Reports `msg`, removes whatever was started for `session` (processes, shared memory, pid
+// files, namespaces; `launcher/down` marks it) and exits with status 1.
 [[noreturn]] void FailUp(const std::string& session, const std::string& msg) {
   std::cerr << "torus: " << msg << "\n  cleaning up what was started..." << std::endl;
-  DownSession(session);
+  DownReport r = DownSession(session);
+  std::cerr << "  stopped " << r.processes << " process(es), removed " << r.segments << " shared-memory segment(s) and "
+            << r.namespaces << " network namespace(s)" << std::endl;
   exit(1);
+}
+
+// Fails the launch when its supervisor has exited: it stopped every host it had started, and
+// its last log line says why (a host it could not start).
+void FailIfSupervisorGone(const std::string& session) {
+  if (Alive(ReadPid(session + "/pids/supervisor.pid"))) return;
+  const std::string log = session + "/logs/supervisor.err";
+  std::string last;
+  if (auto text = ReadFile(log); text.ok()) {
+    std::istringstream lines(*text);
+    for (std::string line; std::getline(lines, line);) {
+      if (!Trim(line).empty()) last = Trim(line);
+    }
+  }
+  FailUp(session, "the supervisor exited" + (last.empty() ? std::string() : " (" + last + ")") + "; see " + log);
 }
 
 // Spawns a daemon of the cluster (marked with the session, without the caller's cluster
@@ -609,25 +620,21 @@ pid_t SpawnClusterDaemon(const std::string& session, const std::string& name,
   return *pid;
 }
 
-// Starts the head and returns its address once it listens (up to 10 s).
+// Starts the head and returns its address once it listens (up to 10 s), or fails the launch
+// with the head's own error.
 std::string StartClusterHead(const std::string& session, int port, const std::string& head_ip) {
   // The HTTP surface on Ray's port, as a KubeRay head has it (another when 8265 is taken).
-  pid_t head = SpawnClusterDaemon(session, "head", {SelfExecutable(), "head", "--port", std::to_string(port),
-                                                    "--session-dir", session, "--bind", head_ip,
-                                                    "--dashboard-host", head_ip, "--dashboard-port", "8265",
-                                                    "--dashboard-port-fallback"});
-  std::string address;
-  for (int i = 0; i < 1000 && address.empty(); ++i) {
-    auto r = ReadFile(session + "/head_address");
-    if (r.ok()) address = Trim(*r);
-    if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!Alive(head)) {
-      auto log = ReadFile(session + "/logs/head.err");
-      FailUp(session, "the head failed to start:\n" + (log.ok() ? *log : std::string()));
-    }
-  }
-  if (address.empty()) FailUp(session, "the head did not come up within 10 s; see " + session + "/logs/head.err");
-  return address;
+  int report = -1;
+  auto head = SpawnReportingSessionDaemon(session, "head",
+                                          {SelfExecutable(), "head", "--port", std::to_string(port), "--session-dir",
+                                           session, "--bind", head_ip, "--dashboard-host", head_ip,
+                                           "--dashboard-port", "8265", "--dashboard-port-fallback"},
+                                          &report, {{kMarkerVar, session}}, {"TORUS_ADDRESS", "RAY_ADDRESS"});
+  if (!head.ok()) FailUp(session, head.status().message());
+  auto address = WaitForDaemonReport(report, *head, session + "/logs/head.err", std::chrono::seconds(10));
+  close(report);
+  if (!address.ok()) FailUp(session, "the head failed to start: " + address.status().message());
+  return *address;
 }
 
 // --wait: until every host has registered, or death naming those whose process is not running.
@@ -636,6 +643,7 @@ void WaitForAllHosts(const std::string& session, const json& state, const std::s
   const size_t want = state["hosts"].size();
   size_t n = WatchRegistration(session, state, address, token, deadline, true);
   if (n >= want) return;
+  FailIfSupervisorGone(session);
   std::string missing;
   for (const auto& h : state["hosts"]) {
     pid_t pid = ReadPid(session + "/pids/node-" + h["name"].get<std::string>() + ".pid");
@@ -656,9 +664,7 @@ void WaitForNodeProcesses(const std::string& session, const json& state, const s
       if (ReadPid(session + "/pids/node-" + h["name"].get<std::string>() + ".pid") <= 0) all = false;
     }
     if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (!Alive(ReadPid(session + "/pids/supervisor.pid")) && !all) {
-      FailUp(session, "the supervisor exited; see " + session + "/logs/supervisor.err");
-    }
+    if (!all) FailIfSupervisorGone(session);
   }
   size_t n = WatchRegistration(session, state, address, token, Clock::now(), true);
   std::cout << "  " << state["hosts"].size() << " node processes started, " << n
@@ -675,7 +681,7 @@ std::string PrepareSession(const launcher::ClusterSpec& spec, const std::vector<
   fs::create_directories(session + "/pids");
   *state = PlanState(spec, plan, o, session);
   if (auto s = WriteState(session, *state); !s.ok()) Die(s.message());
-  (void)WriteFile(session + "/launcher/hosts", HostsTable(*state));
+  if (auto s = WriteFile(session + "/launcher/hosts", HostsTable(*state)); !s.ok()) FailUp(session, s.message());
   std::cout << "Launching cluster " << spec.name << ": " << plan.size() << " node processes (session "
             << session << ")" << std::endl;
   if (o.netns) {
@@ -708,6 +714,7 @@ int RunUp(const Flags& f) {
     std::cout << "Ignoring fields Torus does not use: " << list << std::endl;
   }
   auto plan = launcher::PlanHosts(spec);
+  RefusePlanTooLarge(plan, o);
   json state;
   const std::string session = PrepareSession(spec, plan, o, &state);
   const std::string head_ip = state["head_ip"];
@@ -740,7 +747,7 @@ int RunLauncherCommand(const std::string& cmd, int argc, char** argv) {
   Flags f = ParseArgs(argc, argv, 2, kBoolFlags);
   if (cmd == "up") {
     RequireKnownFlags(cmd, f.flags, {"wait", "timeout", "port", "netns", "no-atomic-restart", "restart",
-                                     "kill-host", "signal", "session-dir", "help"});
+                                     "max-hosts", "kill-host", "signal", "session-dir", "help"});
   }
   if (cmd == "down") RequireKnownFlags(cmd, f.flags, {"session-dir", "help"});
   if ((cmd == "up" || cmd == "down") && f.Has("help")) {

@@ -1,8 +1,10 @@
 #include "common/session.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -31,16 +33,47 @@ StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+// The error of a failed write of `path`: a full disk says so in words every caller passes on.
+Status WriteError(const std::string& path, int e) {
+  if (e == ENOSPC) return Status(StatusCode::kResourceExhausted, "no space left on device writing " + path);
+  if (e == EDQUOT) return Status(StatusCode::kResourceExhausted, "disk quota exceeded writing " + path);
+  return Internal("cannot write " + path + ": " + strerror(e));
+}
+
+// Makes a rename in `dir` durable; filesystems that cannot sync a directory are taken as they are.
+int SyncDirectory(const std::string& dir) {
+  int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int e = fsync(fd) == 0 || errno == EINVAL ? 0 : errno;
+  close(fd);
+  return e;
+}
+}  // namespace
+
 Status WriteFile(const std::string& path, const std::string& content, int mode) {
-  std::string tmp = path + ".tmp" + std::to_string(getpid());
-  FILE* f = fopen(tmp.c_str(), "w");
-  if (!f) return Internal("cannot write " + tmp + ": " + strerror(errno));
-  fchmod(fileno(f), mode);
-  fwrite(content.data(), 1, content.size(), f);
-  fclose(f);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return Internal("cannot rename " + tmp + ": " + strerror(errno));
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp" + std::to_string(getpid()) + "." + std::to_string(counter++);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode & 07777);
+  if (fd < 0) return WriteError(path, errno);
+  auto fail = [&](int e) {
+    if (fd >= 0) close(fd);
+    unlink(tmp.c_str());
+    return WriteError(path, e);
+  };
+  if (fchmod(fd, static_cast<mode_t>(mode & 07777)) != 0) return fail(errno);  // whatever the umask
+  for (size_t done = 0; done < content.size();) {
+    ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(n < 0 ? errno : ENOSPC);
+    done += static_cast<size_t>(n);
   }
+  if (fsync(fd) != 0) return fail(errno);
+  int rc = close(fd);
+  fd = -1;
+  if (rc != 0) return fail(errno);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return fail(errno);
+  if (int e = SyncDirectory(fs::path(path).parent_path().string()); e != 0) return WriteError(path, e);
   return Status::Ok();
 }
 

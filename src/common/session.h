@@ -42,6 +42,11 @@ Status ValidateToken(const std::string& token, const std::string& source);
 std::string AddressFromEnv();
 
 StatusOr<std::string> ReadFile(const std::string& path);
+// Replaces `path` with `content` (mode `mode`) atomically: written to a new file beside it,
+// synced, renamed over it, and the directory synced. A failure (a full disk: "no space left on
+// device writing PATH", kResourceExhausted) leaves `path` as it was, never empty or half
+// written. Every record of a session (token, head_address, pid files, launcher state) is
+// written by it. Thread-safe; concurrent writers of one path: the last rename wins.
 Status WriteFile(const std::string& path, const std::string& content, int mode = 0644);
 
 }  // namespace torus

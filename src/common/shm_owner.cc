@@ -80,20 +80,24 @@ StatusOr<ShmOwnerLock> ShmOwnerLock::Acquire(const std::string& session_dir, con
   fs::create_directories(session_dir + "/shm", ec);
   ShmOwnerLock l;
   l.path_ = session_dir + "/shm/" + prefix + kLockSuffix;
-  // A cleaner may remove the file between our open and flock: retry on the new file then.
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  // A cleaner (a sibling node starting, `torus stop`, `torus down`) may take the file just
+  // created for a dead owner's: it locks it for a moment and removes it. Retry then, on the new
+  // file; node ids are random, so a holder that stays is a true conflict. Without these
+  // retries a node of a crowded start ran without its lock, its segments invisible to cleaners.
+  for (int attempt = 0; attempt < 200; ++attempt) {
     if (l.fd_ >= 0) close(l.fd_);
     l.fd_ = open(l.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (l.fd_ < 0) return Internal("cannot create " + l.path_ + ": " + strerror(errno));
     if (flock(l.fd_, LOCK_EX | LOCK_NB) != 0) {
-      return FailedPrecondition("another live process holds " + l.path_);
+      usleep(5000);
+      continue;
     }
     if (SameFile(l.fd_, l.path_)) {
       l.SetArenaBytes(arena_bytes);
       return l;
     }
   }
-  return Internal("cannot hold " + l.path_ + ": it keeps being removed");
+  return FailedPrecondition("cannot hold " + l.path_ + ": another process holds it or keeps removing it");
 }
 
 void ShmOwnerLock::SetArenaBytes(uint64_t arena_bytes) {

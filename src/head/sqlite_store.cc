@@ -1,6 +1,9 @@
 #include "head/sqlite_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cerrno>
 
 namespace torus {
 
@@ -19,9 +22,37 @@ Status Bind(sqlite3* db, sqlite3_stmt* st, int index, std::string_view bytes) {
   }
   return Status();
 }
+
+// Why the file at `path` cannot be a state torus wrote although SQLite would open it, or "".
+// SQLite reads an empty (or absent) file as a new database and deletes the write-ahead log
+// beside it, which may hold every record: the session would start afresh without a word. A
+// state torus wrote is never empty (switching it to WAL writes its first page).
+std::string MissingDatabase(const std::string& path) {
+  struct stat db, wal;
+  const bool has_db = stat(path.c_str(), &db) == 0;
+  const bool has_wal = stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+  if (has_db && db.st_size == 0) {
+    return has_wal ? "the file is empty, beside a write-ahead log of " + std::to_string(wal.st_size) + " bytes"
+                   : "the file is empty";
+  }
+  if (!has_db && has_wal) return "the file is missing, but its write-ahead log " + path + "-wal is there";
+  return "";
+}
+
+// "no space left on device writing PATH" when the last failure of `db` was a full disk, else "".
+std::string FullDisk(sqlite3* db, const std::string& path) {
+  const int e = sqlite3_system_errno(db);
+  if ((sqlite3_errcode(db) & 0xff) == SQLITE_FULL || e == ENOSPC || e == EDQUOT) {
+    return "no space left on device writing " + path;
+  }
+  return "";
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& path) {
+  if (std::string why = MissingDatabase(path); !why.empty()) {
+    return Unavailable("the head's state " + path + " is damaged (" + why + "); refusing to load it");
+  }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
@@ -42,9 +73,13 @@ StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& pa
   if (sqlite3_exec(db, kSchema, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string why = err ? err : "unknown error";
     bool is_corrupt = corrupt();
+    std::string full = FullDisk(db, path);
     sqlite3_free(err);
     sqlite3_close(db);
     if (is_corrupt) return damaged(why);
+    if (!full.empty()) {
+      return Status(StatusCode::kResourceExhausted, "cannot set up the head's state " + path + ": " + full);
+    }
     return Unavailable("cannot set up the head's state " + path + ": " + why +
                        " (is it an SQLite database written by torus?)");
   }
@@ -55,8 +90,12 @@ StatusOr<std::unique_ptr<HeadStore>> SqliteHeadStore::Open(const std::string& pa
   };
   if (sqlite3_exec(db, "PRAGMA quick_check;", row, &check, &err) != SQLITE_OK || check != "ok") {
     std::string why = err ? err : check;
+    std::string full = FullDisk(db, path);
     sqlite3_free(err);
     sqlite3_close(db);
+    if (!full.empty()) {
+      return Status(StatusCode::kResourceExhausted, "cannot check the head's state " + path + ": " + full);
+    }
     return damaged(why);
   }
   std::unique_ptr<SqliteHeadStore> s(new SqliteHeadStore(path, db));
@@ -104,6 +143,10 @@ SqliteHeadStore::~SqliteHeadStore() {
 }
 
 Status SqliteHeadStore::Error(const char* what) const {
+  std::string full = FullDisk(db_, path_);
+  if (!full.empty()) {
+    return Status(StatusCode::kResourceExhausted, "head state " + path_ + ": " + what + ": " + full);
+  }
   return Unavailable(std::string("head state ") + path_ + ": " + what + ": " + sqlite3_errmsg(db_));
 }
 

@@ -90,5 +90,48 @@ TEST(HeadStoreTest, AFileCutShortAnywhereIsRefusedAsDamaged) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue 41 #5: SQLite reads an empty state file as a new database and deletes the write-ahead
+// log beside it, so a head restarted on an emptied file started a new session without a word,
+// its actors, groups and KV gone. It is refused as damaged, and the log is left where it was.
+TEST(HeadStoreTest, AnEmptyFileIsRefusedAsDamagedAndItsLogIsKept) {
+  std::string dir = TempDir();
+  std::string path = HeadStore::PathIn(dir);
+  {
+    auto s = HeadStore::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_TRUE((*s)->Put(StoreKind::kActor, "a1", "one").ok());
+    // Copied while the store is open: the log as a head killed with -9 leaves it (closing
+    // folds it into the file and removes it).
+    std::filesystem::copy_file(path + "-wal", dir + "/copy-wal");
+  }
+  for (bool with_log : {true, false}) {
+    SCOPED_TRACE(with_log ? "beside its log" : "alone");
+    std::filesystem::remove(path + "-wal");
+    if (with_log) std::filesystem::copy_file(dir + "/copy-wal", path + "-wal");
+    ASSERT_EQ(truncate(path.c_str(), 0), 0);
+    auto s = HeadStore::Open(path);
+    ASSERT_FALSE(s.ok()) << "an empty state file was opened as a new database";
+    EXPECT_NE(s.status().message().find("the head's state " + path + " is damaged (the file is empty"),
+              std::string::npos)
+        << s.status().message();
+    EXPECT_NE(s.status().message().find("refusing to load it"), std::string::npos) << s.status().message();
+    EXPECT_EQ(std::filesystem::file_size(path), 0u);
+    if (with_log) {
+      ASSERT_TRUE(std::filesystem::exists(path + "-wal")) << "the write-ahead log was removed";
+      EXPECT_EQ(std::filesystem::file_size(path + "-wal"), std::filesystem::file_size(dir + "/copy-wal"));
+    }
+  }
+  // A log whose file is gone is refused too (SQLite would create the file and drop the log).
+  std::filesystem::remove(path);
+  std::filesystem::copy_file(dir + "/copy-wal", path + "-wal", std::filesystem::copy_options::overwrite_existing);
+  auto s = HeadStore::Open(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("is damaged (the file is missing, but its write-ahead log"), std::string::npos)
+      << s.status().message();
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_TRUE(std::filesystem::exists(path + "-wal"));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace torus

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/session.h"
@@ -13,6 +15,62 @@
 namespace torus::launcher {
 
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+// Whether /dev/shm holds a segment whose name starts with `prefix`.
+bool AnySegmentWithPrefix(const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::set<std::string> ShmPrefixes(const std::string& session, const std::vector<pid_t>& pids) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(session + "/logs", ec)) {
+    std::string n = f.path().filename().string();
+    if (n.rfind("node-", 0) != 0 || f.path().extension() != ".err") continue;
+    std::ifstream in(f.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      auto p = line.find("] node ");
+      if (p == std::string::npos) continue;
+      std::string id = line.substr(p + 7, line.find(' ', p + 7) - (p + 7));
+      if (id.size() >= 12 && line.find(" listening on ", p) != std::string::npos) {
+        out.insert("torus." + id.substr(0, 12) + ".");
+      }
+    }
+  }
+  for (pid_t pid : pids) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+    std::string line;
+    while (std::getline(in, line)) {
+      auto p = line.find("/dev/shm/torus.");
+      if (p == std::string::npos) continue;
+      std::string name = line.substr(p + 9);
+      auto dot = name.find('.', 6);
+      if (dot != std::string::npos) out.insert(name.substr(0, dot + 1));
+    }
+  }
+  return out;
+}
+
+bool HasLeftovers(const std::string& session) {
+  if (!SessionProcesses(session).empty()) return true;
+  std::error_code ec;
+  for (const char* dir : {"/pids", "/shm"}) {
+    if (fs::directory_iterator(session + dir, ec) != fs::directory_iterator()) return true;
+  }
+  for (const auto& p : ShmPrefixes(session, {})) {
+    if (AnySegmentWithPrefix(p)) return true;
+  }
+  return false;
+}
 
 std::string Marker(const std::string& session) { return std::string(kMarkerVar) + "=" + session; }
 

@@ -2,13 +2,15 @@
 // TORUS_UP_SESSION=<session dir> in its environment (kMarkerVar), by which `down` finds them
 // after any crash.
 //
-// Threading: plain functions reading /proc and signalling processes; no shared state, callable
-// from any thread. TerminateAll blocks for up to its grace period plus one second.
+// Threading: plain functions reading /proc, /dev/shm and the session directory, and signalling
+// processes; no shared state, callable from any thread. TerminateAll blocks for up to its grace
+// period plus one second.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,15 @@ std::vector<pid_t> SessionProcesses(const std::string& session);
 // The pid in a pid file ("PID STARTTIME" as PidFileContent writes, or "PID" as `torus up`
 // wrote before), or 0.
 pid_t ReadPid(const std::string& path);
+
+// Shared-memory prefixes ("torus.<id12>.") of every node `session` ever ran: from the node
+// logs ("node <id> listening on ...") and from the mappings of the live processes `pids`.
+std::set<std::string> ShmPrefixes(const std::string& session, const std::vector<pid_t>& pids);
+
+// Whether anything of `session` is left for `down` to remove: its processes, pid files, owner
+// locks of node segments (<session>/shm), segments of its nodes. A failed launch is marked down
+// by its own cleanup, but a node still dying then leaves its segments: `down` must see them.
+bool HasLeftovers(const std::string& session);
 
 // SIGTERM, then SIGKILL after `grace`. Returns how many were alive at the start.
 int TerminateAll(const std::vector<pid_t>& pids, std::chrono::milliseconds grace);
