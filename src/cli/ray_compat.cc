@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.h"
 #include "common/rpc.h"
 #include "common/process.h"
 #include "proto/torus.grpc.pb.h"
@@ -84,11 +85,13 @@ RayArgs Parse(const std::vector<std::string>& args) {
 // Ray's --labels: "k1=v1,k2=v2" (Ray 2.4x and later) or a JSON object (earlier), as k=v,...
 std::string LabelsArg(const std::string& v, std::string* error) {
   if (v.empty() || v.front() != '{') return v;
-  auto j = nlohmann::json::parse(v, nullptr, false);
-  if (!j.is_object()) {
-    *error = "ray start --labels: not a JSON object or k=v list: " + v;
+  auto parsed = ParseJson(v, "ray start --labels");
+  if (!parsed.ok() || !parsed->is_object()) {
+    auto depth = CheckJsonDepth(v, "ray start --labels");
+    *error = depth.ok() ? "ray start --labels: not a JSON object or k=v list: " + v : depth.message();
     return "";
   }
+  const nlohmann::json& j = *parsed;
   std::string out;
   for (const auto& [k, val] : j.items()) {
     if (!val.is_string()) {

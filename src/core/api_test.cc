@@ -513,6 +513,14 @@ TEST(RuntimeEnvTest, JsonParserRejectsMalformedText) {
     EXPECT_THROW(Json::Parse(bad), std::invalid_argument) << bad;
   }
   EXPECT_THROW(Json::Parse(std::string(100000, '[')), std::invalid_argument);
+  // The same depth limit as every other JSON Torus reads (common/json_limits.h): 64 levels.
+  EXPECT_NO_THROW(Json::Parse(std::string(64, '[') + std::string(64, ']')));
+  try {
+    Json::Parse(std::string(65, '[') + std::string(65, ']'));
+    ADD_FAILURE() << "expected an exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("JSON nested deeper than 64 levels"), std::string::npos) << e.what();
+  }
 }
 
 // ---- RuntimeEnv with nlohmann::json converters (as Ray's RuntimeEnv takes them) ----

@@ -23,6 +23,7 @@
 #include "common/wall_clock.h"
 #include "common/env_key.h"
 #include "common/ids.h"
+#include "common/json_limits.h"
 #include "common/labels.h"
 #include "common/lane.h"
 #include "common/logging.h"
@@ -62,7 +63,8 @@ CoreWorker::CoreWorker(CoreWorkerOptions opts)
 std::vector<std::string> PythonWorkerCommand(const std::vector<std::string>& given) {
   if (!given.empty()) return given;
   if (const char* env = std::getenv("TORUS_PYTHON_WORKER_COMMAND"); env && *env) {
-    auto j = nlohmann::json::parse(env, nullptr, /*allow_exceptions=*/false);
+    auto parsed = ParseJson(env, "TORUS_PYTHON_WORKER_COMMAND");
+    const nlohmann::json j = parsed.ok() ? std::move(*parsed) : nlohmann::json();
     if (j.is_array() && !j.empty()) {
       std::vector<std::string> out;
       for (const auto& a : j) {
