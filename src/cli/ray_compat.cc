@@ -14,6 +14,7 @@
 
 #include "common/json_limits.h"
 #include "common/rpc.h"
+#include "common/session.h"
 #include "common/process.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -229,9 +230,20 @@ int RayCompatMain(const std::vector<std::string>& args) {
                  "`torus ray ...` (ray start runs the Torus head or node in the foreground).\n";
     return 0;
   }
+  // The token the command uses (TORUS_TOKEN, else RAY_AUTH_TOKEN) through the one token rule,
+  // and passed on cleaned: a Kubernetes secret often ends in a newline.
   std::map<std::string, std::string> env;
   for (const char* k : {"TORUS_TOKEN", "RAY_AUTH_TOKEN"}) {
-    if (const char* v = std::getenv(k)) env[k] = v;
+    const char* v = std::getenv(k);
+    if (!v || !*v) continue;
+    auto tok = CleanToken(v, k);
+    if (!tok.ok()) {
+      std::cerr << "ray (Torus): " << tok.status().message() << "\n";
+      return 2;
+    }
+    env[k] = *tok;
+    if (std::string(k) == "TORUS_TOKEN") setenv(k, tok->c_str(), 1);
+    break;
   }
   RayTranslation t = TranslateRay(args, env, OutwardAddress());
   if (!t.error.empty()) {

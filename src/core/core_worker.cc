@@ -29,6 +29,7 @@
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "common/session.h"
 #include "common/thread_annotations.h"
 #include "common/wire_states.h"
 #include "common/work_queue.h"
@@ -79,6 +80,7 @@ std::vector<std::string> PythonWorkerCommand(const std::vector<std::string>& giv
 }
 
 StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Create(CoreWorkerOptions opts) {
+  if (auto s = ValidateToken(opts.token, "the worker's options"); !s.ok()) return s;
   if (opts.worker_id.empty()) opts.worker_id = RandomHex(14);
   std::unique_ptr<CoreWorker> cw(new CoreWorker(std::move(opts)));
   if (auto s = cw->Connect(); !s.ok()) return s;
