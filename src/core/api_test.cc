@@ -10,6 +10,8 @@
 
 #include <any>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -454,6 +456,32 @@ TEST(OptionsTest, RemoteValidatesResourcesBeforeSubmitting) {
   EXPECT_THROW(ray::Task(Plus).SetMaxRetries(-2), ray::internal::RayException);
   EXPECT_THROW(ray::Actor(RAY_FUNC(Counter::FactoryCreate)).SetMaxConcurrency(0),
                ray::internal::RayException);
+}
+
+// Issue 41: NaN, infinite and negative amounts are refused when Remote() is called, with the
+// amount named, on every caller (cross-language ones included), before anything is submitted.
+TEST(OptionsTest, NanInfiniteAndNegativeAmountsAreRefusedAtTheCall) {
+  const std::vector<std::pair<double, std::string>> bad = {
+      {std::nan(""), "not a number"},
+      {std::numeric_limits<double>::infinity(), "infinite"},
+      {-std::numeric_limits<double>::infinity(), "infinite"},
+      {-1, "negative"}};
+  for (const auto& item : bad) {
+    const double amount = item.first;
+    const std::string& words = item.second;
+    auto refused = [&](const std::function<void()>& call) {
+      try {
+        call();
+        ADD_FAILURE() << "expected an exception for " << words;
+      } catch (const ray::internal::RayException& e) {
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      }
+    };
+    refused([&] { ray::Task(Plus).SetResource("CPU", amount).Remote(1, 2); });
+    refused([&] { ray::Actor(RAY_FUNC(Counter::FactoryCreate)).SetResource("GPU", amount).Remote(); });
+    refused([&] { ray::Task(ray::PyFunction<int>{"m", "f"}).SetResource("memory", amount).Remote(); });
+    refused([&] { ray::Actor(ray::PyActorClass{"m", "A"}).SetResources({{"custom", amount}}).Remote(); });
+  }
 }
 
 TEST(OptionsTest, PlacementGroupTypes) {
