@@ -21,16 +21,15 @@ std::string InfeasibleWarning(std::string_view what, const rpc::ResourceSet& res
 void CoreWorker::WarnInfeasible(rpc::LeaseRequest& req) {
   req.set_report_infeasible(false);  // asked again, the node holds it until a node can run it
   std::string what = req.description();
+  const ResourceMap res = FromProto(req.resources());  // sorted: protobuf maps have no order
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!infeasible_warned_.insert(req.description() + "|" + req.resources().SerializeAsString()).second) {
-      return;
-    }
+    if (!infeasible_warned_.insert(req.description() + "|" + ResourcesToString(res)).second) return;
     // The user's name for the work and the id of one waiting task (its queue's first), as Ray
     // names the task; the description holds the wire name (a Python function's key).
     for (const auto& [key, q] : queues_) {
       if (q->tasks.empty() || q->lease_template.description() != req.description() ||
-          q->lease_template.resources().SerializeAsString() != req.resources().SerializeAsString()) {
+          FromProto(q->lease_template.resources()) != res) {
         continue;
       }
       const rpc::TaskSpec& spec = q->tasks.front()->spec;
