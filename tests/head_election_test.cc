@@ -49,8 +49,9 @@ TEST_F(HeadElectionTest, OneActiveTheOtherStandsByAndTakesOverWhenItStops) {
   ASSERT_TRUE(a && b);
   ASSERT_TRUE(a->Campaign([](const std::string&) {}).ok());
   EXPECT_EQ(*a->ActiveNow(), "127.0.0.1:1001");
-  EXPECT_EQ(*a->ClusterToken("token-of-a"), "token-of-a");
-  EXPECT_EQ(*b->ClusterToken("token-of-b"), "token-of-a");  // written once: the first head's
+  // Tokens pass the token rule (CleanToken): at least 16 printable characters.
+  EXPECT_EQ(*a->ClusterToken("token-of-head-a-0123"), "token-of-head-a-0123");
+  EXPECT_EQ(*b->ClusterToken("token-of-head-b-0123"), "token-of-head-a-0123");  // written once: the first head's
 
   std::atomic<bool> b_active{false};
   std::string seen;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/head_addresses.h"
+#include "common/json_limits.h"
 #include "common/labels.h"
 #include "common/rpc.h"
 #include "common/session.h"
@@ -123,13 +124,11 @@ int PositiveIntFlag(const Args& a, const std::string& flag, int def) {
 StatusOr<ResourceMap> ParseResources(const Args& a) {
   ResourceMap r;
   if (a.Has("resources")) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(a.Get("resources"));
-    } catch (const std::exception& e) {
-      return InvalidArgument("--resources is not valid JSON (" + std::string(e.what()) +
-                             "); expected e.g. '{\"GPU\": 1, \"custom\": 2}'");
+    auto parsed = ParseJson(a.Get("resources"), "--resources");
+    if (!parsed.ok()) {
+      return InvalidArgument(parsed.status().message() + "; expected e.g. '{\"GPU\": 1, \"custom\": 2}'");
     }
+    const nlohmann::json& j = *parsed;
     if (!j.is_object()) return InvalidArgument("--resources must be a JSON object of name: amount");
     for (auto& [k, v] : j.items()) {
       if (!v.is_number()) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/flags.h"
+#include "common/json_limits.h"
 #include "common/rpc.h"
 #include "common/session.h"
 #include "common/wire_states.h"
@@ -89,7 +90,9 @@ nlohmann::json ToJson(const rpc::JobRecord& r) {
   o.preserve_proto_field_names = true;
   o.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(r, &out, o);
-  auto j = nlohmann::json::parse(out);
+  auto parsed = ParseJson(out, "job " + r.job_id() + " as JSON");
+  if (!parsed.ok()) Die(parsed.status().message());
+  nlohmann::json j = std::move(*parsed);
   j["submitted_ms"] = r.submitted_ms();
   j["end_ms"] = r.end_ms();
   j["state"] = StateName(r.state());

@@ -12,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.h"
 #include "common/rpc.h"
+#include "common/session.h"
 #include "common/process.h"
 #include "proto/torus.grpc.pb.h"
 
@@ -84,11 +86,13 @@ RayArgs Parse(const std::vector<std::string>& args) {
 // Ray's --labels: "k1=v1,k2=v2" (Ray 2.4x and later) or a JSON object (earlier), as k=v,...
 std::string LabelsArg(const std::string& v, std::string* error) {
   if (v.empty() || v.front() != '{') return v;
-  auto j = nlohmann::json::parse(v, nullptr, false);
-  if (!j.is_object()) {
-    *error = "ray start --labels: not a JSON object or k=v list: " + v;
+  auto parsed = ParseJson(v, "ray start --labels");
+  if (!parsed.ok() || !parsed->is_object()) {
+    auto depth = CheckJsonDepth(v, "ray start --labels");
+    *error = depth.ok() ? "ray start --labels: not a JSON object or k=v list: " + v : depth.message();
     return "";
   }
+  const nlohmann::json& j = *parsed;
   std::string out;
   for (const auto& [k, val] : j.items()) {
     if (!val.is_string()) {
@@ -226,9 +230,20 @@ int RayCompatMain(const std::vector<std::string>& args) {
                  "`torus ray ...` (ray start runs the Torus head or node in the foreground).\n";
     return 0;
   }
+  // The token the command uses (TORUS_TOKEN, else RAY_AUTH_TOKEN) through the one token rule,
+  // and passed on cleaned: a Kubernetes secret often ends in a newline.
   std::map<std::string, std::string> env;
   for (const char* k : {"TORUS_TOKEN", "RAY_AUTH_TOKEN"}) {
-    if (const char* v = std::getenv(k)) env[k] = v;
+    const char* v = std::getenv(k);
+    if (!v || !*v) continue;
+    auto tok = CleanToken(v, k);
+    if (!tok.ok()) {
+      std::cerr << "ray (Torus): " << tok.status().message() << "\n";
+      return 2;
+    }
+    env[k] = *tok;
+    if (std::string(k) == "TORUS_TOKEN") setenv(k, tok->c_str(), 1);
+    break;
   }
   RayTranslation t = TranslateRay(args, env, OutwardAddress());
   if (!t.error.empty()) {

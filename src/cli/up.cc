@@ -39,6 +39,7 @@
 
 #include "cli/flags.h"
 #include "common/ids.h"
+#include "common/json_limits.h"
 #include "common/labels.h"
 #include "common/process.h"
 #include "common/rpc.h"
@@ -90,9 +91,10 @@ std::string StatePath(const std::string& session) { return session + "/launcher/
 StatusOr<json> ReadState(const std::string& session) {
   auto r = ReadFile(StatePath(session));
   if (!r.ok()) return r.status();
-  json j = json::parse(*r, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Internal(StatePath(session) + " is not valid JSON");
-  return j;
+  auto j = ParseJson(*r, StatePath(session));
+  if (!j.ok()) return Internal(j.status().message());
+  if (!j->is_object()) return Internal(StatePath(session) + " is not a JSON object");
+  return std::move(*j);
 }
 
 Status WriteState(const std::string& session, const json& state) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -27,7 +28,11 @@ thread_local bool t_direct_call = false;  // see DirectCallScope
 
 std::unique_ptr<grpc::ClientContext> NewContext(const std::string& token, int64_t deadline_ms) {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->AddMetadata(kTokenMetadataKey, token);
+  // gRPC aborts the process (printing the value) on a metadata value outside printable ASCII.
+  // Every token read passes CleanToken (common/session.h), so this only guards against our own
+  // bugs: such a token is not sent, and the server answers "missing cluster token".
+  bool legal = std::all_of(token.begin(), token.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  if (legal) ctx->AddMetadata(kTokenMetadataKey, token);
   if (deadline_ms > 0) {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
   }

@@ -21,7 +21,8 @@ class Error;
 
 inline constexpr const char* kTokenMetadataKey = "torus-token";
 
-// A client context carrying the token; deadline_ms <= 0 means none.
+// A client context carrying the token; deadline_ms <= 0 means none. A token that is not printable
+// ASCII (never one read through CleanToken) is left out rather than handed to gRPC, which aborts.
 std::unique_ptr<grpc::ClientContext> NewContext(const std::string& token, int64_t deadline_ms = 0);
 
 // Refuses calls without the right token, with a message that says which. The comparison takes

@@ -171,9 +171,18 @@ std::string LatestSession() {
   return s.ok() ? *s : std::string();
 }
 
-Status ValidateToken(const std::string& token, const std::string& source) {
+Status ValidateToken(std::string_view token, const std::string& source) {
   if (token.empty()) {
     return Status(StatusCode::kUnauthenticated, "no cluster token: " + source + " is empty");
+  }
+  for (size_t i = 0; i < token.size(); ++i) {
+    const auto b = static_cast<unsigned char>(token[i]);
+    if (b >= 0x20 && b < 0x7f) continue;
+    char what[80];
+    std::snprintf(what, sizeof what, "%s (byte 0x%02x at offset %zu)",
+                  b < 0x20 || b == 0x7f ? "a control character" : "a byte that is not ASCII", b, i);
+    return Status(StatusCode::kUnauthenticated,
+                  "the cluster token in " + source + " contains " + what + "; tokens are printable ASCII");
   }
   if (token.size() < kMinTokenLength) {
     return Status(StatusCode::kUnauthenticated,
@@ -183,11 +192,22 @@ Status ValidateToken(const std::string& token, const std::string& source) {
   return Status::Ok();
 }
 
+StatusOr<std::string> CleanToken(std::string_view raw, const std::string& source) {
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; };
+  while (!raw.empty() && space(raw.front())) raw.remove_prefix(1);
+  while (!raw.empty() && space(raw.back())) raw.remove_suffix(1);
+  if (auto s = ValidateToken(raw, source); !s.ok()) return s;
+  return std::string(raw);
+}
+
+StatusOr<std::string> ReadTokenFile(const std::string& session_dir) {
+  auto t = ReadFile(session_dir + "/token");
+  if (!t.ok()) return Status(StatusCode::kUnauthenticated, "no cluster token: " + t.status().message());
+  return CleanToken(*t, "the token file " + session_dir + "/token");
+}
+
 StatusOr<std::string> FindToken(const std::string& session_dir) {
-  if (const char* e = std::getenv("TORUS_TOKEN"); e && *e) {
-    if (auto s = ValidateToken(e, "TORUS_TOKEN"); !s.ok()) return s;
-    return std::string(e);
-  }
+  if (const char* e = std::getenv("TORUS_TOKEN"); e && *e) return CleanToken(e, "TORUS_TOKEN");
   std::string dir = session_dir;
   if (dir.empty()) {
     auto latest = FindLatestSession();
@@ -207,10 +227,7 @@ StatusOr<std::string> FindToken(const std::string& session_dir) {
     return Status(StatusCode::kUnauthenticated,
                   "no cluster token: TORUS_TOKEN is not set and " + t.status().message());
   }
-  std::string tok = *t;
-  while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
-  if (auto s = ValidateToken(tok, "the token file " + dir + "/token"); !s.ok()) return s;
-  return tok;
+  return CleanToken(*t, "the token file " + dir + "/token");
 }
 
 std::string AddressFromEnv() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -33,11 +34,22 @@ std::string SessionHeadAddress(const std::string& session_dir);
 // error as FindLatestSession's.
 StatusOr<std::string> LatestHeadAddress();
 // Token for talking to a cluster: $TORUS_TOKEN, else the token file of `session_dir`
-// (or of the latest session when empty). Error says where it looked. A token shorter than
-// kMinTokenLength (an empty token file, say) is refused like a missing one, naming its source.
+// (or of the latest session when empty), each through CleanToken. Error says where it looked.
 StatusOr<std::string> FindToken(const std::string& session_dir = "");
-// OK if `token` may serve as a cluster token; else kUnauthenticated naming `source`.
-Status ValidateToken(const std::string& token, const std::string& source);
+// The token file of a session (<session_dir>/token) through CleanToken.
+StatusOr<std::string> ReadTokenFile(const std::string& session_dir);
+// The one rule for a cluster token wherever one is read (an environment variable, a token file,
+// etcd, Ray's RAY_AUTH_TOKEN): surrounding ASCII whitespace is removed (a Kubernetes secret
+// often ends in a newline), then ValidateToken. Every token that reaches gRPC metadata or an
+// HTTP header has passed here, so a bad one is refused with a message instead of aborting in
+// gRPC.
+StatusOr<std::string> CleanToken(std::string_view raw, const std::string& source);
+// OK if `token` may serve as a cluster token: at least kMinTokenLength characters, each
+// printable ASCII (0x20..0x7e, what gRPC metadata and HTTP headers carry). Else
+// kUnauthenticated naming `source` and, for a bad byte, its value and offset, e.g. "the cluster
+// token in TORUS_TOKEN contains a control character (byte 0x07 at offset 5); tokens are
+// printable ASCII". Messages never contain the token.
+Status ValidateToken(std::string_view token, const std::string& source);
 // Address of the cluster to join: $TORUS_ADDRESS, $RAY_ADDRESS, else "" (none).
 std::string AddressFromEnv();
 

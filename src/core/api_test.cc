@@ -10,6 +10,8 @@
 
 #include <any>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -456,6 +458,32 @@ TEST(OptionsTest, RemoteValidatesResourcesBeforeSubmitting) {
                ray::internal::RayException);
 }
 
+// Issue 41: NaN, infinite and negative amounts are refused when Remote() is called, with the
+// amount named, on every caller (cross-language ones included), before anything is submitted.
+TEST(OptionsTest, NanInfiniteAndNegativeAmountsAreRefusedAtTheCall) {
+  const std::vector<std::pair<double, std::string>> bad = {
+      {std::nan(""), "not a number"},
+      {std::numeric_limits<double>::infinity(), "infinite"},
+      {-std::numeric_limits<double>::infinity(), "infinite"},
+      {-1, "negative"}};
+  for (const auto& item : bad) {
+    const double amount = item.first;
+    const std::string& words = item.second;
+    auto refused = [&](const std::function<void()>& call) {
+      try {
+        call();
+        ADD_FAILURE() << "expected an exception for " << words;
+      } catch (const ray::internal::RayException& e) {
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      }
+    };
+    refused([&] { ray::Task(Plus).SetResource("CPU", amount).Remote(1, 2); });
+    refused([&] { ray::Actor(RAY_FUNC(Counter::FactoryCreate)).SetResource("GPU", amount).Remote(); });
+    refused([&] { ray::Task(ray::PyFunction<int>{"m", "f"}).SetResource("memory", amount).Remote(); });
+    refused([&] { ray::Actor(ray::PyActorClass{"m", "A"}).SetResources({{"custom", amount}}).Remote(); });
+  }
+}
+
 TEST(OptionsTest, PlacementGroupTypes) {
   std::vector<std::unordered_map<std::string, double>> bundles{{{"CPU", 1}}};
   ray::PlacementGroupCreationOptions options{"pg", bundles, ray::PlacementStrategy::SPREAD};
@@ -513,6 +541,14 @@ TEST(RuntimeEnvTest, JsonParserRejectsMalformedText) {
     EXPECT_THROW(Json::Parse(bad), std::invalid_argument) << bad;
   }
   EXPECT_THROW(Json::Parse(std::string(100000, '[')), std::invalid_argument);
+  // The same depth limit as every other JSON Torus reads (common/json_limits.h): 64 levels.
+  EXPECT_NO_THROW(Json::Parse(std::string(64, '[') + std::string(64, ']')));
+  try {
+    Json::Parse(std::string(65, '[') + std::string(65, ']'));
+    ADD_FAILURE() << "expected an exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("JSON nested deeper than 64 levels"), std::string::npos) << e.what();
+  }
 }
 
 // ---- RuntimeEnv with nlohmann::json converters (as Ray's RuntimeEnv takes them) ----

@@ -23,11 +23,13 @@
 #include "common/wall_clock.h"
 #include "common/env_key.h"
 #include "common/ids.h"
+#include "common/json_limits.h"
 #include "common/labels.h"
 #include "common/lane.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "common/session.h"
 #include "common/thread_annotations.h"
 #include "common/wire_states.h"
 #include "common/work_queue.h"
@@ -62,7 +64,8 @@ CoreWorker::CoreWorker(CoreWorkerOptions opts)
 std::vector<std::string> PythonWorkerCommand(const std::vector<std::string>& given) {
   if (!given.empty()) return given;
   if (const char* env = std::getenv("TORUS_PYTHON_WORKER_COMMAND"); env && *env) {
-    auto j = nlohmann::json::parse(env, nullptr, /*allow_exceptions=*/false);
+    auto parsed = ParseJson(env, "TORUS_PYTHON_WORKER_COMMAND");
+    const nlohmann::json j = parsed.ok() ? std::move(*parsed) : nlohmann::json();
     if (j.is_array() && !j.empty()) {
       std::vector<std::string> out;
       for (const auto& a : j) {
@@ -77,6 +80,7 @@ std::vector<std::string> PythonWorkerCommand(const std::vector<std::string>& giv
 }
 
 StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Create(CoreWorkerOptions opts) {
+  if (auto s = ValidateToken(opts.token, "the worker's options"); !s.ok()) return s;
   if (opts.worker_id.empty()) opts.worker_id = RandomHex(14);
   std::unique_ptr<CoreWorker> cw(new CoreWorker(std::move(opts)));
   if (auto s = cw->Connect(); !s.ok()) return s;

@@ -8,8 +8,8 @@
 // names, KV), TaskExecutor (workers: runs pushed tasks through a language Executor),
 // LogForwarder (workers: output to the driver), WorkQueue (fire-and-forget RPCs). CoreWorker's
 // own methods are split by concept over core_worker.cc (lifecycle, worker side),
-// core_worker_objects.cc, core_worker_borrows.cc, core_worker_tasks.cc, core_worker_actors.cc
-// and core_worker_lineage.cc (lost objects rebuilt); they share mu_.
+// core_worker_objects.cc, core_worker_borrows.cc, core_worker_tasks.cc, core_worker_actors.cc,
+// core_worker_lineage.cc (lost objects rebuilt) and infeasible_warning.cc; they share mu_.
 //
 // THREADS
 //  - user threads call the Runtime methods; state is guarded by mu_ (objects via refs_, submit
@@ -424,6 +424,9 @@ class CoreWorker final : public internal::Runtime,
   // not (kUnavailable: a node could not be reached). No lock.
   Status RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_address,
                                rpc::LeaseReply* reply);
+  // A node answered `req` as infeasible: warns the user (once per function and resources; takes
+  // mu_) and clears req.report_infeasible, so that asked again the node holds it.
+  void WarnInfeasible(rpc::LeaseRequest& req);
   void ReturnLease(Conn* conn, bool worker_dead);
   // The steps of OnConnBroken. DetachConn requires mu_: takes the broken stream out of the
   // queues and hands it to housekeeping; returns its in-flight tasks. The others take mu_.
@@ -494,6 +497,7 @@ class CoreWorker final : public internal::Runtime,
   std::mutex mu_;
   std::condition_variable cv_;  // object readiness, lease/conn changes
   // guarded by mu_
+  std::unordered_set<std::string> infeasible_warned_;  // WarnInfeasible's: description|resources
   ReferenceCounter refs_;  // the objects this process knows, and their counts
   std::unordered_multimap<std::string, std::shared_ptr<TaskRecord>> waiting_on_;  // dep -> task
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;

@@ -181,6 +181,7 @@ std::unique_ptr<SchedulingQueue> CoreWorker::NewSchedulingQueue(
   lt.set_job_id(spec.job_id());  // nodes give its leases workers of this job only
   lt.set_owner_address(address_);
   lt.set_description("task " + spec.function());
+  lt.set_report_infeasible(true);  // the first answer says so when no node has the resources
   lt.set_placement_group_id(options.placement_group_id);
   q->spread = options.spread && options.placement_group_id.empty();
   lt.set_spread(q->spread);
@@ -471,6 +472,10 @@ Status CoreWorker::RequestLeaseFrom(rpc::LeaseRequest& req, std::string* node_ad
       return Status(static_cast<StatusCode>(reply->error().code()), reply->error().message());
     }
     if (reply->granted()) return Status::Ok();
+    if (reply->infeasible()) {  // warned; asked again, it waits at this node
+      WarnInfeasible(req);
+      continue;
+    }
     if (!reply->spillback_node_address().empty()) {
       *node_address = reply->spillback_node_address();
       req.set_spilled(true);

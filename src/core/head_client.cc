@@ -6,8 +6,10 @@
 
 #include "common/ids.h"
 #include "common/lane.h"
+#include "common/logging.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
+#include "core/infeasible_warning.h"
 #include "core/throw_status.h"
 #include "torus/api/exceptions.h"
 
@@ -137,6 +139,11 @@ void HeadClient::CreateActor(const rpc::CreateActorRequest& req) {
   auto st = Call(&rpc::Head::Stub::CreateActor, req, &reply, 30000);
   if (!st.ok()) throw internal::RayException("cannot create actor: " + st.error_message());
   if (reply.has_error() && reply.error().code() != 0) ThrowStatus(reply.error(), "cannot create actor: ");
+  if (!reply.warning().empty()) {
+    const std::string named = req.name().empty() ? "" : "'" + req.name() + "' ";
+    TORUS_LOG(WARNING) << InfeasibleWarning("actor " + named + "(ID " + req.creation().actor_id() + ")",
+                                            req.resources());
+  }
 }
 
 StatusOr<rpc::GetActorReply> HeadClient::GetActor(const rpc::GetActorRequest& req) {

@@ -192,7 +192,12 @@ CoreWorker* Current() { return static_cast<CoreWorker*>(internal::GetRuntime());
   opts.worker_id = env("TORUS_WORKER_ID");
   opts.node_address = env("TORUS_NODE_ADDRESS");
   opts.head_address = env("TORUS_HEAD_ADDRESS");
-  opts.token = env("TORUS_TOKEN");
+  auto token = CleanToken(env("TORUS_TOKEN"), "TORUS_TOKEN");
+  if (!token.ok()) {
+    TORUS_LOG(ERROR) << "worker cannot start: " << token.status().message();
+    _exit(1);
+  }
+  opts.token = *token;
   opts.code_search_path = std::move(code_search_path);
   opts.make_executor = std::move(make_executor);
   if (!env("TORUS_BIND_HOST").empty()) opts.bind_host = env("TORUS_BIND_HOST");

@@ -65,8 +65,7 @@ class LocalCluster final : public core::EmbeddedCluster {
     ApplyHeadArgs(options.head_args, &nc);  // before anything starts: may throw
     auto session = CreateSession(/*make_latest=*/false);
     if (!session.ok()) throw RayException(session.status().ToString());
-    auto tok = FindToken(*session);
-    if (std::getenv("TORUS_TOKEN")) tok = ReadFile(*session + "/token");
+    auto tok = ReadTokenFile(*session);  // the new session's own token, whatever TORUS_TOKEN says
     if (!tok.ok()) throw RayException(tok.status().ToString());
     token_ = *tok;
     session_ = *session;

@@ -59,6 +59,8 @@ void ActorDirectory::Create(const rpc::CreateActorRequest& req, rpc::CreateActor
   a.rec.set_detached(req.detached());
   SaveLocked(a);
   ScheduleLocked();
+  // The creator warns its user (core/infeasible_warning.h); the actor stays pending meanwhile.
+  if (a.pending_reason.rfind("infeasible", 0) == 0) reply->set_warning(a.pending_reason);
 }
 
 bool ActorDirectory::CheckGroupLocked(const rpc::CreateActorRequest& req, rpc::CreateActorReply* reply) {

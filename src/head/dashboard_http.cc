@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "common/json_limits.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
 #include "proto/torus.grpc.pb.h"
@@ -232,8 +233,10 @@ HttpResponse Tasks(const DashboardSource& src, const HttpRequest& req) {
 
 // The token from a sign-in: JSON {"token": ...} or a form body token=...
 std::string GivenToken(const HttpRequest& req) {
-  Json j = Json::parse(req.body, nullptr, false);
-  if (j.is_object() && j.contains("token") && j["token"].is_string()) return j["token"].get<std::string>();
+  auto parsed = ParseJson(req.body, "the sign-in body");
+  if (parsed.ok() && parsed->is_object() && parsed->contains("token") && (*parsed)["token"].is_string()) {
+    return (*parsed)["token"].get<std::string>();
+  }
   const std::string key = "token=";
   if (req.body.rfind(key, 0) == 0) {
     std::string v = req.body.substr(key.size());

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/session.h"
 #include "head/etcd_store.h"
 
 namespace torus {
@@ -47,7 +48,7 @@ Status HeadElection::NewLease() {
 StatusOr<std::string> HeadElection::ClusterToken(const std::string& proposed) {
   auto kv = client_->CreateIfAbsent(prefix_ + "/token", proposed, /*lease=*/0);
   if (!kv.ok()) return kv.status();
-  return kv->value;
+  return CleanToken(kv->value, "etcd's key " + prefix_ + "/token");
 }
 
 StatusOr<std::string> HeadElection::ActiveNow() {

@@ -45,7 +45,8 @@ class HeadElection {
   HeadElection(const HeadElection&) = delete;
   HeadElection& operator=(const HeadElection&) = delete;
 
-  // The cluster token in etcd, or `proposed` once written there by the first head to ask.
+  // The cluster token in etcd (through CleanToken), or `proposed` once written there by the
+  // first head to ask.
   StatusOr<std::string> ClusterToken(const std::string& proposed);
   // The active head's address now ("" when none).
   StatusOr<std::string> ActiveNow();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 
+#include "common/json_limits.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
 
@@ -96,8 +97,8 @@ Json Details(const rpc::JobRecord& r) {
   for (const auto& [k, v] : r.metadata()) j["metadata"][k] = v;
   Json env = Json::object();
   if (!r.runtime_env_json().empty()) {
-    env = Json::parse(r.runtime_env_json(), nullptr, false);
-    if (env.is_discarded()) env = Json::object();
+    auto parsed = ParseJson(r.runtime_env_json(), "a job's runtime_env");
+    if (parsed.ok()) env = std::move(*parsed);
   }
   j["runtime_env"] = env;
   j["driver_agent_http_address"] = nullptr;
@@ -196,8 +197,9 @@ Status ReadRuntimeEnv(const Json& env, rpc::JobSubmitRequest& req) {
 
 // A submission's JSON body as a JobManager request; InvalidArgument names what is wrong.
 StatusOr<rpc::JobSubmitRequest> ParseSubmit(const std::string& body) {
-  Json j = Json::parse(body, nullptr, false);
-  if (j.is_discarded()) return InvalidArgument("the request body is not valid JSON");
+  auto parsed = ParseJson(body, "the request body");  // bounded depth: nothing below recurses deeper
+  if (!parsed.ok()) return parsed.status();
+  Json j = std::move(*parsed);
   if (!j.is_object()) return InvalidArgument("the request body must be a JSON object");
   rpc::JobSubmitRequest req;
   for (const auto& [k, v] : j.items()) {

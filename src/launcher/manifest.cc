@@ -1,5 +1,6 @@
 #include "launcher/manifest.h"
 
+#include "common/json_limits.h"
 #include "common/labels.h"
 #include "common/resources.h"
 
@@ -242,9 +243,11 @@ void ReadResourcesJson(Walk& w, std::string text, const std::string& path,
     }
     text = unescaped;
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const bool deep = !CheckJsonDepth(text, path).ok();  // nothing below may recurse on it
+  nlohmann::json j = deep ? nlohmann::json() : nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) {
-    w.Problem(path, Quote(text) + " is not a JSON object; expected e.g. '{\"custom\": 2}'");
+    w.Problem(path, deep ? "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"
+                         : Quote(text) + " is not a JSON object; expected e.g. '{\"custom\": 2}'");
     return;
   }
   for (auto& [k, v] : j.items()) {

@@ -325,6 +325,9 @@ TEST(Manifest, BadManifestsAreRefusedNamingTheField) {
                                  "            limits: {google.com/tpu: 4}\n  workerGroupSpecs");
   std::string two = Manifest({}) +
                     "        - name: second\n          resources:\n            limits: {google.com/tpu: 4}\n";
+  std::string deep;  // {"a": {"a": ... {} ...}} 100000 levels deep (issue 41: no recursion on it)
+  for (int i = 1; i < 100000; ++i) deep += "{\"a\": ";
+  deep += "{}" + std::string(99999, '}');
   std::vector<Bad> cases = {
       {"numOfHosts does not match the topology", Manifest({"tpu-v4-podslice", "2x2x2", "4", 1, 1}),
        {"numOfHosts", "Number of workers in worker group not equal to specified topology", "expected 2"}},
@@ -363,6 +366,10 @@ TEST(Manifest, BadManifestsAreRefusedNamingTheField) {
       {"bad resources JSON", Replace(Manifest({}), "      num-cpus: '1'\n    template:\n      spec:\n        nodeSelector",
                                      "      num-cpus: '1'\n      resources: '{bad'\n    template:\n      spec:\n        nodeSelector"),
        {"rayStartParams.resources", "not a JSON object"}},
+      {"deep resources JSON", Replace(Manifest({}), "      num-cpus: '1'\n    template:\n      spec:\n        nodeSelector",
+                                      "      num-cpus: '1'\n      resources: '" + deep +
+                                          "'\n    template:\n      spec:\n        nodeSelector"),
+       {"rayStartParams.resources", "JSON nested deeper than 64 levels"}},
       {"absurd num-cpus", Replace(Manifest({}), "    numOfHosts: 2\n    rayStartParams:\n      num-cpus: '1'\n",
                                   "    numOfHosts: 2\n    rayStartParams:\n      num-cpus: '5e12'\n"),
        {"spec.workerGroupSpecs[0]", "CPU = 5e+12 is too large"}},

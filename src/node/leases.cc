@@ -169,6 +169,11 @@ bool LeaseScheduler::HoldResourcesLocked(PendingLease& p, bool* answered) {
                          << "; it stays pending until such a node joins";
     }
     p.infeasible = true;
+    if (p.req.report_infeasible()) {  // the submitter warns its user, then asks again to wait
+      p.reply.set_infeasible(true);
+      p.done = true;
+      *answered = true;
+    }
   }
   return false;
 }

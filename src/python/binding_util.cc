@@ -2,6 +2,7 @@
 
 #include <nanobind/stl/string.h>
 
+#include "common/resources.h"
 #include "core/process_runtime.h"
 #include "torus/api/exceptions.h"
 
@@ -74,6 +75,12 @@ std::unordered_map<std::string, double> Resources(nb::dict d) {
   if (!d.contains("resources") || d["resources"].is_none()) return out;
   for (auto [k, v] : nb::cast<nb::dict>(d["resources"])) {
     out[nb::cast<std::string>(k)] = nb::cast<double>(v);
+  }
+  // The runtime's rule (also the nodes' and the head's): an amount they would refuse is refused
+  // here, at the call, rather than failing the work later (torus._private.options checks Ray's
+  // rule before this).
+  if (auto s = ValidateResources(ResourceMap(out.begin(), out.end()), "resources"); !s.ok()) {
+    throw nb::value_error(s.message().c_str());
   }
   return out;
 }

@@ -72,7 +72,8 @@ class Json {
   }
 
  private:
-  static constexpr int kMaxDepth = 256;
+  // The nesting limit of every JSON document Torus reads (src/common/json_limits.h).
+  static constexpr int kMaxDepth = 64;
 
   struct Parser {
     std::string_view text;
@@ -92,10 +93,13 @@ class Json {
       pos += word.size();
       return true;
     }
+    // `depth`: how many arrays and objects enclose the value.
     Json ParseValue(int depth) {
-      if (depth > kMaxDepth) Fail("nesting too deep");
       if (pos >= text.size()) Fail("unexpected end of text");
       const char c = text[pos];
+      if ((c == '{' || c == '[') && depth >= kMaxDepth) {
+        Fail("JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
+      }
       if (c == '{') return ParseObject(depth);
       if (c == '[') return ParseArray(depth);
       if (c == '"') return Json(ParseString());

@@ -18,6 +18,7 @@
 
 #include "torus/api/object_ref.h"
 #include "torus/api/serializer.h"
+#include "torus/api/task_options.h"
 #include "torus/internal/runtime.h"
 
 namespace torus {
@@ -84,6 +85,7 @@ class XlangTaskCaller {
   }
   template <typename... Args>
   ObjectRef<R> Remote(Args&&... args) const {
+    ValidateResources(options_.resources);
     auto task_args = WrapXlangArgs(std::forward<Args>(args)...);
     std::string id = actor_method_
                          ? RequireRuntime().SubmitActorTask(actor_id_, name_, std::move(task_args), options_)
@@ -143,6 +145,7 @@ class XlangActorCreator {
   }
   template <typename... Args>
   ActorHandleXlang Remote(Args&&... args) const {
+    ValidateResources(options_.resources);
     auto task_args = WrapXlangArgs(std::forward<Args>(args)...);
     return ActorHandleXlang(RequireRuntime().CreateActor(name_, std::move(task_args), options_));
   }

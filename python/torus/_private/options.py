@@ -1,6 +1,8 @@
 """Validation of `.options(...)` / `@remote(...)` and their translation to `_core` options."""
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Dict, Optional
 
 from torus._private import worker
@@ -31,9 +33,8 @@ def validate(opts: Dict[str, Any], allowed, what: str) -> None:
                              f"{sorted(allowed)}.")
     for k in ("num_cpus", "num_gpus", "memory"):
         v = opts.get(k)
-        if v is not None and (not isinstance(v, (int, float)) or v < 0):
-            raise ValueError(f"The keyword '{k}' only accepts None, 0 or a positive number, "
-                             f"got {v!r}")
+        if v is not None:
+            check_quantity(k, v, keyword=k)
     res = opts.get("resources")
     if res is not None:
         if not isinstance(res, dict):
@@ -41,6 +42,8 @@ def validate(opts: Dict[str, Any], allowed, what: str) -> None:
         if "CPU" in res or "GPU" in res:
             raise ValueError("Use the 'num_cpus' and 'num_gpus' keyword instead of 'CPU' and "
                              "'GPU' in 'resources' keyword")
+        for name, v in res.items():
+            check_quantity(name, v, keyword="resources")
     nr = opts.get("num_returns")
     if nr in ("dynamic", "streaming"):
         raise NotImplementedError(f"num_returns={nr!r} (generator tasks) is not implemented by "
@@ -60,6 +63,39 @@ def validate(opts: Dict[str, Any], allowed, what: str) -> None:
     if lt not in (None, "detached", "non_detached"):
         raise ValueError("actor `lifetime` argument must be one of 'detached', "
                          "'non_detached' and 'None'.")
+
+
+# Amounts are kept in units of 1/10000 (Ray's RESOURCE_UNIT_SCALING): a finer fraction is lost.
+_RESOURCE_UNIT_SCALING = 10000
+
+
+def check_quantity(name: str, quantity: Any, keyword: str) -> None:
+    """Ray's rule for one resource amount (num_cpus, num_gpus, memory, or a `resources` entry),
+    applied when the options are given (@remote, .options()), not when the work runs.
+
+    Raises TypeError for a non-number and ValueError, with Ray's messages, for a negative amount
+    or a fraction finer than 0.0001; NaN and infinite amounts (which Ray lets through to a
+    conversion error) raise ValueError too. An amount no node has is valid: the work waits as
+    infeasible demand, as in Ray.
+
+    >>> check_quantity("num_cpus", -1, keyword="num_cpus")
+    Traceback (most recent call last):
+    ValueError: The quantity of resource num_cpus cannot be negative
+    """
+    if not isinstance(quantity, numbers.Real):
+        raise TypeError(f"The type of keyword '{keyword}' must be a number (int or float), but "
+                        f"received type {type(quantity)}" +
+                        (f" for resource {name}" if keyword != name else ""))
+    value = float(quantity)
+    if math.isnan(value):
+        raise ValueError(f"The quantity of resource {name} cannot be NaN")
+    if value < 0:
+        raise ValueError(f"The quantity of resource {name} cannot be negative")
+    if math.isinf(value):
+        raise ValueError(f"The quantity of resource {name} cannot be infinite")
+    if value != 0.0 and int(value * _RESOURCE_UNIT_SCALING) == 0:
+        raise ValueError(f"The precision of the fractional quantity of resource {name} cannot "
+                         "go beyond 0.0001")
 
 
 def resources(opts: Dict[str, Any], default_cpus: Optional[float]) -> Dict[str, float]:
