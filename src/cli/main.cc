@@ -61,7 +61,7 @@ namespace {
 
 nlohmann::ordered_json ResJson(const rpc::ResourceSet& r) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : FromProto(r)) j[k] = v;
+  for (const auto& [k, v] : FromProto(r)) j[k] = v.ToDouble();
   return j;
 }
 
@@ -108,8 +108,9 @@ int Status_(const Args& a) {
               << ResourcesToString(FromProto(n.total())) << "\n";
   }
   std::cout << "  " << alive << " alive, " << dead << " dead\nResources (used / total)\n";
-  for (const auto& [k, v] : total) {
-    double used = v - (avail.count(k) ? avail[k] : 0);
+  for (const auto& [k, amount] : total) {
+    double used = (amount - (avail.count(k) ? avail[k] : ResourceAmount())).ToDouble();
+    double v = amount.ToDouble();
     bool bytes = k == "memory" || k == "object_store_memory";
     std::cout << "  " << std::setw(24) << std::left << k << " "
               << (bytes ? HumanBytes(used) + " / " + HumanBytes(v) : FormatAmount(used) + " / " + FormatAmount(v))

@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 // What a node registers must hold to the rules `torus start` applies, so that a hand-made
 // RegisterNode cannot inject negative or absurd capacities.
 Status ValidateNodeRecord(const rpc::NodeRecord& n) {
-  if (auto s = ValidateResources(FromProto(n.total()), "node " + n.node_id() + " resources"); !s.ok()) {
+  if (auto s = ValidateResourceSet(n.total(), "node " + n.node_id() + " resources"); !s.ok()) {
     return s;
   }
   std::map<std::string, std::string> labels(n.labels().begin(), n.labels().end());
@@ -489,7 +489,9 @@ void Head::ApplyLedger(const NodeCall& call, const BundleReply& reply) {
   e.ledger_seq = reply.ledger_seq;
   CompactResources available;
   available.reserve(reply.available.size());
-  for (const auto& a : reply.available) available.emplace_back(names_.Intern(reply.Name(a)), a.value);
+  for (const auto& a : reply.available) {
+    available.emplace_back(names_.Intern(reply.Name(a)), ResourceAmount::FromUnits(a.units));
+  }
   // By name id; a name given twice keeps its last amount, as parsing into a map would.
   std::stable_sort(available.begin(), available.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });

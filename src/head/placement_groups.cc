@@ -55,11 +55,11 @@ Status ParseBundle(PgEntry* e, int i) {
   b->set_index(i);
   b->clear_node_id();
   b->clear_node_address();
-  if (auto s = ValidateResources(FromProto(b->resources()), "bundle " + std::to_string(i)); !s.ok()) {
+  if (auto s = ValidateResourceSet(b->resources(), "bundle " + std::to_string(i)); !s.ok()) {
     return InvalidArgument(s.message());
   }
   bool any = false;
-  for (const auto& [k, v] : b->resources().amounts()) any = any || v > 0;
+  for (const auto& [k, v] : FromProto(b->resources())) any = any || v.Positive();
   if (!any) return InvalidArgument("bundle " + std::to_string(i) + " is empty: give it at least one resource");
   // The bundles of a slice reservation all carry the same selector: parse it once.
   if (i > 0 && SameSelector(e->rec.bundles(i - 1), *b)) {
