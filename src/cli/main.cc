@@ -367,7 +367,7 @@ void Usage() {
                "        [--labels k=v,...] [--bind HOST] [--listen-host HOST] [--block] [--new-session | --session-dir DIR]\n"
                "        (resumes the latest session when it has durable state; docs/fault_tolerance.md)\n"
                "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
-               "        [--keep-dead-nodes N (1000)]\n"
+               "        [--keep-dead-nodes N (1000)] [--stray-bundle-grace-ms MS (10000)]\n"
                "        [--dashboard-host HOST] [--dashboard-port N (8265)] [--include-dashboard false]  (docs/http.md)\n"
                "        [--dashboard-agent-listen-port N (52365)] [--dashboard-agent-host HOST] [--object-store-memory BYTES]\n"
                "        [--object-spilling-directory DIR | --spill-dir DIR]   (docs/object_store.md)\n"

@@ -36,7 +36,7 @@ Status ValidateNodeRecord(const rpc::NodeRecord& n) {
 
 Head::Head(HeadConfig cfg)
     : cfg_(std::move(cfg)),
-      pg_manager_(mu_, *this, work_, cfg_.token),
+      pg_manager_(mu_, *this, work_, cfg_.token, std::chrono::milliseconds(cfg_.stray_bundle_grace_ms)),
       actors_(mu_, *this, pg_manager_, work_, cfg_.token, stopping_) {}
 
 Head::~Head() {
@@ -165,6 +165,10 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   MutexLock lock(mu_);
   auto [it, fresh] = nodes_.try_emplace(n.node_id());
   auto& e = it->second;
+  // The bundles it lists are older than a ledger of this same process the head has applied (a
+  // registration repeated after its reply was lost, overtaken by a grant): not evidence of loss.
+  const bool held_is_stale = !fresh && e.address == n.address() && e.pid == n.pid() &&
+                             req->ledger_seq() < e.ledger_seq;
   placement_index_.Remove(e);  // its labels and totals may change: indexed again below
   SetFromRecord(names_, n, &e);
   e.known = true;
@@ -189,7 +193,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
   pg_manager_.AssertHeld();  // it shares mu_
-  pg_manager_.ReleaseUnknownLocked(n.node_id(), n.address(), req->held_groups());
+  pg_manager_.ReconcileNodeLocked(n.node_id(), n.address(), req->held(), held_is_stale);
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();
   return grpc::Status::OK;
@@ -306,6 +310,8 @@ std::optional<std::chrono::milliseconds> Head::MonitorTick() {
     }
   }
   if (now >= resume_until_) EndResumeGraceLocked();
+  pg_manager_.AssertHeld();  // it shares mu_
+  pg_manager_.ReleaseStrayBundlesLocked(now);
   ForgetDeadNodesLocked();
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();

@@ -238,7 +238,12 @@ Status Node::RegisterWithHead() {
     MutexLock lock(st_.mu);
     ToProto(st_.ledger.total(), n->mutable_total());
     ToProto(st_.ledger.available(), n->mutable_available());
-    for (const auto& [pg_id, bundles] : st_.ledger.bundles()) req.add_held_groups(pg_id);
+    for (const auto& [pg_id, bundles] : st_.ledger.bundles()) {
+      auto* h = req.add_held();
+      h->set_pg_id(pg_id);
+      for (const auto& [index, b] : bundles) h->add_indexes(index);
+    }
+    req.set_ledger_seq(st_.ledger.seq());
   }
   for (const auto& [k, v] : cfg_.labels) (*n->mutable_labels())[k] = v;
   rpc::RegisterNodeReply reply;
