@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     b.set_commit(true);
     auto* bundle = b.add_bundles();
     bundle->set_index(index++);
-    (*bundle->mutable_resources()->mutable_amounts())["CPU"] = 0.01;
+    (*bundle->mutable_resources()->mutable_units())["CPU"] = 100;  // 0.01 CPU (docs/wire.md)
     reserve.push_back({node.address(), "/torus.rpc.Node/PrepareBundles", b.SerializeAsString()});
     b.clear_commit();
     undo.push_back({node.address(), "/torus.rpc.Node/ReleaseBundles", b.SerializeAsString()});

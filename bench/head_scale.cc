@@ -602,10 +602,9 @@ int main(int argc, char** argv) {
         sl->set_timeout_ms(-1);
         for (int b = 0; b < 4; ++b) {
           auto* bundle = req.add_bundles();
-          auto& am = *bundle->mutable_resources()->mutable_amounts();
-          am["CPU"] = 1;
-          am["TPU"] = 4;
+          ResourceMap am{{"CPU", 1}, {"TPU", 4}};
           if (b == 0) am["TPU-v6e-16-head"] = 1;
+          ToProto(am, bundle->mutable_resources());
           auto* t = bundle->add_label_selector();
           t->set_key("torus.io/tpu-pod-type");
           t->set_expr("v6e-16");
@@ -618,7 +617,7 @@ int main(int argc, char** argv) {
         snprintf(wanted, sizeof wanted, "sim-v6e16-%05d", (k * 7919) % std::max(1, num_nodes / 4));
         for (int b = 0; b < 4; ++b) {
           auto* bundle = req.add_bundles();
-          (*bundle->mutable_resources()->mutable_amounts())[v.custom ? "TPU-v6e-16-head" : "CPU"] = 1;
+          ToProto({{v.custom ? "TPU-v6e-16-head" : "CPU", 1}}, bundle->mutable_resources());
           if (v.by_label) {
             auto* t = bundle->add_label_selector();
             t->set_key(std::string(tpu::kLabelSliceName));

@@ -65,10 +65,8 @@ rpc::NodeRecord SimHost(int i) {
   for (const auto& [k, v] : labels) (*rec.mutable_labels())[k] = v;
   ResourceMap total = {{"CPU", 8}, {"memory", 64.0 * (1ull << 30)}};
   for (const auto& [k, v] : id->resources) total[k] = v;
-  for (const auto& [k, v] : total) {
-    (*rec.mutable_total()->mutable_amounts())[k] = v;
-    (*rec.mutable_available()->mutable_amounts())[k] = v;
-  }
+  ToProto(total, rec.mutable_total());
+  ToProto(total, rec.mutable_available());
   return rec;
 }
 

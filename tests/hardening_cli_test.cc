@@ -49,6 +49,7 @@ namespace torus_test {
 namespace {
 
 namespace rpc = torus::rpc;
+constexpr int64_t kUnits = 10000;  // ResourceSet.units per whole resource (docs/wire.md)
 
 std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
   return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
@@ -79,7 +80,7 @@ TEST_F(HardeningCliStart, InvalidResourceAmountsAreRefusedNamingFlagAndValue) {
       {{"--num-cpus", "nan"}, {"--num-cpus", "nan"}},
       {{"--num-cpus", "inf"}, {"--num-cpus", "inf"}},
       {{"--num-cpus", "4abc"}, {"--num-cpus", "'4abc' is not a number"}},
-      {{"--num-cpus", "1e12"}, {"--num-cpus", "too large"}},
+      {{"--num-cpus", "1e15"}, {"--num-cpus", "too large"}},
       {{"--num-gpus", "-1"}, {"--num-gpus", "GPU = -1"}},
       {{"--memory", "1e30"}, {"--memory", "too large"}},
       {{"--resources", "{\"custom\": 1e20}"}, {"--resources", "custom = 1e+20", "too large"}},
@@ -248,12 +249,12 @@ TEST_F(HardeningCli, ApiRefusesInvalidResourcesAtSubmit) {
       EXPECT_TRUE(Contains(e.what(), want)) << "want '" << want << "' in: " << e.what();
     }
   };
-  expect_throw([] { ray::Task(HardeningPlus).SetResource("CPU", 2e9).Remote(1, 2); }, "too large");
+  expect_throw([] { ray::Task(HardeningPlus).SetResource("CPU", 2e15).Remote(1, 2); }, "too large");
   expect_throw([] { ray::Task(HardeningPlus).SetResource("custom", std::nan("")).Remote(1, 2); },
                "not a number");
   expect_throw(
       [] {
-        ray::PlacementGroupCreationOptions o{"", {{{"CPU", 1}}, {{"CPU", 1e12}}}, ray::PlacementStrategy::PACK};
+        ray::PlacementGroupCreationOptions o{"", {{{"CPU", 1}}, {{"CPU", 1e15}}}, ray::PlacementStrategy::PACK};
         ray::CreatePlacementGroup(o);
       },
       "bundle 1");
@@ -272,7 +273,7 @@ TEST_F(HardeningCli, NodeAndHeadRefuseInvalidResourcesInHandMadeRpcs) {
   auto node = rpc::Node::NewStub(Channel(cluster().head_node().address));
   {
     rpc::LeaseRequest req;
-    (*req.mutable_resources()->mutable_amounts())["CPU"] = -5;
+    (*req.mutable_resources()->mutable_units())["CPU"] = -5 * kUnits;
     req.set_runtime_key("exe:/bin/true");
     req.set_executable("/bin/true");
     rpc::LeaseReply reply;
@@ -289,7 +290,7 @@ TEST_F(HardeningCli, NodeAndHeadRefuseInvalidResourcesInHandMadeRpcs) {
     n->set_node_id("fake-node-with-negative-cpus");
     n->set_address("127.0.0.1:1");
     n->set_alive(true);
-    (*n->mutable_total()->mutable_amounts())["CPU"] = -3;
+    (*n->mutable_total()->mutable_units())["CPU"] = -3 * kUnits;
     rpc::RegisterNodeReply reply;
     auto ctx = Context(token);
     ASSERT_TRUE(head->RegisterNode(ctx.get(), req, &reply).ok());
@@ -300,7 +301,7 @@ TEST_F(HardeningCli, NodeAndHeadRefuseInvalidResourcesInHandMadeRpcs) {
     rpc::PlacementGroupRecord req;
     req.set_pg_id("ffffffffffffffffffffffff");
     req.set_strategy("PACK");
-    (*req.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 1e12;
+    (*req.add_bundles()->mutable_resources()->mutable_units())["CPU"] = 200000000000000 * kUnits;
     rpc::CreatePlacementGroupReply reply;
     auto ctx = Context(token);
     ASSERT_TRUE(head->CreatePlacementGroup(ctx.get(), req, &reply).ok());
@@ -325,7 +326,7 @@ TEST_F(HardeningCli, RepeatedCreateFindsTheFirstGroupAndRemoveIsIdempotent) {
     req.set_pg_id(pg_id);
     req.set_name("made-once");
     req.set_strategy("PACK");
-    (*req.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 0.25;
+    (*req.add_bundles()->mutable_resources()->mutable_units())["CPU"] = kUnits / 4;
     auto ctx = Context(token);
     return head->CreatePlacementGroup(ctx.get(), req, reply);
   };
@@ -361,7 +362,7 @@ TEST_F(HardeningCli, HeadRefusesSpoofedLabelsInHandMadeRegistrations) {
     n->set_hostname("realhost");
     n->set_address("127.0.0.1:1");
     n->set_alive(true);
-    (*n->mutable_total()->mutable_amounts())["CPU"] = 1;
+    (*n->mutable_total()->mutable_units())["CPU"] = kUnits;
     (*n->mutable_labels())["torus.io/node-id"] = "fake-node-spoofing-labels";
     (*n->mutable_labels())["torus.io/hostname"] = "realhost";
     (*n->mutable_labels())[key] = value;

@@ -60,6 +60,7 @@ namespace torus_test {
 namespace {
 
 namespace rpc = torus::rpc;
+constexpr int64_t kUnits = 10000;  // ResourceSet.units per whole resource (docs/wire.md)
 
 struct Endpoint {
   std::string what;     // "head", "node <id>", "worker <id>", "driver"
@@ -323,7 +324,7 @@ TEST_F(SecurityTest, WrongOrMissingTokenIsRefused) {
         EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
         EXPECT_NE(st.error_message().find("token"), std::string::npos) << st.error_message();
         rpc::LeaseRequest lease;
-        (*lease.mutable_resources()->mutable_amounts())["CPU"] = 1;
+        (*lease.mutable_resources()->mutable_units())["CPU"] = kUnits;
         rpc::LeaseReply lreply;
         auto lctx = Context(token);
         st = stub->RequestLease(lctx.get(), lease, &lreply);
@@ -442,7 +443,7 @@ TEST_F(SecurityTest, AuthenticatedNonsenseIsAnsweredNotFatal) {
       EXPECT_FALSE(node->RegisterWorker(c4.get(), reg, &reg_reply).ok());
       // A lease no node could grant: it waits until the caller gives up, then is dropped.
       rpc::LeaseRequest lease;
-      (*lease.mutable_resources()->mutable_amounts())["CPU"] = 1e6;
+      (*lease.mutable_resources()->mutable_units())["CPU"] = 1000000 * kUnits;
       rpc::LeaseReply lreply;
       auto c5 = Context(token.c_str(), 300);
       grpc::Status st = node->RequestLease(c5.get(), lease, &lreply);
@@ -631,7 +632,7 @@ TEST_F(SecurityTest, LaneChecksTheTokenRefusesGarbageAndAnswersCalls) {
     other.set_pg_id("group-of-another-node");
     other.set_node_id("not-this-node");
     other.set_commit(true);
-    (*other.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 0.5;
+    (*other.add_bundles()->mutable_resources()->mutable_units())["CPU"] = kUnits / 2;
     ASSERT_TRUE(SendAll(nfd, MakeFrame(2, "/torus.rpc.Node/PrepareBundles", other.SerializeAsString())));
     ASSERT_TRUE(ReadReply(nfd, &f));
     EXPECT_EQ(f.code, static_cast<uint16_t>(grpc::StatusCode::FAILED_PRECONDITION)) << f.text;
@@ -649,9 +650,9 @@ TEST_F(SecurityTest, LaneChecksTheTokenRefusesGarbageAndAnswersCalls) {
     ASSERT_TRUE(ReadReply(nfd, &f));
     rpc::PrepareBundlesReply after;
     EXPECT_TRUE(after.ParseFromString(f.payload));
-    using Amounts = std::map<std::string, double>;
-    Amounts before_amounts(ledger.available().amounts().begin(), ledger.available().amounts().end());
-    Amounts after_amounts(after.available().amounts().begin(), after.available().amounts().end());
+    using Units = std::map<std::string, int64_t>;
+    Units before_amounts(ledger.available().units().begin(), ledger.available().units().end());
+    Units after_amounts(after.available().units().begin(), after.available().units().end());
     EXPECT_EQ(after_amounts, before_amounts) << "a refused request changed the node's ledger";
     EXPECT_TRUE(SendAndExpectClose(nport, RandomBytes(4096, 7), std::chrono::seconds(10)));
     close(nfd);

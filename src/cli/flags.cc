@@ -121,8 +121,8 @@ int PositiveIntFlag(const Args& a, const std::string& flag, int def) {
   Die("--" + flag + " must be a positive integer, got '" + v + "'");
 }
 
-StatusOr<ResourceMap> ParseResources(const Args& a) {
-  ResourceMap r;
+StatusOr<ResourceDoubles> ParseResources(const Args& a) {
+  ResourceDoubles r;
   if (a.Has("resources")) {
     auto parsed = ParseJson(a.Get("resources"), "--resources");
     if (!parsed.ok()) {

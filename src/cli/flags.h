@@ -47,7 +47,7 @@ int PositiveIntFlag(const Args& a, const std::string& flag, int def);
 
 // The node's resources from --resources JSON, --num-cpus, --num-gpus and --memory, each checked
 // by the one rule (ValidateResources); errors name the flag and the value.
-StatusOr<ResourceMap> ParseResources(const Args& a);
+StatusOr<ResourceDoubles> ParseResources(const Args& a);
 
 // --labels "k=v,k2=v2" as a map, checked by ValidateUserLabels.
 StatusOr<std::map<std::string, std::string>> ParseLabels(const std::string& s);

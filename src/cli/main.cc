@@ -61,7 +61,7 @@ namespace {
 
 nlohmann::ordered_json ResJson(const rpc::ResourceSet& r) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : FromProto(r)) j[k] = v;
+  for (const auto& [k, v] : FromProto(r)) j[k] = v.ToDouble();
   return j;
 }
 
@@ -108,8 +108,9 @@ int Status_(const Args& a) {
               << ResourcesToString(FromProto(n.total())) << "\n";
   }
   std::cout << "  " << alive << " alive, " << dead << " dead\nResources (used / total)\n";
-  for (const auto& [k, v] : total) {
-    double used = v - (avail.count(k) ? avail[k] : 0);
+  for (const auto& [k, amount] : total) {
+    double used = (amount - (avail.count(k) ? avail[k] : ResourceAmount())).ToDouble();
+    double v = amount.ToDouble();
     bool bytes = k == "memory" || k == "object_store_memory";
     std::cout << "  " << std::setw(24) << std::left << k << " "
               << (bytes ? HumanBytes(used) + " / " + HumanBytes(v) : FormatAmount(used) + " / " + FormatAmount(v))
@@ -366,7 +367,7 @@ void Usage() {
                "        [--labels k=v,...] [--bind HOST] [--listen-host HOST] [--block] [--new-session | --session-dir DIR]\n"
                "        (resumes the latest session when it has durable state; docs/fault_tolerance.md)\n"
                "        [--node-timeout-ms MS] [--max-heartbeats-per-s N] [--push-view-max-nodes N] [--view-records-per-s N]\n"
-               "        [--keep-dead-nodes N (1000)]\n"
+               "        [--keep-dead-nodes N (1000)] [--stray-bundle-grace-ms MS (10000)]\n"
                "        [--dashboard-host HOST] [--dashboard-port N (8265)] [--include-dashboard false]  (docs/http.md)\n"
                "        [--dashboard-agent-listen-port N (52365)] [--dashboard-agent-host HOST] [--object-store-memory BYTES]\n"
                "        [--object-spilling-directory DIR | --spill-dir DIR]   (docs/object_store.md)\n"

@@ -66,6 +66,7 @@ constexpr HeadTuningFlag kHeadTuningFlags[] = {
     {"max-heartbeats-per-s", &HeadConfig::max_heartbeats_per_s},
     {"push-view-max-nodes", &HeadConfig::push_view_max_nodes},
     {"keep-dead-nodes", &HeadConfig::keep_dead_nodes},
+    {"stray-bundle-grace-ms", &HeadConfig::stray_bundle_grace_ms},
 };
 
 void SetHeadTuning(const Args& a, HeadConfig* cfg) {

@@ -23,7 +23,7 @@ size_t NamePool::TotalsHash::operator()(const CompactResources* r) const {
   size_t h = r->size();
   for (const auto& [id, v] : *r) {
     h = h * 1000003u ^ std::hash<uint32_t>()(id);
-    h = h * 1000003u ^ std::hash<double>()(v);
+    h = h * 1000003u ^ std::hash<int64_t>()(v.units());
   }
   return h;
 }
@@ -71,7 +71,15 @@ bool SameCompact(const CompactResources& a, const CompactResources& b) { return 
 }  // namespace
 
 void SetResources(NamePool& pool, const rpc::ResourceSet& in, CompactResources* out) {
-  SetResourcesFrom(pool, in.amounts(), out);
+  if (in.legacy_amounts().empty()) {
+    CompactResources r;
+    r.reserve(in.units_size());
+    for (const auto& [k, u] : in.units()) r.emplace_back(pool.Intern(k), ResourceAmount::FromUnits(u));
+    std::sort(r.begin(), r.end());
+    *out = std::move(r);
+    return;
+  }
+  SetResourcesFrom(pool, FromProto(in), out);
 }
 
 void SetResources(NamePool& pool, const ResourceMap& in, CompactResources* out) {
@@ -79,10 +87,19 @@ void SetResources(NamePool& pool, const ResourceMap& in, CompactResources* out) 
 }
 
 bool SameResources(const NamePool& pool, const CompactResources& a, const rpc::ResourceSet& b) {
-  if (static_cast<size_t>(b.amounts_size()) != a.size()) return false;
+  if (!b.legacy_amounts().empty()) {
+    ResourceMap m = FromProto(b);
+    if (m.size() != a.size()) return false;
+    for (const auto& [id, v] : a) {
+      auto it = m.find(pool.Get(id));
+      if (it == m.end() || it->second != v) return false;
+    }
+    return true;
+  }
+  if (static_cast<size_t>(b.units_size()) != a.size()) return false;
   for (const auto& [id, v] : a) {
-    auto it = b.amounts().find(pool.Get(id));
-    if (it == b.amounts().end() || it->second != v) return false;
+    auto it = b.units().find(pool.Get(id));
+    if (it == b.units().end() || it->second != v.units()) return false;
   }
   return true;
 }
@@ -94,16 +111,17 @@ ResourceMap ToResourceMap(const NamePool& pool, const CompactResources& r) {
 }
 
 void ToProto(const NamePool& pool, const CompactResources& r, rpc::ResourceSet* out) {
-  auto* m = out->mutable_amounts();
+  out->mutable_legacy_amounts()->clear();
+  auto* m = out->mutable_units();
   m->clear();
-  for (const auto& [id, v] : r) (*m)[pool.Get(id)] = v;
+  for (const auto& [id, v] : r) (*m)[pool.Get(id)] = v.units();
 }
 
-double Amount(const NamePool& pool, const CompactResources& r, std::string_view name) {
+ResourceAmount Amount(const NamePool& pool, const CompactResources& r, std::string_view name) {
   for (const auto& [id, v] : r) {
     if (pool.Get(id) == name) return v;
   }
-  return 0.0;
+  return ResourceAmount();
 }
 
 namespace {

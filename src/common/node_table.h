@@ -28,7 +28,7 @@
 
 namespace torus {
 
-using CompactResources = std::vector<std::pair<uint32_t, double>>;  // (name id, amount)
+using CompactResources = std::vector<std::pair<uint32_t, ResourceAmount>>;  // (name id, amount)
 
 // Strings interned for good (name ids are dense and stable; Get() references stay valid), and
 // sets of resource totals interned until RetainTotals frees those no entry uses any more
@@ -112,7 +112,7 @@ void SetResources(NamePool& pool, const ResourceMap& in, CompactResources* out);
 bool SameResources(const NamePool& pool, const CompactResources& a, const rpc::ResourceSet& b);
 ResourceMap ToResourceMap(const NamePool& pool, const CompactResources& r);
 void ToProto(const NamePool& pool, const CompactResources& r, rpc::ResourceSet* out);
-double Amount(const NamePool& pool, const CompactResources& r, std::string_view name);
+ResourceAmount Amount(const NamePool& pool, const CompactResources& r, std::string_view name);
 
 // The node's available resources; stored apart only when they differ from its totals.
 void SetAvailable(NamePool& pool, const rpc::ResourceSet& in, NodeEntry* n);

@@ -15,8 +15,8 @@ rpc::NodeRecord Record(const std::string& id, const ResourceMap& total, const Re
   rec.set_node_id(id);
   rec.set_address("10.0.0.1:7000");
   rec.set_hostname("host-" + id);
-  for (const auto& [k, v] : total) (*rec.mutable_total()->mutable_amounts())[k] = v;
-  for (const auto& [k, v] : available) (*rec.mutable_available()->mutable_amounts())[k] = v;
+  for (const auto& [k, v] : total) (*rec.mutable_total()->mutable_units())[k] = ResourceAmount(v).units();
+  for (const auto& [k, v] : available) (*rec.mutable_available()->mutable_units())[k] = ResourceAmount(v).units();
   (*rec.mutable_labels())["torus.io/node-id"] = id;
   (*rec.mutable_labels())["torus.io/hostname"] = "host-" + id;
   (*rec.mutable_labels())["zone"] = "a";
@@ -96,9 +96,10 @@ TEST(NodeTableTest, RecordRoundTripsIdLabelsAndResources) {
   EXPECT_EQ(out.labels().at("torus.io/node-id"), "x1");
   EXPECT_EQ(out.labels().at("torus.io/hostname"), "host-x1");
   EXPECT_EQ(out.labels().at("zone"), "a");
-  EXPECT_EQ(out.total().amounts().at("CPU"), 8);
-  EXPECT_EQ(out.total().amounts().at("memory"), 1e9);
-  EXPECT_EQ(out.available().amounts().at("CPU"), 2);
+  EXPECT_EQ(out.total().units().at("CPU"), 8 * ResourceAmount::kUnitsPerWhole);
+  EXPECT_EQ(out.total().units().at("memory"), ResourceAmount(1e9).units());
+  EXPECT_EQ(out.available().units().at("CPU"), 2 * ResourceAmount::kUnitsPerWhole);
+  EXPECT_TRUE(out.total().legacy_amounts().empty());
 }
 
 }  // namespace

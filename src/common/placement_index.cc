@@ -17,9 +17,9 @@ void EraseSorted(std::vector<uint32_t>& v, uint32_t slot) {
   if (it != v.end() && *it == slot) v.erase(it);
 }
 
-double AmountOf(const CompactResources& r, uint32_t name) {
-  auto it = std::lower_bound(r.begin(), r.end(), std::make_pair(name, -1e300));
-  return it != r.end() && it->first == name ? it->second : 0.0;
+ResourceAmount AmountOf(const CompactResources& r, uint32_t name) {
+  auto it = std::lower_bound(r.begin(), r.end(), name, [](const auto& e, uint32_t n) { return e.first < n; });
+  return it != r.end() && it->first == name ? it->second : ResourceAmount();
 }
 
 }  // namespace
@@ -40,11 +40,11 @@ const CompactResources& PlacementIndex::Indexed(uint32_t slot) const {
 
 void PlacementIndex::Enter(Side& side, const CompactResources& r, uint32_t slot) {
   for (const auto& [name, amount] : r) {
-    if (amount <= 0) continue;
+    if (!amount.Positive()) continue;
     auto& holders = side[name];
     auto& lists = holders.by_amount;
     auto at = std::lower_bound(lists.begin(), lists.end(), amount,
-                               [](const auto& e, double a) { return e.first > a; });
+                               [](const auto& e, ResourceAmount a) { return e.first > a; });
     if (at == lists.end() || at->first != amount) at = lists.insert(at, {amount, {}});
     InsertSorted(at->second, slot);
     ++holders.nodes;
@@ -53,12 +53,12 @@ void PlacementIndex::Enter(Side& side, const CompactResources& r, uint32_t slot)
 
 void PlacementIndex::Leave(Side& side, const CompactResources& r, uint32_t slot) {
   for (const auto& [name, amount] : r) {
-    if (amount <= 0) continue;
+    if (!amount.Positive()) continue;
     auto h = side.find(name);
     if (h == side.end()) continue;
     auto& lists = h->second.by_amount;
     auto it = std::lower_bound(lists.begin(), lists.end(), amount,
-                               [](const auto& e, double a) { return e.first > a; });
+                               [](const auto& e, ResourceAmount a) { return e.first > a; });
     if (it == lists.end() || it->first != amount) continue;
     EraseSorted(it->second, slot);
     if (it->second.empty()) lists.erase(it);
@@ -180,7 +180,7 @@ PlacementIndex::Demand PlacementIndex::Compile(const ResourceMap& resources,
   Demand d;
   d.selector = selector.empty() ? nullptr : &selector;
   for (const auto& [name, amount] : resources) {
-    if (amount <= 0) continue;
+    if (!amount.Positive()) continue;
     auto id = names_.Find(name);
     if (!id) {
       d.impossible = true;
@@ -204,13 +204,13 @@ uint32_t PlacementIndex::KeyOf(const Demand& d) const {
   return key;
 }
 
-double PlacementIndex::KeyAmount(uint32_t key, bool use_total, uint32_t slot) const {
-  return key == kNoSlot ? 0.0 : AmountOf(Free(slot, use_total), key);
+ResourceAmount PlacementIndex::KeyAmount(uint32_t key, bool use_total, uint32_t slot) const {
+  return key == kNoSlot ? ResourceAmount() : AmountOf(Free(slot, use_total), key);
 }
 
 bool PlacementIndex::Before(const Demand& d, bool use_total, uint32_t a, uint32_t b) const {
   uint32_t key = KeyOf(d);
-  double x = KeyAmount(key, use_total, a), y = KeyAmount(key, use_total, b);
+  ResourceAmount x = KeyAmount(key, use_total, a), y = KeyAmount(key, use_total, b);
   return x != y ? x > y : a < b;
 }
 
@@ -255,12 +255,12 @@ namespace {
 // slots: the merge in ForEach reads two of them at once.
 class HolderCursor {
  public:
-  using Lists = std::vector<std::pair<double, std::vector<uint32_t>>>;
+  using Lists = std::vector<std::pair<ResourceAmount, std::vector<uint32_t>>>;
   HolderCursor(const Lists* lists, std::function<bool(uint32_t)> skip) : lists_(lists), skip_(std::move(skip)) {
     Settle();
   }
   bool Valid() const { return lists_ && list_ < lists_->size(); }
-  double Amount() const { return (*lists_)[list_].first; }
+  ResourceAmount Amount() const { return (*lists_)[list_].first; }
   uint32_t Slot() const { return (*lists_)[list_].second[pos_]; }
   void Next() {
     ++pos_;
@@ -304,7 +304,7 @@ void PlacementIndex::ForEach(const Demand& d, bool use_total, const std::functio
       if (Qualifies(d, use_total, slot)) c.push_back(slot);
     }
     std::sort(c.begin(), c.end(), [&](uint32_t a, uint32_t b) {
-      double x = KeyAmount(key, use_total, a), y = KeyAmount(key, use_total, b);
+      ResourceAmount x = KeyAmount(key, use_total, a), y = KeyAmount(key, use_total, b);
       return x != y ? x > y : a < b;
     });
     for (uint32_t slot : c) {
@@ -318,7 +318,7 @@ void PlacementIndex::ForEach(const Demand& d, bool use_total, const std::functio
     }
     return;
   }
-  const double need = AmountOf(d.amounts, key);
+  const ResourceAmount need = AmountOf(d.amounts, key);
   auto lists = [](const Side& side, uint32_t name) -> const HolderCursor::Lists* {
     auto it = side.find(name);
     return it == side.end() ? nullptr : &it->second.by_amount;

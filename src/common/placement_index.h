@@ -90,7 +90,7 @@ class PlacementIndex {
   std::unordered_map<uint32_t, CompactResources> busy_;
   // The nodes holding some of one resource, by amount (most first), each list by slot.
   struct Holders {
-    std::vector<std::pair<double, std::vector<uint32_t>>> by_amount;
+    std::vector<std::pair<ResourceAmount, std::vector<uint32_t>>> by_amount;
     size_t nodes = 0;
   };
   using Side = std::unordered_map<uint32_t, Holders>;  // by resource name id
@@ -102,7 +102,7 @@ class PlacementIndex {
   void Move(Side& side, const CompactResources& from, const CompactResources& to, uint32_t slot);
   void IndexLabels(uint32_t slot, bool add);
   uint32_t KeyOf(const Demand& d) const;  // kNoSlot: none
-  double KeyAmount(uint32_t key, bool use_total, uint32_t slot) const;
+  ResourceAmount KeyAmount(uint32_t key, bool use_total, uint32_t slot) const;
   bool Qualifies(const Demand& d, bool use_total, uint32_t slot) const;
   // The nodes `d`'s selector allows, when a key=value/in or node-id term narrows it to fewer
   // than `limit` nodes.

@@ -34,13 +34,13 @@ RefCollector*& ResultRefCollector() {
 }
 
 void ValidateResources(const std::unordered_map<std::string, double>& resources) {
-  auto s = ValidateResourceRequest(ResourceMap(resources.begin(), resources.end()), "resources");
+  auto s = ValidateResourceRequest(ResourceDoubles(resources.begin(), resources.end()), "resources");
   if (!s.ok()) throw RayException(s.message());
 }
 
 void ValidateBundles(const std::vector<std::unordered_map<std::string, double>>& bundles) {
   for (size_t i = 0; i < bundles.size(); ++i) {
-    auto s = ValidateResourceRequest(ResourceMap(bundles[i].begin(), bundles[i].end()),
+    auto s = ValidateResourceRequest(ResourceDoubles(bundles[i].begin(), bundles[i].end()),
                                      "placement group bundle " + std::to_string(i));
     if (!s.ok()) throw RayException(s.message());
   }

@@ -104,10 +104,10 @@ std::string CoreWorker::CreateActor(const std::string& factory_name,
   } else {
     for (const auto& p : opts_.code_search_path) req.add_code_search_path(p);
   }
-  ResourceMap res(options.resources.begin(), options.resources.end());
-  if (auto it = res.find("TPU"); it != res.end()) {
+  if (auto it = options.resources.find("TPU"); it != options.resources.end()) {
     if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) ThrowStatus(st);
   }
+  ResourceMap res(options.resources.begin(), options.resources.end());  // validated: rounded to units
   ToProto(res, req.mutable_resources());
   *spec->mutable_resources() = req.resources();  // what the actor holds, for its runtime context
   head_->CreateActor(req);

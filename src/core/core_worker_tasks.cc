@@ -143,10 +143,10 @@ std::string CoreWorker::SchedulingKey(const internal::TaskOptions& options,
     *spec->mutable_resources() = kDefault->first;
     key = kDefault->second;
   } else {
-    ResourceMap res(options.resources.begin(), options.resources.end());
-    if (auto it = res.find("TPU"); it != res.end()) {
+    if (auto it = options.resources.find("TPU"); it != options.resources.end()) {
       if (auto st = tpu::ValidateTaskTpuRequest(it->second); !st.ok()) ThrowStatus(st);
     }
+    ResourceMap res(options.resources.begin(), options.resources.end());  // validated: rounded to units
     ToProto(res, spec->mutable_resources());
     key = ResourcesToString(res);
   }

@@ -235,7 +235,7 @@ std::string HeadClient::CreatePlacementGroup(const internal::PlacementGroupSpec&
   }
   for (size_t i = 0; i < spec.bundles.size(); ++i) {
     auto* b = req.add_bundles();
-    for (const auto& [k, v] : spec.bundles[i]) (*b->mutable_resources()->mutable_amounts())[k] = v;
+    ToProto(ResourceMap(spec.bundles[i].begin(), spec.bundles[i].end()), b->mutable_resources());
     if (!spec.bundle_selectors.empty()) {
       for (const auto& [k, v] : spec.bundle_selectors[i]) {
         auto* t = b->add_label_selector();
@@ -285,7 +285,8 @@ internal::PlacementGroupInfo ToInfo(const rpc::PlacementGroupRecord& r) {
   info.spec.strategy = r.strategy();
   info.spec.detached = r.detached();
   for (const auto& b : r.bundles()) {
-    info.spec.bundles.emplace_back(b.resources().amounts().begin(), b.resources().amounts().end());
+    ResourceDoubles amounts = ToDoubles(FromProto(b.resources()));
+    info.spec.bundles.emplace_back(amounts.begin(), amounts.end());
     internal::LabelSelector sel;
     for (const auto& t : b.label_selector()) sel[t.key()] = t.expr();
     info.spec.bundle_selectors.push_back(sel);

@@ -17,7 +17,7 @@ void ActorDirectory::Create(const rpc::CreateActorRequest& req, rpc::CreateActor
     SetError(reply->mutable_error(), StatusCode::kInvalidArgument, "actor id missing");
     return;
   }
-  if (auto s = ValidateResources(FromProto(req.resources()), "actor resources"); !s.ok()) {
+  if (auto s = ValidateResourceSet(req.resources(), "actor resources"); !s.ok()) {
     SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
     return;
   }

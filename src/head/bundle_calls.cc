@@ -109,7 +109,9 @@ bool ParseBundleReply(BundleReply* r) {
       const char* qend = b + n;
       while (q < qend) {  // rpc::ResourceSet
         if (!ReadVarint(q, qend, &tag)) return false;
-        if (static_cast<int>(tag >> 3) != rpc::ResourceSet::kAmountsFieldNumber || (tag & 7) != 2) {
+        const int set_field = static_cast<int>(tag >> 3);
+        const bool units = set_field == rpc::ResourceSet::kUnitsFieldNumber;
+        if ((!units && set_field != rpc::ResourceSet::kLegacyAmountsFieldNumber) || (tag & 7) != 2) {
           if (!SkipField(q, qend, static_cast<int>(tag & 7))) return false;
           continue;
         }
@@ -128,9 +130,15 @@ bool ParseBundleReply(BundleReply* r) {
             if (!ReadLength(x, xend, &kb, &kn)) return false;
             a.name_offset = static_cast<uint32_t>(kb - base);
             a.name_size = static_cast<uint32_t>(kn);
-          } else if (f == wire::kMapValueField && t == 1) {
+          } else if (f == wire::kMapValueField && t == 0 && units) {
+            uint64_t u;
+            if (!ReadVarint(x, xend, &u)) return false;
+            a.units = static_cast<int64_t>(u);  // int64: two's complement in a varint
+          } else if (f == wire::kMapValueField && t == 1 && !units) {  // an older node's double
             if (xend - x < 8) return false;
-            memcpy(&a.value, x, 8);
+            double d;
+            memcpy(&d, x, 8);
+            a.units = ResourceAmount(d).units();
             x += 8;
           } else if (!SkipField(x, xend, t)) {
             return false;

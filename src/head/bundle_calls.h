@@ -18,6 +18,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/resources.h"
 #include "proto/torus.pb.h"
 
 namespace torus {
@@ -32,7 +33,7 @@ struct BundleReply {
   std::string raw;  // the serialised reply
   struct Amount {
     uint32_t name_offset = 0, name_size = 0;  // the resource name, in `raw`
-    double value = 0;
+    int64_t units = 0;                        // ResourceAmount units (1/10,000)
   };
   std::vector<Amount> available;
   std::string_view Name(const Amount& a) const {

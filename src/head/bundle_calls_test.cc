@@ -16,14 +16,25 @@ using R = rpc::PrepareBundlesReply;
 std::string Amount(const std::string& name, double v) {
   std::string entry;
   wire::PutBytes(&entry, wire::kMapKeyField, name);
+  wire::PutTag(&entry, wire::kMapValueField, 0);
+  wire::PutVarint(&entry, static_cast<uint64_t>(ResourceAmount(v).units()));
+  return entry;
+}
+
+// An amount as versions before fixed point wrote it (a double in ResourceSet field 1).
+std::string LegacyAmount(const std::string& name, double v) {
+  std::string entry;
+  wire::PutBytes(&entry, wire::kMapKeyField, name);
   wire::PutDouble(&entry, wire::kMapValueField, v);
   return entry;
 }
 
 std::string Reply() {
   std::string set;
-  wire::PutBytes(&set, rpc::ResourceSet::kAmountsFieldNumber, Amount("CPU", 3.5));
-  wire::PutBytes(&set, rpc::ResourceSet::kAmountsFieldNumber, Amount("TPU", 4));
+  wire::PutBytes(&set, rpc::ResourceSet::kUnitsFieldNumber, Amount("CPU", 3.5));
+  wire::PutBytes(&set, rpc::ResourceSet::kUnitsFieldNumber, Amount("TPU", 4));
+  wire::PutBytes(&set, rpc::ResourceSet::kUnitsFieldNumber, Amount("debt", -0.25));
+  wire::PutBytes(&set, rpc::ResourceSet::kLegacyAmountsFieldNumber, LegacyAmount("old", 0.1 + 0.2));
   std::string out;
   wire::PutTag(&out, R::kOkFieldNumber, 0);
   wire::PutVarint(&out, 1);
@@ -42,9 +53,9 @@ TEST(BundleCallsTest, ParsesEveryFieldOfAReply) {
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.error, "none");
   EXPECT_EQ(r.ledger_seq, 42u);
-  std::map<std::string, double> got;
-  for (const auto& a : r.available) got[std::string(r.Name(a))] = a.value;
-  EXPECT_EQ(got, (std::map<std::string, double>{{"CPU", 3.5}, {"TPU", 4}}));
+  std::map<std::string, int64_t> got;
+  for (const auto& a : r.available) got[std::string(r.Name(a))] = a.units;
+  EXPECT_EQ(got, (std::map<std::string, int64_t>{{"CPU", 35000}, {"TPU", 40000}, {"debt", -2500}, {"old", 3000}}));
 }
 
 TEST(BundleCallsTest, RefusesATruncatedReply) {

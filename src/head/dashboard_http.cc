@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/json_limits.h"
+#include "common/resources.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
 #include "proto/torus.grpc.pb.h"
@@ -34,7 +35,7 @@ size_t QueryNumber(const HttpRequest& req, const std::string& name, size_t fallb
 
 Json Resources(const rpc::ResourceSet& r) {
   Json j = Json::object();
-  for (const auto& [k, v] : r.amounts()) j[k] = v;
+  for (const auto& [k, v] : FromProto(r)) j[k] = v.ToDouble();
   return j;
 }
 
@@ -100,20 +101,20 @@ HttpResponse Overview(const DashboardSource& src) {
   auto list = ListAll(src);
   if (!list.ok()) return Unavailable503(list.status());
   int alive = 0;
-  std::map<std::string, double> total, avail;
+  ResourceMap total, avail;
   for (const auto& n : list->nodes()) {
     if (!n.alive()) continue;
     ++alive;
-    for (const auto& [k, v] : n.total().amounts()) total[k] += v;
-    for (const auto& [k, v] : n.available().amounts()) avail[k] += v;
+    Add(total, FromProto(n.total()));
+    Add(avail, FromProto(n.available()));
   }
   std::map<std::string, int> actors, groups;
   for (const auto& a : list->actors()) ++actors[StateName(a.state())];
   for (const auto& g : list->placement_groups()) ++groups[StateName(g.state())];
   Json out = {{"nodes_alive", alive},
               {"nodes_dead", list->nodes_size() - alive},
-              {"resources_total", total},
-              {"resources_available", avail},
+              {"resources_total", ToDoubles(total)},
+              {"resources_available", ToDoubles(avail)},
               {"actors", actors},
               {"placement_groups", groups},
               {"drivers", list->jobs_size()}};

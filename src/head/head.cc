@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 // What a node registers must hold to the rules `torus start` applies, so that a hand-made
 // RegisterNode cannot inject negative or absurd capacities.
 Status ValidateNodeRecord(const rpc::NodeRecord& n) {
-  if (auto s = ValidateResources(FromProto(n.total()), "node " + n.node_id() + " resources"); !s.ok()) {
+  if (auto s = ValidateResourceSet(n.total(), "node " + n.node_id() + " resources"); !s.ok()) {
     return s;
   }
   std::map<std::string, std::string> labels(n.labels().begin(), n.labels().end());
@@ -36,7 +36,7 @@ Status ValidateNodeRecord(const rpc::NodeRecord& n) {
 
 Head::Head(HeadConfig cfg)
     : cfg_(std::move(cfg)),
-      pg_manager_(mu_, *this, work_, cfg_.token),
+      pg_manager_(mu_, *this, work_, cfg_.token, std::chrono::milliseconds(cfg_.stray_bundle_grace_ms)),
       actors_(mu_, *this, pg_manager_, work_, cfg_.token, stopping_) {}
 
 Head::~Head() {
@@ -165,6 +165,10 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   MutexLock lock(mu_);
   auto [it, fresh] = nodes_.try_emplace(n.node_id());
   auto& e = it->second;
+  // The bundles it lists are older than a ledger of this same process the head has applied (a
+  // registration repeated after its reply was lost, overtaken by a grant): not evidence of loss.
+  const bool held_is_stale = !fresh && e.address == n.address() && e.pid == n.pid() &&
+                             req->ledger_seq() < e.ledger_seq;
   placement_index_.Remove(e);  // its labels and totals may change: indexed again below
   SetFromRecord(names_, n, &e);
   e.known = true;
@@ -189,7 +193,7 @@ grpc::Status Head::RegisterNode(grpc::ServerContext* ctx, const rpc::RegisterNod
   TORUS_LOG(INFO) << (fresh ? "node registered: " : "node re-registered: ") << n.node_id() << " at "
                   << n.address() << " " << ResourcesToString(FromProto(n.total()));
   pg_manager_.AssertHeld();  // it shares mu_
-  pg_manager_.ReleaseUnknownLocked(n.node_id(), n.address(), req->held_groups());
+  pg_manager_.ReconcileNodeLocked(n.node_id(), n.address(), req->held(), held_is_stale);
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();
   return grpc::Status::OK;
@@ -306,6 +310,8 @@ std::optional<std::chrono::milliseconds> Head::MonitorTick() {
     }
   }
   if (now >= resume_until_) EndResumeGraceLocked();
+  pg_manager_.AssertHeld();  // it shares mu_
+  pg_manager_.ReleaseStrayBundlesLocked(now);
   ForgetDeadNodesLocked();
   actors_.AssertHeld();  // it shares mu_
   actors_.ScheduleLocked();
@@ -489,7 +495,9 @@ void Head::ApplyLedger(const NodeCall& call, const BundleReply& reply) {
   e.ledger_seq = reply.ledger_seq;
   CompactResources available;
   available.reserve(reply.available.size());
-  for (const auto& a : reply.available) available.emplace_back(names_.Intern(reply.Name(a)), a.value);
+  for (const auto& a : reply.available) {
+    available.emplace_back(names_.Intern(reply.Name(a)), ResourceAmount::FromUnits(a.units));
+  }
   // By name id; a name given twice keeps its last amount, as parsing into a map would.
   std::stable_sort(available.begin(), available.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });

@@ -98,6 +98,11 @@ struct HeadConfig {
   // actors and bundles on nodes that did not are handled as on a node's death, and the jobs of
   // drivers that did not are finished.
   int resume_grace_ms = 10000;
+  // A bundle a registering node holds that no live group records on it (a group this head does
+  // not know, one removed, or one placed elsewhere) is released after this long, if it is still
+  // so: longer than a bundle call's deadline (5 s), so a grant in flight is never undone
+  // (docs/fault_tolerance.md, "Reconciling bundles").
+  int stray_bundle_grace_ms = 10000;
   // Dead nodes stay listed (`torus list nodes`, the state API) up to this many, the longest
   // dead forgotten first (Ray keeps 1,000: maximum_gcs_dead_node_cached_count), so that a
   // cluster whose hosts come and go for weeks keeps a bounded table.

@@ -60,10 +60,10 @@ void AddNodeFamilies(MetricFamilies& out, const std::vector<NodeSample>& nodes, 
   out.push_back(alive.Take());
   out.push_back(age.Take());
   GaugeFamily ct("torus_cluster_resource_capacity", "The alive nodes' total of a resource");
-  for (const auto& [r, v] : cluster_total) ct.Add(v, {{"resource", r}});
+  for (const auto& [r, v] : cluster_total) ct.Add(v.ToDouble(), {{"resource", r}});
   out.push_back(ct.Take());
   GaugeFamily ca("torus_cluster_resource_available", "What the alive nodes have free of a resource");
-  for (const auto& [r, v] : cluster_avail) ca.Add(v, {{"resource", r}});
+  for (const auto& [r, v] : cluster_avail) ca.Add(v.ToDouble(), {{"resource", r}});
   out.push_back(ca.Take());
 }
 
@@ -164,7 +164,7 @@ void Head::NoteDriverEndedTasks(const std::string& job_id, int64_t finished, int
 
 MetricFamilies Head::CollectMetrics() {
   std::vector<NodeSample> nodes;
-  std::map<uint32_t, double> total_by_id, avail_by_id;
+  std::map<uint32_t, ResourceAmount> total_by_id, avail_by_id;
   ResourceMap cluster_total, cluster_avail;
   std::vector<std::pair<std::string, std::string>> drivers;  // (job id, driver address)
   rpc::ListReply tables;

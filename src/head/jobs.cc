@@ -12,6 +12,7 @@
 #include "common/ids.h"
 #include "common/labels.h"
 #include "common/logging.h"
+#include "common/resources.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
 #include "tpu/gang_env.h"
@@ -145,11 +146,7 @@ JobManager::AttemptResult JobManager::PickDriverNode(const std::string& id, std:
   auto selector = ParseLabelSelector({req.driver_label_selector().begin(), req.driver_label_selector().end()});
   if (!selector.ok()) return {Outcome::kFailed, selector.status().message(), -1};
   auto fits = [&](const rpc::NodeRecord& n) {
-    for (const auto& [k, v] : req.driver_resources().amounts()) {
-      auto it = n.total().amounts().find(k);
-      if (v > 0 && (it == n.total().amounts().end() || it->second < v)) return false;
-    }
-    return MatchesLabels(*selector, n.labels());
+    return Fits(FromProto(req.driver_resources()), FromProto(n.total())) && MatchesLabels(*selector, n.labels());
   };
   auto head = rpc::Head::NewStub(GetChannel(head_address_));
   while (!StopWanted(id)) {
@@ -170,7 +167,7 @@ JobManager::AttemptResult JobManager::PickDriverNode(const std::string& id, std:
       targets->push_back(t);
       return {Outcome::kSucceeded, "", -1};
     }
-    SetMessage(id, req.driver_resources().amounts().empty() && req.driver_label_selector().empty()
+    SetMessage(id, FromProto(req.driver_resources()).empty() && req.driver_label_selector().empty()
                        ? "waiting for a node to run the driver on"
                        : "waiting for a node with the driver's resources and labels");
     MutexLock lock(mu_);

@@ -8,6 +8,7 @@
 #include "common/ids.h"
 #include "common/labels.h"
 #include "common/logging.h"
+#include "common/resources.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
 #include "head/jobs.h"
@@ -40,10 +41,9 @@ StatusOr<rpc::PlacementGroupRecord> SliceRecord(const rpc::JobSubmitRequest& req
   sl->set_timeout_ms(req.slice_wait_timeout_ms() > 0 ? req.slice_wait_timeout_ms() : -1);
   for (int i = 0; i < layout->total_bundles; ++i) {
     auto* b = rec.add_bundles();
-    auto& amounts = *b->mutable_resources()->mutable_amounts();
-    amounts["CPU"] = 1;
-    amounts["TPU"] = layout->tpu_per_bundle;
+    ResourceMap amounts{{"CPU", 1}, {"TPU", layout->tpu_per_bundle}};
     if (i % layout->bundles_per_slice == 0) amounts["TPU-" + shape->pod_type + "-head"] = 1;
+    ToProto(amounts, b->mutable_resources());
     auto* t = b->add_label_selector();
     t->set_key(std::string(tpu::kLabelPodType));
     t->set_expr(shape->pod_type);
@@ -93,9 +93,7 @@ StatusOr<rpc::JobRecord> JobManager::Submit(const rpc::JobSubmitRequest& in) {
     auto sel = ParseLabelSelector({req.driver_label_selector().begin(), req.driver_label_selector().end()});
     if (!sel.ok()) return InvalidArgument("the driver's label selector: " + sel.status().message());
   }
-  for (const auto& [name, amount] : req.driver_resources().amounts()) {
-    if (!(amount >= 0) || amount > 1e15) return InvalidArgument("the driver's resource '" + name + "' must be >= 0");
-  }
+  if (auto s = ValidateResourceSet(req.driver_resources(), "the driver's resources"); !s.ok()) return s;
   std::string id = req.submission_id().empty() ? "job_" + RandomHex(5) : req.submission_id();
   if (auto s = CheckSubmissionId(id); !s.ok()) return s;
   Job job;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/json_limits.h"
+#include "common/resources.h"
 #include "common/rpc.h"
 #include "common/wire_states.h"
 
@@ -142,7 +143,10 @@ Status SetDriverAmount(rpc::JobSubmitRequest& req, const std::string& name, cons
   if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
     return InvalidArgument(what + " must be a number >= 0");
   }
-  if (v.get<double>() > 0) (*req.mutable_driver_resources()->mutable_amounts())[name] = v.get<double>();
+  if (v.get<double>() > MaxResourceAmount(name)) {
+    return InvalidArgument(what + " must be at most " + Json(MaxResourceAmount(name)).dump());
+  }
+  if (v.get<double>() > 0) (*req.mutable_driver_resources()->mutable_units())[name] = ResourceAmount(v.get<double>()).units();
   return Status::Ok();
 }
 

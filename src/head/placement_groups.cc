@@ -55,11 +55,11 @@ Status ParseBundle(PgEntry* e, int i) {
   b->set_index(i);
   b->clear_node_id();
   b->clear_node_address();
-  if (auto s = ValidateResources(FromProto(b->resources()), "bundle " + std::to_string(i)); !s.ok()) {
+  if (auto s = ValidateResourceSet(b->resources(), "bundle " + std::to_string(i)); !s.ok()) {
     return InvalidArgument(s.message());
   }
   bool any = false;
-  for (const auto& [k, v] : b->resources().amounts()) any = any || v > 0;
+  for (const auto& [k, v] : FromProto(b->resources())) any = any || v.Positive();
   if (!any) return InvalidArgument("bundle " + std::to_string(i) + " is empty: give it at least one resource");
   // The bundles of a slice reservation all carry the same selector: parse it once.
   if (i > 0 && SameSelector(e->rec.bundles(i - 1), *b)) {
@@ -124,8 +124,8 @@ StatusOr<PgEntry> ParsePgRequest(const rpc::PlacementGroupRecord& req, PgEntry::
 }
 
 PlacementGroupManager::PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkQueue& pool,
-                                             std::string token)
-    : mu_(mu), cluster_(cluster), pool_(pool), token_(std::move(token)) {}
+                                             std::string token, std::chrono::milliseconds stray_grace)
+    : mu_(mu), cluster_(cluster), pool_(pool), token_(std::move(token)), stray_grace_(stray_grace) {}
 
 PlacementGroupManager::~PlacementGroupManager() { Stop(); }
 
@@ -260,6 +260,13 @@ void PlacementGroupManager::RemoveJobGroups(const std::string& job_id) {
 }
 
 void PlacementGroupManager::OnNodeLost(const std::string& node_id) {
+  LoseBundlesLocked(node_id, [](const PgEntry&, int) { return true; });
+  for (auto it = strays_.begin(); it != strays_.end();) {  // gone with the node
+    it = std::get<0>(it->first) == node_id ? strays_.erase(it) : std::next(it);
+  }
+}
+
+void PlacementGroupManager::LoseBundlesLocked(const std::string& node_id, const LostBundle& lost) {
   std::vector<NodeCall> release;
   for (auto& [id, e] : pgs_) {
     if (e.rec.state() != rpc::PlacementGroupRecord::CREATED &&
@@ -267,12 +274,12 @@ void PlacementGroupManager::OnNodeLost(const std::string& node_id) {
       continue;
     }
     if (IsSliceReservation(e.rec)) {
-      OnSliceNodeLost(e, node_id, &release);
+      OnSliceNodeLost(e, node_id, lost, &release);
       continue;
     }
     bool hit = false;
     for (auto& b : *e.rec.mutable_bundles()) {
-      if (b.node_id() == node_id) {
+      if (b.node_id() == node_id && lost(e, b.index())) {
         b.clear_node_id();
         b.clear_node_address();
         hit = true;
@@ -287,14 +294,14 @@ void PlacementGroupManager::OnNodeLost(const std::string& node_id) {
   sched_cv_.NotifyAll();
 }
 
-void PlacementGroupManager::OnSliceNodeLost(PgEntry& e, const std::string& node_id,
+void PlacementGroupManager::OnSliceNodeLost(PgEntry& e, const std::string& node_id, const LostBundle& gone,
                                             std::vector<NodeCall>* release) {
   // A slice is granted, lost and re-granted whole (docs/tpu.md section 6 "Failure").
   const std::string& id = e.rec.pg_id();
   int per = e.rec.slice().bundles_per_slice();
   std::set<int> lost;
   for (const auto& b : e.rec.bundles()) {
-    if (b.node_id() == node_id) lost.insert(b.index() / per);
+    if (b.node_id() == node_id && gone(e, b.index())) lost.insert(b.index() / per);
   }
   if (lost.empty()) return;
   e.rec.set_epoch(e.rec.epoch() + 1);
@@ -705,96 +712,6 @@ void PlacementGroupManager::GrantFailed(PgEntry& e, const std::string& failure) 
   e.rec.set_pending_reason("waiting for resources (" + failure + ")");
   SaveLocked(e);  // without the grant's intent: the nodes rolled back
   sched_cv_.NotifyAll();
-}
-
-// ------------------------------------------------------------------------------- durable state
-
-void PlacementGroupManager::SaveLocked(const PgEntry& e) {
-  if (!store_) return;
-  const std::string& id = e.rec.pg_id();
-  Status s = e.rec.state() == rpc::PlacementGroupRecord::REMOVED
-                 ? store_->Delete(StoreKind::kPlacementGroup, id)
-                 : store_->Put(StoreKind::kPlacementGroup, id, e.rec.SerializeAsString());
-  if (!s.ok()) TORUS_LOG(ERROR) << "placement group " << id << " not saved: " << s.message();
-}
-
-StatusOr<size_t> PlacementGroupManager::RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) {
-  std::vector<PgEntry> parsed;
-  for (const auto& [id, bytes] : records) {
-    rpc::PlacementGroupRecord rec;
-    if (!rec.ParseFromString(bytes) || rec.pg_id() != id) {
-      return Internal("the record of placement group " + id + " is garbled");
-    }
-    // The selectors and the slice shape parsed as at creation; the record itself as saved.
-    auto e = ParsePgRequest(rec, Clock::now());
-    if (!e.ok()) return Internal("placement group " + id + ": " + e.status().message());
-    e->rec = std::move(rec);
-    e->pending_since = Clock::now();
-    parsed.push_back(std::move(*e));
-  }
-  for (auto& e : parsed) {
-    const std::string id = e.rec.pg_id();
-    if (e.rec.state() == rpc::PlacementGroupRecord::REMOVED) continue;  // its deletion did not reach the store
-    // A grant in flight when the head died: what the nodes may have reserved for it is
-    // released before the group is placed again.
-    std::vector<NodeCall> undo;
-    for (const auto& g : e.rec.granting()) {
-      // No node id kept: whichever node is at the address releases (its ledger: next heartbeat).
-      undo.push_back({"", g.node_address(), ReleasePayload(id, {g.indexes().begin(), g.indexes().end()},
-                                                      "the head restarted while reserving them")});
-    }
-    e.rec.clear_granting();
-    DropUngrantedSlicesLocked(e);
-    const bool waiting = e.rec.state() == rpc::PlacementGroupRecord::PENDING ||
-                         e.rec.state() == rpc::PlacementGroupRecord::RESCHEDULING;
-    if (waiting && undo.empty()) queue_.push_back(id);
-    if (waiting && !undo.empty()) {
-      (void)pool_.Post([this, id, undo = std::move(undo)] {
-        ReleaseOnNodes(undo);
-        MutexLock lock(mu_);
-        auto it = pgs_.find(id);
-        if (it == pgs_.end() || (it->second.rec.state() != rpc::PlacementGroupRecord::PENDING &&
-                                 it->second.rec.state() != rpc::PlacementGroupRecord::RESCHEDULING)) {
-          return;
-        }
-        SaveLocked(it->second);
-        queue_.push_back(id);
-        sched_cv_.NotifyAll();
-      });
-    }
-    if (!e.rec.name().empty()) named_[{e.rec.ray_namespace(), e.rec.name()}] = id;
-    for (const auto& name : e.rec.slice_names()) {
-      if (!name.empty()) slice_holder_[name] = id;
-    }
-    pgs_[id] = std::move(e);
-  }
-  if (!queue_.empty()) sched_cv_.NotifyAll();
-  return parsed.size();
-}
-
-void PlacementGroupManager::ReleaseUnknownLocked(const std::string& node_id, const std::string& node_address,
-                                                 const google::protobuf::RepeatedPtrField<std::string>& held) {
-  std::vector<NodeCall> release;
-  for (const auto& pg_id : held) {
-    auto it = pgs_.find(pg_id);
-    if (it != pgs_.end() && it->second.rec.state() != rpc::PlacementGroupRecord::REMOVED) continue;
-    TORUS_LOG(WARNING) << "node " << node_address << " holds bundles of placement group " << pg_id
-                       << ", which " << (it == pgs_.end() ? "this head does not know" : "was removed")
-                       << ": releasing them";
-    release.push_back({node_id, node_address, ReleasePayload(pg_id, {}, "the placement group no longer exists")});
-  }
-  if (!release.empty()) ReleaseInBackground(std::move(release));
-}
-
-std::set<std::string> PlacementGroupManager::NodesInUseLocked() const {
-  std::set<std::string> out;
-  for (const auto& [id, e] : pgs_) {
-    if (e.rec.state() == rpc::PlacementGroupRecord::REMOVED) continue;
-    for (const auto& b : e.rec.bundles()) {
-      if (!b.node_id().empty()) out.insert(b.node_id());
-    }
-  }
-  return out;
 }
 
 }  // namespace torus

@@ -21,11 +21,13 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/labels.h"
@@ -87,7 +89,10 @@ StatusOr<PgEntry> ParsePgRequest(const rpc::PlacementGroupRecord& req, PgEntry::
 
 class PlacementGroupManager {
  public:
-  PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkQueue& pool, std::string token);
+  // `stray_grace`: how long a bundle a node holds but this head does not record there is left
+  // alone before it is released (ReconcileNodeLocked).
+  PlacementGroupManager(Mutex& mu, PgCluster& cluster, WorkQueue& pool, std::string token,
+                        std::chrono::milliseconds stray_grace);
   ~PlacementGroupManager();
   PlacementGroupManager(const PlacementGroupManager&) = delete;
   PlacementGroupManager& operator=(const PlacementGroupManager&) = delete;
@@ -119,10 +124,19 @@ class PlacementGroupManager {
   // nodes of their bundles and the slices they hold; waiting ones queue again. Returns how many,
   // or an error for a garbled record (then nothing is taken).
   StatusOr<size_t> RestoreLocked(const std::vector<std::pair<std::string, std::string>>& records) REQUIRES(mu_);
-  // Node `node_id` at `node_address` (registering) holds bundles of `held`: releases those of
-  // groups that are unknown here or removed.
-  void ReleaseUnknownLocked(const std::string& node_id, const std::string& node_address,
-                            const google::protobuf::RepeatedPtrField<std::string>& held) REQUIRES(mu_);
+  // Node `node_id` at `node_address` registered holding the bundles `held`. Reconciles both
+  // ways (docs/fault_tolerance.md, "Reconciling bundles"): a CREATED or RESCHEDULING group's
+  // bundles recorded on this node but not held there are lost: the group reschedules them
+  // (RESCHEDULING until re-placed) — unless `held_is_stale` (the head has seen a newer ledger of
+  // this very node process than the list). A bundle held there that no live group records there
+  // (a group this head never knew, e.g. a state restored from an older copy; removed; or placed
+  // elsewhere) is a stray: released once it has stayed one for the stray grace
+  // (ReleaseStrayBundlesLocked), so that a grant in flight is never undone.
+  void ReconcileNodeLocked(const std::string& node_id, const std::string& node_address,
+                           const google::protobuf::RepeatedPtrField<rpc::HeldBundles>& held,
+                           bool held_is_stale) REQUIRES(mu_);
+  // Releases the strays that are still strays after the grace (the head's monitor, each tick).
+  void ReleaseStrayBundlesLocked(PgEntry::Clock::time_point now) REQUIRES(mu_);
   // The node ids the bundles of live groups are on.
   std::set<std::string> NodesInUseLocked() const REQUIRES(mu_);
   // The non-detached groups of a finished job are removed.
@@ -173,8 +187,15 @@ class PlacementGroupManager {
   void DropUngrantedSlicesLocked(PgEntry& e) REQUIRES(mu_);
   // Marks a group REMOVED; returns the releases of its placed bundles.
   std::vector<NodeCall> RemoveLocked(PgEntry& e, const std::string& why) REQUIRES(mu_);
-  void OnSliceNodeLost(PgEntry& e, const std::string& node_id, std::vector<NodeCall>* release)
-      REQUIRES(mu_);
+  // Which of a group's bundles on a node are gone: all of them (the node died), or those the node
+  // does not hold (ReconcileNodeLocked).
+  using LostBundle = std::function<bool(const PgEntry& e, int index)>;
+  // The groups with bundles on `node_id` that `lost` selects reschedule them.
+  void LoseBundlesLocked(const std::string& node_id, const LostBundle& lost) REQUIRES(mu_);
+  void OnSliceNodeLost(PgEntry& e, const std::string& node_id, const LostBundle& lost,
+                       std::vector<NodeCall>* release) REQUIRES(mu_);
+  // Whether a live group records bundle `index` of `pg_id` on node `node_id`.
+  bool RecordedOnLocked(const std::string& pg_id, int index, const std::string& node_id) const REQUIRES(mu_);
   void Reschedule(PgEntry& e) REQUIRES(mu_);  // CREATED -> RESCHEDULING, first in the queue
   // Releases bundles on nodes, all at once, and takes their ledgers.
   void ReleaseOnNodes(const std::vector<NodeCall>& what) EXCLUDES(mu_);
@@ -193,6 +214,7 @@ class PlacementGroupManager {
   PgCluster& cluster_;
   WorkQueue& pool_;
   const std::string token_;
+  const std::chrono::milliseconds stray_grace_;
 
   // guarded by mu_
   CondVar sched_cv_;  // the view changed, or a group is waiting
@@ -204,6 +226,13 @@ class PlacementGroupManager {
   std::deque<std::string> removed_ GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, std::string> named_ GUARDED_BY(mu_);  // (ns, name) -> id
   std::map<std::string, std::string> slice_holder_ GUARDED_BY(mu_);  // slice name -> reservation id
+  // Bundles nodes hold that no live group records there, by (node id, group id, index): the
+  // node's address and since when (ReconcileNodeLocked, ReleaseStrayBundlesLocked).
+  struct StrayBundle {
+    std::string address;
+    Clock::time_point since;
+  };
+  std::map<std::tuple<std::string, std::string, int>, StrayBundle> strays_ GUARDED_BY(mu_);
   bool scheduling_ GUARDED_BY(mu_) = false;  // a group is being reserved (mu released meanwhile)
   bool stopping_ GUARDED_BY(mu_) = false;
 

@@ -29,8 +29,8 @@ class Cluster {
     rec.set_address(id + ":1");
     rec.set_hostname("host-" + id);
     for (const auto& [k, v] : total) {
-      (*rec.mutable_total()->mutable_amounts())[k] = v;
-      (*rec.mutable_available()->mutable_amounts())[k] = v;
+      (*rec.mutable_total()->mutable_units())[k] = ResourceAmount(v).units();
+      (*rec.mutable_available()->mutable_units())[k] = ResourceAmount(v).units();
     }
     labels[std::string(kLabelNodeId)] = id;
     for (const auto& [k, v] : labels) (*rec.mutable_labels())[k] = v;
@@ -101,8 +101,8 @@ class Cluster {
       if (Fits(demand, free(n)) && MatchesLabels(selector, Labels(n))) out.push_back(n);
     }
     std::stable_sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) {
-      double x = key.empty() || !free(a).count(key) ? 0 : free(a).at(key);
-      double y = key.empty() || !free(b).count(key) ? 0 : free(b).at(key);
+      ResourceAmount x = key.empty() || !free(a).count(key) ? ResourceAmount() : free(a).at(key);
+      ResourceAmount y = key.empty() || !free(b).count(key) ? ResourceAmount() : free(b).at(key);
       return x != y ? x > y : Slot(a) < Slot(b);
     });
     return out;
@@ -247,7 +247,7 @@ void RandomCluster(Rng& r, Cluster& c) {
     c.Add(id, total, labels);
     if (r.Chance(3)) {
       ResourceMap avail = total;
-      for (auto& [k, v] : avail) v = std::max(0.0, v - 0.5 * r.Int(5));
+      for (auto& [k, v] : avail) v = std::max(ResourceAmount(), v - ResourceAmount(0.5 * r.Int(5)));
       c.SetAvailable(id, avail);
       if (r.Chance(4)) c.SetAvailable(id, total);  // busy, then idle again
     }

@@ -12,13 +12,15 @@
 #include <string>
 #include <string_view>
 
+#include "common/resources.h"
+
 namespace torus {
 
 struct SliceHostUse {
-  double tpu_total = 0;
-  double tpu_available = 0;
-  double head_total = 0;      // TPU-<pod>-head on this host (0: none)
-  double head_available = 0;
+  ResourceAmount tpu_total;
+  ResourceAmount tpu_available;
+  ResourceAmount head_total;      // TPU-<pod>-head on this host (0: none)
+  ResourceAmount head_available;
 };
 
 class SliceIdleRule {

@@ -21,7 +21,7 @@ SliceHostInfo MakeSliceHostInfo(std::string pod_type, std::string slice_name, st
   } catch (...) {
     info.worker_id = -1;
   }
-  info.chips = static_cast<int>(use.tpu_total + kResourceEps);
+  info.chips = static_cast<int>(use.tpu_total.Whole());
   info.chips_free = SliceIdleRule::ChipsFree(use);
   info.head_free = SliceIdleRule::HeadFree(use);
   return info;

@@ -10,9 +10,9 @@ const std::string kWorker(tpu::kLabelWorkerId);
 const std::string kPod(tpu::kLabelPodType);
 const std::string kTopo(tpu::kLabelTopology);
 
-double Get(const ResourceMap& m, const std::string& k) {
+ResourceAmount Get(const ResourceMap& m, const std::string& k) {
   auto it = m.find(k);
-  return it == m.end() ? 0 : it->second;
+  return it == m.end() ? ResourceAmount() : it->second;
 }
 std::string Label(const NodeView& n, const std::string& k) {
   auto it = n.labels.find(k);
@@ -22,16 +22,16 @@ std::string Label(const NodeView& n, const std::string& k) {
 void Evaluate(SliceView& s, const std::vector<NodeView>& nodes, int chips_total,
               std::optional<int> chips_per_vm) {
   s.intact = static_cast<int>(s.hosts.size()) == s.hosts_expected && s.hosts_expected > 0;
-  double tpu = 0;
+  ResourceAmount tpu;
   for (int idx : s.hosts) {
     if (idx < 0) {
       s.intact = false;
       continue;
     }
     tpu += Get(nodes[idx].total, "TPU");
-    if (chips_per_vm && Get(nodes[idx].total, "TPU") != *chips_per_vm) s.intact = false;
+    if (chips_per_vm && Get(nodes[idx].total, "TPU") != ResourceAmount(*chips_per_vm)) s.intact = false;
   }
-  if (chips_total > 0 && static_cast<int>(tpu) != chips_total) s.intact = false;
+  if (chips_total > 0 && tpu != ResourceAmount(chips_total)) s.intact = false;
   if (!s.intact) {
     s.idle = false;
     return;
@@ -117,7 +117,7 @@ std::vector<SliceView> AllSlices(const std::vector<NodeView>& nodes) {
     std::string topo;
     for (const auto& n : nodes) {
       if (Label(n, kPod) == p) {
-        node_chips = static_cast<int>(Get(n.total, "TPU"));
+        node_chips = static_cast<int>(Get(n.total, "TPU").Whole());
         topo = Label(n, kTopo);
         break;
       }

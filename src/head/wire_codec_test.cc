@@ -19,8 +19,8 @@ rpc::PlacementGroupRecord Record() {
   for (int i = 0; i < 3; ++i) {
     auto* b = rec.add_bundles();
     b->set_index(i);
-    (*b->mutable_resources()->mutable_amounts())["CPU"] = 0.5 + i;
-    (*b->mutable_resources()->mutable_amounts())["TPU"] = 4;
+    (*b->mutable_resources()->mutable_units())["CPU"] = ResourceAmount(0.5 + i).units();
+    (*b->mutable_resources()->mutable_units())["TPU"] = ResourceAmount(4).units();
     auto* t = b->add_label_selector();
     t->set_key("torus.io/tpu-slice-name");
     t->set_expr("in(s1,s2)");
@@ -75,16 +75,17 @@ TEST(WireCodecTest, HandReaderReadsAReplyProtobufWrote) {
   msg.set_ok(true);
   msg.set_error("");
   msg.set_ledger_seq(77);
-  (*msg.mutable_available()->mutable_amounts())["CPU"] = 1.25;
-  (*msg.mutable_available()->mutable_amounts())["TPU"] = 0;
+  (*msg.mutable_available()->mutable_units())["CPU"] = ResourceAmount(1.25).units();
+  (*msg.mutable_available()->mutable_units())["TPU"] = ResourceAmount(0).units();
+  (*msg.mutable_available()->mutable_units())["over"] = ResourceAmount(-0.5).units();  // lent out
   BundleReply r;
   r.raw = msg.SerializeAsString();
   ASSERT_TRUE(ParseBundleReply(&r));
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.ledger_seq, 77u);
-  std::map<std::string, double> got;
-  for (const auto& a : r.available) got[std::string(r.Name(a))] = a.value;
-  EXPECT_EQ(got, (std::map<std::string, double>{{"CPU", 1.25}, {"TPU", 0}}));
+  std::map<std::string, int64_t> got;
+  for (const auto& a : r.available) got[std::string(r.Name(a))] = a.units;
+  EXPECT_EQ(got, (std::map<std::string, int64_t>{{"CPU", 12500}, {"TPU", 0}, {"over", -5000}}));
 }
 
 }  // namespace

@@ -37,11 +37,11 @@ Worker* ActorWorker(const WorkerPool& pool, const std::string& actor_id) {
 }  // namespace
 
 void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply* reply) {
-  ResourceMap res = FromProto(req.resources());
-  if (auto s = ValidateResources(res, "actor resources"); !s.ok()) {
+  if (auto s = ValidateResourceSet(req.resources(), "actor resources"); !s.ok()) {
     SetError(reply->mutable_error(), StatusCode::kInvalidArgument, s.message());
     return;
   }
+  ResourceMap res = FromProto(req.resources());
   std::string key = RuntimeKey(req);
   std::string worker_id, worker_address;
   {

@@ -26,11 +26,11 @@ grpc::Status LeaseScheduler::Request(grpc::ServerContext* ctx, const rpc::LeaseR
                                      rpc::LeaseReply* reply) {
   auto p = std::make_shared<PendingLease>();
   p->req = req;
-  p->res = FromProto(req.resources());
-  if (auto s = ValidateResources(p->res, "lease request resources"); !s.ok()) {
+  if (auto s = ValidateResourceSet(req.resources(), "lease request resources"); !s.ok()) {
     SetError(reply->mutable_error(), InvalidArgument(s.message()));
     return grpc::Status::OK;
   }
+  p->res = FromProto(req.resources());
   if (req.label_selector_size() > 0) {
     std::map<std::string, std::string> sel;
     for (const auto& t : req.label_selector()) sel[t.key()] = t.expr();

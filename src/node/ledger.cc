@@ -19,7 +19,7 @@ void Ledger::Reset(ResourceMap total, const std::vector<int>& chip_ids) {
 
 std::vector<int> Ledger::TakeChips(const ResourceMap& res) {
   auto tpu = res.find("TPU");
-  int n = static_cast<int>(tpu == res.end() ? 0 : tpu->second);
+  int n = tpu == res.end() ? 0 : static_cast<int>(tpu->second.Whole());
   std::vector<int> out;
   // Lowest ids first.
   for (auto it = free_chips_.begin(); it != free_chips_.end() && static_cast<int>(out.size()) < n;) {
@@ -123,14 +123,14 @@ void Ledger::Block(Hold* h) {
   if (h->blocked) return;
   auto it = h->res.find("CPU");
   h->blocked = true;
-  available_["CPU"] += it == h->res.end() ? 0 : it->second;
+  available_["CPU"] += it == h->res.end() ? ResourceAmount() : it->second;
 }
 
 void Ledger::Unblock(Hold* h) {
   if (!h->blocked) return;
   auto it = h->res.find("CPU");
   h->blocked = false;
-  available_["CPU"] -= it == h->res.end() ? 0 : it->second;
+  available_["CPU"] -= it == h->res.end() ? ResourceAmount() : it->second;
 }
 
 std::vector<Ledger::BundleSpec> Ledger::Specs(const rpc::BundlesRequest& req) {
@@ -159,7 +159,7 @@ bool Ledger::Prepare(const std::string& pg_id, const std::vector<BundleSpec>& bu
   ResourceMap sum;
   for (const auto& b : bundles) {
     if (mine.count(b.index)) continue;  // a repeated prepare
-    if (auto s = ValidateResources(b.resources, "bundle " + std::to_string(b.index)); !s.ok()) {
+    if (auto s = ValidateResources(ToDoubles(b.resources), "bundle " + std::to_string(b.index)); !s.ok()) {
       return fail(s.message());
     }
     Add(sum, b.resources);
@@ -252,8 +252,9 @@ void Ledger::AppendReply(bool ok, const std::string& error, std::string* out) co
   for (const auto& [k, v] : available_) {
     entry.clear();
     wire::PutBytes(&entry, wire::kMapKeyField, k);
-    wire::PutDouble(&entry, wire::kMapValueField, v);
-    wire::PutBytes(&set, rpc::ResourceSet::kAmountsFieldNumber, entry);
+    wire::PutTag(&entry, wire::kMapValueField, 0);
+    wire::PutVarint(&entry, static_cast<uint64_t>(v.units()));  // int64: two's complement
+    wire::PutBytes(&set, rpc::ResourceSet::kUnitsFieldNumber, entry);
   }
   wire::PutBytes(out, R::kAvailableFieldNumber, set);
   if (seq_ != 0) {

@@ -7,7 +7,7 @@ namespace {
 
 double Get(const ResourceMap& m, const std::string& k) {
   auto it = m.find(k);
-  return it == m.end() ? 0 : it->second;
+  return it == m.end() ? 0 : it->second.ToDouble();
 }
 
 std::vector<Ledger::BundleSpec> Specs(std::vector<ResourceMap> bundles) {

@@ -12,7 +12,8 @@ namespace torus {
 namespace {
 
 TEST(LedgerWireTest, LedgerReplyBytesEqualTheMessageItFills) {
-  Ledger ledger("node-1", ResourceMap{{"CPU", 8}, {"TPU", 4}, {"memory", 1e9}});
+  // A negative amount (CPU lent to blocked workers) is a ten-byte varint: written as protobuf does.
+  Ledger ledger("node-1", ResourceMap{{"CPU", 8.5}, {"TPU", 4}, {"memory", 1e9}, {"lent", -0.25}});
   for (bool ok : {true, false}) {
     const std::string error = ok ? "" : "no room";
     std::string bytes;

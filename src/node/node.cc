@@ -48,7 +48,7 @@ NodeConfig WithDefaults(NodeConfig cfg) {
 Node::Node(NodeConfig cfg)
     : cfg_(WithDefaults(std::move(cfg))),
       log_files_(cfg_.serve_session_logs && !cfg_.session_dir.empty() ? cfg_.session_dir + "/logs" : ""),
-      st_(cfg_.node_id, cfg_.resources),
+      st_(cfg_.node_id, ToAmounts(cfg_.resources)),
       heads_(std::make_shared<torus::HeadAddresses>(cfg_.head_address)) {
   shm_prefix_ = "torus." + cfg_.node_id.substr(0, 12) + ".";
   char host[256] = {0};
@@ -147,7 +147,7 @@ Status Node::SizeArenaAndMemory(ResourceMap* total) {
 Status Node::Start() {
   if (auto s = ValidateToken(cfg_.token, "the node's configuration"); !s.ok()) return s;
   if (auto s = ValidateResources(cfg_.resources, "node resources"); !s.ok()) return s;
-  ResourceMap total = cfg_.resources;
+  ResourceMap total = ToAmounts(cfg_.resources);
   if (auto s = DetectTpu(&total); !s.ok()) return s;
   if (auto s = SizeArenaAndMemory(&total); !s.ok()) return s;
   {
@@ -238,7 +238,12 @@ Status Node::RegisterWithHead() {
     MutexLock lock(st_.mu);
     ToProto(st_.ledger.total(), n->mutable_total());
     ToProto(st_.ledger.available(), n->mutable_available());
-    for (const auto& [pg_id, bundles] : st_.ledger.bundles()) req.add_held_groups(pg_id);
+    for (const auto& [pg_id, bundles] : st_.ledger.bundles()) {
+      auto* h = req.add_held();
+      h->set_pg_id(pg_id);
+      for (const auto& [index, b] : bundles) h->add_indexes(index);
+    }
+    req.set_ledger_seq(st_.ledger.seq());
   }
   for (const auto& [k, v] : cfg_.labels) (*n->mutable_labels())[k] = v;
   rpc::RegisterNodeReply reply;
@@ -545,7 +550,7 @@ void Node::ApplyHeartbeat(const rpc::HeartbeatRequest& req, const rpc::Heartbeat
 std::vector<pid_t> Node::IdleToStopLocked() {
   // Idle workers of finished jobs; idle workers beyond the CPU count once idle long enough.
   auto cpu = st_.ledger.total().find("CPU");
-  int keep = static_cast<int>(cpu != st_.ledger.total().end() ? cpu->second : 1);
+  int keep = cpu != st_.ledger.total().end() ? static_cast<int>(cpu->second.Whole()) : 1;
   return st_.pool.PickIdleToStop(keep, std::chrono::milliseconds(cfg_.idle_worker_keep_ms));
 }
 

@@ -70,7 +70,7 @@ struct NodeConfig {
   int port = 0;                 // 0 = pick
   std::string session_dir;
   std::string token;
-  ResourceMap resources;        // totals; CPU defaults to the number of cores
+  ResourceDoubles resources;    // totals as given (validated and rounded at Start); CPU defaults to the cores
   std::map<std::string, std::string> labels;  // user labels: no reserved key (ValidateUserLabels)
   std::string node_group;       // the launcher's group: label torus.io/node-group ("" = none)
   std::string torus_exe;        // the torus binary, for `torus worker` (code search path mode)

@@ -40,10 +40,10 @@ MetricFamilies Node::CollectMetrics() {
   spilled.Add(static_cast<double>(store.spilled_bytes), node);
   out.push_back(spilled.Take());
   GaugeFamily t("torus_node_resource_capacity", "A node's total of a resource (CPU, TPU, memory in bytes, custom)");
-  for (const auto& [r, v] : total) t.Add(v, {{"node_id", cfg_.node_id}, {"resource", r}});
+  for (const auto& [r, v] : total) t.Add(v.ToDouble(), {{"node_id", cfg_.node_id}, {"resource", r}});
   out.push_back(t.Take());
   GaugeFamily a("torus_node_resource_available", "What a node has free of a resource");
-  for (const auto& [r, v] : available) a.Add(v, {{"node_id", cfg_.node_id}, {"resource", r}});
+  for (const auto& [r, v] : available) a.Add(v.ToDouble(), {{"node_id", cfg_.node_id}, {"resource", r}});
   out.push_back(a.Take());
   GaugeFamily w("torus_workers", "The node's worker processes by state");
   for (const auto& [state, n] : workers) w.Add(n, {{"node_id", cfg_.node_id}, {"state", state}});

@@ -63,13 +63,15 @@ std::optional<PeerView::Target> PeerView::Pick(const ResourceMap& res, const Lab
 }
 
 namespace {
-// How many requests of `res` fit in `avail` (fractional; the least over res's resources).
+// How many requests of `res` fit in `avail` (fractional; the least over res's resources). A
+// ratio for a preference only: the fit itself is decided exactly (Fits, the placement index).
 double Room(const ResourceMap& avail, const ResourceMap& res) {
   double room = std::numeric_limits<double>::infinity();
   for (const auto& [name, amount] : res) {
-    if (amount <= 0) continue;
+    if (!amount.Positive()) continue;
     auto it = avail.find(name);
-    room = std::min(room, (it == avail.end() ? 0.0 : it->second) / amount);
+    double have = it == avail.end() ? 0.0 : static_cast<double>(it->second.units());
+    room = std::min(room, have / static_cast<double>(amount.units()));
   }
   return room;
 }

@@ -11,8 +11,8 @@ rpc::NodeRecord Record(const std::string& id, double cpu_total, double cpu_free,
   r.set_node_id(id);
   r.set_address(id + ":7000");
   r.set_alive(alive);
-  (*r.mutable_total()->mutable_amounts())["CPU"] = cpu_total;
-  (*r.mutable_available()->mutable_amounts())["CPU"] = cpu_free;
+  (*r.mutable_total()->mutable_units())["CPU"] = ResourceAmount(cpu_total).units();
+  (*r.mutable_available()->mutable_units())["CPU"] = ResourceAmount(cpu_free).units();
   for (const auto& [k, v] : labels) (*r.mutable_labels())[k] = v;
   return r;
 }

@@ -88,7 +88,7 @@ std::string CreatePlacementGroup(nb::dict spec) {
   if (spec.contains("chips_per_vm")) s.chips_per_vm = nb::cast<int>(spec["chips_per_vm"]);
   if (spec.contains("slice_timeout_ms")) s.slice_timeout_ms = nb::cast<int64_t>(spec["slice_timeout_ms"]);
   for (size_t i = 0; i < s.bundles.size(); ++i) {
-    auto st = ValidateResourceRequest(ResourceMap(s.bundles[i].begin(), s.bundles[i].end()),
+    auto st = ValidateResourceRequest(ResourceDoubles(s.bundles[i].begin(), s.bundles[i].end()),
                                       "placement group bundle " + std::to_string(i));
     if (!st.ok()) throw nb::value_error(st.message().c_str());
   }
@@ -132,8 +132,8 @@ nb::list Nodes() {
     d["address"] = n.address();
     d["hostname"] = n.hostname();
     d["alive"] = n.alive();
-    d["total"] = ToDict(n.total().amounts());
-    d["available"] = ToDict(n.available().amounts());
+    d["total"] = ToDict(ToDoubles(FromProto(n.total())));
+    d["available"] = ToDict(ToDoubles(FromProto(n.available())));
     d["labels"] = ToDict(n.labels());
     d["pid"] = n.pid();
     d["start_time_ms"] = n.start_time_ms();

@@ -95,7 +95,7 @@ nb::dict Context() {
   const rpc::TaskSpec* holder = creation ? creation : task;
   nb::dict assigned;
   if (holder) {
-    for (const auto& [k, v] : holder->resources().amounts()) assigned[k.c_str()] = v;
+    for (const auto& [k, v] : FromProto(holder->resources())) assigned[k.c_str()] = v.ToDouble();
   }
   d["assigned_resources"] = assigned;
   d["placement_group_id"] = holder ? holder->placement_group_id() : std::string();

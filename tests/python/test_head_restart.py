@@ -1,9 +1,12 @@
 """The head's durable state (docs/fault_tolerance.md): after a kill -9 of the head, the same
 `torus start --head` command resumes the session; named detached actors keep their state and
 are reachable by name, placement groups keep their nodes, a running driver rides out the gap."""
+import json
 import os
 import re
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -244,5 +247,96 @@ print("PID", ray.get(ray.get_actor("slow").pid.remote()))
         pids = marks.read_text().split()
         assert len(pids) == 1, pids  # one constructor run, not two
         assert f"PID {pids[0]}" in out, out
+    finally:
+        c.torus("stop", check=False)
+
+
+GROUP = """
+import sys
+import ray
+from ray.util.placement_group import placement_group
+ray.init(namespace="app")
+pg = placement_group([{"CPU": 2}], name=sys.argv[1], lifetime="detached")
+ray.get(pg.ready())
+print("CREATED", pg.id.hex())
+"""
+
+REMOVE = """
+import ray
+from ray.util.placement_group import get_placement_group, remove_placement_group
+ray.init(namespace="app")
+remove_placement_group(get_placement_group("a"))
+"""
+
+IN_A = """
+import ray
+from ray.util.placement_group import get_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+ray.init(namespace="app")
+@ray.remote(num_cpus=2)
+def inside():
+    return "RAN"
+s = PlacementGroupSchedulingStrategy(placement_group=get_placement_group("a"))
+print(ray.get(inside.options(scheduling_strategy=s).remote(), timeout=60))
+"""
+
+
+def _groups(c: Cluster) -> dict:
+    out = c.torus("list", "placement-groups", "--format", "json").stdout
+    return {g["name"]: g for g in json.loads(out) if g["state"] != "REMOVED"}
+
+
+def _cpu_available(c: Cluster):
+    """The CPUs the alive nodes' own ledgers have free; None before a node registered."""
+    nodes = json.loads(c.torus("list", "nodes", "--format", "json").stdout)
+    alive = [n for n in nodes if n["state"] == "ALIVE"]
+    return sum(n["resources_available"].get("CPU", 0) for n in alive) if alive else None
+
+
+def test_a_head_restored_from_an_older_state_reconciles_bundles_with_its_nodes():
+    """Issue 41: a head whose state is older than the nodes' reality (a restored backup, commits
+    lost in a power cut) listed a group CREATED that no node held, and a group the nodes held
+    but it did not know was dropped at once. Now, when the node registers: the group it records
+    but the node lacks (A) is RESCHEDULING and placed again for real; the bundle the node holds
+    that it does not know (B's) is released after the stray grace."""
+    c, port, env = _head("2")
+    grace = ["--stray-bundle-grace-ms", "3000"]
+    try:
+        run_python(GROUP, env=env, shim=True, args=("a",))
+        # A copy of the state while A is CREATED (SQLite's online backup: consistent under WAL).
+        state = Path(c.session) / "head_state.sqlite3"
+        backup = Path(c.root) / "backup.sqlite3"
+        src, dst = sqlite3.connect(state), sqlite3.connect(backup)
+        src.backup(dst)
+        dst.close()
+        src.close()
+        run_python(REMOVE, env=env, shim=True)
+        run_python(GROUP, env=env, shim=True, args=("b",))
+        assert set(_groups(c)) == {"b"}
+        _kill_head(c)
+        for suffix in ("-wal", "-shm"):  # the later commits must not be replayed
+            Path(str(state) + suffix).unlink(missing_ok=True)
+        shutil.copyfile(backup, state)
+        p = c.torus("start", "--head", "--port", port, "--num-cpus", "2", *grace)
+        assert "resumed" in p.stdout, p.stdout + p.stderr
+        # A stays listed until it is whole again; the node holds B's 2 CPUs until the grace ends.
+        seen = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            groups = _groups(c)
+            state_a = groups["a"]["state"]
+            if not seen or seen[-1] != state_a:
+                seen.append(state_a)
+            if state_a == "CREATED" and "RESCHEDULING" in seen and _cpu_available(c) == 0:
+                break
+            time.sleep(0.05)
+        assert "RESCHEDULING" in seen and seen[-1] == "CREATED", seen
+        assert "b" not in groups, groups
+        node = [n for n in json.loads(c.torus("list", "nodes", "--format", "json").stdout)
+                if n["state"] == "ALIVE"]
+        assert [b["node_id"] for b in groups["a"]["bundles"]] == [node[0]["node_id"]], groups["a"]
+        # The node really holds A's bundle: its 2 CPUs are reserved, and work in A runs there.
+        assert node[0]["resources_available"].get("CPU", 0) == 0, node
+        assert "RAN" in run_python(IN_A, env=env, shim=True).stdout
     finally:
         c.torus("stop", check=False)

@@ -228,10 +228,6 @@ def test_amount_above_the_runtimes_largest_is_refused_at_the_call(torus_local):
     assert torus.get(f.remote(), timeout=60) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="needs amounts above 1e9 accepted (MaxResourceAmount in "
-                   "src/common/resources.cc, raised by the fixed-point resources change): until "
-                   "then 1e10 CPUs is refused at .remote() as too large (at 33a4de8 the node "
-                   "refused it and the task ended as WorkerCrashedError)")
 def test_ten_billion_cpus_stay_pending_not_a_worker_crash(torus_local, capfd):
     @torus.remote
     def f():

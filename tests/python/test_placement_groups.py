@@ -213,3 +213,33 @@ def test_capture_child_tasks(torus_local):
     assert torus.get(a.spawn.remote(), timeout=120) == gid
     torus.kill(a)
     remove_placement_group(pg)
+
+
+def test_fractional_bundles_made_and_removed_hundreds_of_times_leave_the_node_whole():
+    """Issue 41: resource amounts were doubles. After a few hundred placement groups with
+    fractional CPUs, several alive at once, were created and removed, the node reported
+    1.9999999999999996 CPUs and a group asking for its 2 CPUs stayed pending forever. Amounts are
+    fixed point now (1/10,000 units): the node is back at exactly 2 and the group is placed."""
+    with cluster_head("--num-cpus", "2") as c:
+        out = run_python("""
+            import torus
+            from torus.util import placement_group, remove_placement_group
+            torus.init()
+            sizes = [0.1, 0.3, 1 / 3, 0.7, 0.2, 0.25]
+            alive = []
+            for i in range(300):
+                pg = placement_group([{"CPU": sizes[i % len(sizes)]}])
+                torus.get(pg.ready(), timeout=60)
+                alive.append(pg)
+                if len(alive) > 3:  # the oldest goes first, three stay
+                    remove_placement_group(alive.pop(0))
+            for pg in alive:
+                remove_placement_group(pg)
+            print("AVAILABLE", repr(torus.available_resources().get("CPU")))
+            whole = placement_group([{"CPU": 2}])
+            print("WHOLE", whole.wait(60))
+            print("LEFT", torus.available_resources().get("CPU", 0))
+        """, env=c.driver_env(), timeout=600)
+        assert "AVAILABLE 2.0" in out.stdout, out.stdout + out.stderr
+        assert "WHOLE True" in out.stdout, out.stdout + out.stderr
+        assert "LEFT 0" in out.stdout, out.stdout + out.stderr
