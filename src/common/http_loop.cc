@@ -285,13 +285,14 @@ void HttpServer::Loop::Advance(Conn& c) {
     if (c.state == State::kIdle) {
       if (c.in.empty()) return;
       SetState(c, State::kHead, now);
+      c.scanned = 0;
     }
     if (c.state == State::kHead) {
       size_t len = 0;
       int status = 0;
       std::string why;
       c.head = HttpHead{};
-      ParseResult r = ParseHttpHead(c.in, limits_, &c.head, &len, &status, &why);
+      ParseResult r = ParseHttpHead(c.in, limits_, &c.head, &len, &status, &why, &c.scanned);
       if (r == ParseResult::kNeedMore) return;
       if (r == ParseResult::kError) return Refuse(c, status, why);
       c.in.erase(0, len);

@@ -53,6 +53,7 @@ struct HttpServer::Loop {
     Clock::time_point deadline;  // of the current state (none while kBusy)
     uint32_t events = 0;         // epoll interest now
     std::string in;
+    size_t scanned = 0;  // bytes of `in` ParseHttpHead has checked for the current head
     std::string out;
     size_t out_done = 0;
     HttpHead head;

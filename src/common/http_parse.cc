@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -105,13 +106,38 @@ ParseResult ApplyHeaders(HttpHead* head, int* status, std::string* why) {
 }  // namespace
 
 ParseResult ParseHttpHead(std::string_view buf, const HttpLimits& limits, HttpHead* head, size_t* head_len,
-                          int* status, std::string* why) {
-  // Leading blank lines before a request are ignored (RFC 9112 2.2).
+                          int* status, std::string* why, size_t* scanned) {
+  constexpr size_t kMaxRequestLine = 8192;
+  size_t from = scanned ? std::min(*scanned, buf.size()) : 0;
+  size_t limit = std::min(buf.size(), limits.max_head_bytes + 4);
+  // Up to 4 blank lines before a request are ignored (RFC 9112 2.2); a fifth is a malformed
+  // request line.
   size_t start = 0;
-  while (start + 1 < buf.size() && buf[start] == '\r' && buf[start + 1] == '\n') start += 2;
-  size_t end = buf.find("\r\n\r\n", start);
+  while (start < 8 && start + 1 < buf.size() && buf[start] == '\r' && buf[start + 1] == '\n') start += 2;
+  size_t end = buf.find("\r\n\r\n", std::max(start, from >= 3 ? from - 3 : 0));
+  // Only the head's own bytes are checked (a body may follow in the same buffer).
+  size_t check_to = end == std::string_view::npos ? limit : std::min(end, limit);
+  for (size_t i = from; i < check_to; ++i) {
+    auto c = static_cast<unsigned char>(buf[i]);
+    if ((c < 0x20 && c != '\r' && c != '\n' && c != '\t') || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", c);
+      return Fail(400, std::string("a control byte (") + hex + ") in the request head", status, why);
+    }
+  }
   if (end == std::string_view::npos) {
+    if (scanned) *scanned = limit;
     if (buf.size() > limits.max_head_bytes) return Fail(431, "request head over the size limit", status, why);
+    size_t eol = buf.find("\r\n", start);
+    if (eol == std::string_view::npos) {
+      if (buf.size() - start > kMaxRequestLine) return Fail(414, "request line over 8 KiB", status, why);
+      return ParseResult::kNeedMore;
+    }
+    // The request line just became complete: refuse it now if it is malformed.
+    HttpHead line;
+    if (eol + 2 > from && ParseRequestLine(buf.substr(start, eol - start), &line, status, why) != ParseResult::kDone) {
+      return ParseResult::kError;
+    }
     return ParseResult::kNeedMore;
   }
   if (end + 4 > limits.max_head_bytes) return Fail(431, "request head over the size limit", status, why);

@@ -36,10 +36,14 @@ struct HttpHead {
 enum class ParseResult { kNeedMore, kDone, kError };
 
 // Parses the head at the start of `buf`. kDone: *head filled and *head_len the bytes it took
-// (through the blank line). kError: *status (400, 431, 501, 505) and *why. kNeedMore: no blank
-// line yet within the limit (kError 431 once `buf` is past max_head_bytes without one).
+// (through the blank line). kError: *status (400, 414, 431, 501, 505) and *why. kNeedMore: no
+// blank line yet within the limit (kError 431 once `buf` is past max_head_bytes without one).
+// Garbage is refused as soon as it shows: a control byte anywhere in the head, a request line
+// that is malformed once complete or longer than 8 KiB. `scanned` (optional, 0 at the start of a
+// request) keeps how far earlier calls on the same growing `buf` have checked, so that a head
+// trickled byte by byte costs linear time, not quadratic.
 ParseResult ParseHttpHead(std::string_view buf, const HttpLimits& limits, HttpHead* head, size_t* head_len,
-                          int* status, std::string* why);
+                          int* status, std::string* why, size_t* scanned = nullptr);
 
 // The body of a chunked request, decoded as its bytes arrive (state kept between calls).
 class ChunkedDecoder {

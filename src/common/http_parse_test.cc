@@ -83,6 +83,45 @@ TEST(HttpParseTest, MalformedRequestsAreRefusedWithAReason) {
   }
 }
 
+TEST(HttpParseTest, GarbageIsRefusedBeforeTheHeadEnds) {
+  // Random bytes on the port: a control byte, a malformed complete request line, a request line
+  // that never ends: each refused at once, not at the header deadline.
+  auto p = Parse(std::string("\x16\x03\x01\x02\x00\x01", 6));  // a TLS hello
+  EXPECT_EQ(p.result, ParseResult::kError);
+  EXPECT_EQ(p.status, 400);
+  EXPECT_NE(p.why.find("0x16"), std::string::npos) << p.why;
+  EXPECT_EQ(Parse("GARBAGE LINE\r\nX: y").status, 400);
+  EXPECT_EQ(Parse("GET /" + std::string(9000, 'a')).status, 414);
+  EXPECT_EQ(Parse("GET / HTTP/1.1\r\nX: y").result, ParseResult::kNeedMore);
+  EXPECT_EQ(Parse("\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\n\r\n").status, 400);  // blank lines are bounded
+  // A binary body after the head in the same buffer is not part of the head.
+  auto body = Parse(std::string("POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n\x00\x01", 42));
+  EXPECT_EQ(body.result, ParseResult::kDone) << body.why;
+}
+
+TEST(HttpParseTest, ATrickledHeadIsScannedOnceAndParsesTheSame) {
+  std::string text = "POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc";
+  std::string buf;
+  size_t scanned = 0;
+  HttpHead head;
+  size_t len = 0;
+  int status = 0;
+  std::string why;
+  ParseResult r = ParseResult::kNeedMore;
+  for (char c : text) {
+    buf += c;
+    head = HttpHead{};
+    r = ParseHttpHead(buf, HttpLimits{}, &head, &len, &status, &why, &scanned);
+    ASSERT_NE(r, ParseResult::kError) << why;
+    if (r == ParseResult::kDone) break;
+    EXPECT_LE(scanned, buf.size());
+  }
+  ASSERT_EQ(r, ParseResult::kDone);
+  EXPECT_EQ(head.path, "/a");
+  EXPECT_EQ(head.content_length, 3u);
+  EXPECT_EQ(len, text.size() - 3);
+}
+
 TEST(HttpParseTest, PathsAreDecodedAndCannotClimbAboveTheRoot) {
   EXPECT_EQ(Parse("GET /a%20b/./c/../d HTTP/1.1\r\n\r\n").head.path, "/a b/d");
   EXPECT_EQ(Parse("GET /../../etc/passwd HTTP/1.1\r\n\r\n").head.path, "/etc/passwd");

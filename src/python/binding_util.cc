@@ -79,7 +79,7 @@ std::unordered_map<std::string, double> Resources(nb::dict d) {
   // The runtime's rule (also the nodes' and the head's): an amount they would refuse is refused
   // here, at the call, rather than failing the work later (torus._private.options checks Ray's
   // rule before this).
-  if (auto s = ValidateResources(ResourceMap(out.begin(), out.end()), "resources"); !s.ok()) {
+  if (auto s = ValidateResources(ResourceDoubles(out.begin(), out.end()), "resources"); !s.ok()) {
     throw nb::value_error(s.message().c_str());
   }
   return out;
