@@ -119,7 +119,7 @@ class HttpServer {
     std::chrono::milliseconds header_timeout{10000};
     std::chrono::milliseconds body_timeout{30000};
     std::chrono::milliseconds write_timeout{30000};
-    std::chrono::milliseconds idle_timeout{15000};
+    std::chrono::milliseconds idle_timeout{5000};
   };
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
   using StreamHandler = std::function<void(const HttpRequest&, WebSocketOut&)>;
