@@ -144,7 +144,24 @@ def cluster_head(*extra):
 
 
 def free_port() -> int:
+    """A port free on every interface, below the kernel's ephemeral range: a port the kernel
+    handed out (bind to 0) can be taken as the source port of any outgoing connection before the
+    daemon binds it ("Address already in use"); one below the range never is."""
+    import random
     import socket
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(200):
+        port = random.randint(10000, max(10001, low - 1))
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
