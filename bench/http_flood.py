@@ -134,7 +134,7 @@ def flood(name, port, probe, api, token, pid, a):
     t_end = t0 + a.seconds
     held_early = None
     while time.time() < t_end:
-        if held_early is None and time.time() > t0 + 5:
+        if held_early is None and time.time() > t0 + 3:
             held_early = (still_open(idle), still_open(slow))
         probes.append(request(port, probe))
         apis.append(request(port, api, token))
@@ -147,7 +147,7 @@ def flood(name, port, probe, api, token, pid, a):
     for s in idle + slow:
         s.close()
     print(f"{name} (port {port}): opened {len(idle)} idle + {len(slow)} slow over {a.sources} "
-          f"addresses; held after 5 s: {held_early[0]} idle, {held_early[1]} slow; at the end "
+          f"addresses; held after 3 s: {held_early[0]} idle, {held_early[1]} slow; at the end "
           f"({a.seconds:.0f} s): {held_idle} idle, {held_slow} slow")
     print(f"  probe {probe}: {summary(probes)}")
     print(f"  token {api}: {summary(apis)}")

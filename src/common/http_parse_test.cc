@@ -95,7 +95,8 @@ TEST(HttpParseTest, GarbageIsRefusedBeforeTheHeadEnds) {
   EXPECT_EQ(Parse("GET / HTTP/1.1\r\nX: y").result, ParseResult::kNeedMore);
   EXPECT_EQ(Parse("\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\n\r\n").status, 400);  // blank lines are bounded
   // A binary body after the head in the same buffer is not part of the head.
-  auto body = Parse(std::string("POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n\x00\x01", 42));
+  static const char kWithBody[] = "POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n\x00\x01";
+  auto body = Parse(std::string(kWithBody, sizeof kWithBody - 1));
   EXPECT_EQ(body.result, ParseResult::kDone) << body.why;
 }
 
