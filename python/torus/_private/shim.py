@@ -33,6 +33,15 @@ ALIASES = {
     "ray.train.jax": "torus.train.jax",
     "ray.train.v2": "torus.train",
     "ray.train.v2.jax": "torus.train.jax",
+    "ray.serve": "torus.serve",
+    "ray.serve.handle": "torus.serve.handle",
+    "ray.serve.config": "torus.serve.config",
+    "ray.serve.exceptions": "torus.serve.exceptions",
+    "ray.serve.schema": "torus.serve.schema",
+    "ray.serve.context": "torus.serve.context",
+    "ray.serve.deployment": "torus.serve.deployment",
+    "ray.serve.batching": "torus.serve.batching",
+    "ray.serve.multiplex": "torus.serve.multiplex",
 }
 
 
@@ -69,7 +78,7 @@ class RayShimFinder(importlib.abc.MetaPathFinder):
             return importlib.machinery.ModuleSpec(fullname, _Missing())
         spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(tgt),
                                               is_package=fullname in ("ray", "ray.util", "ray.train",
-                                                                      "ray.train.v2"))
+                                                                      "ray.train.v2", "ray.serve"))
         return spec
 
 

@@ -1,0 +1,378 @@
+"""A Serve replica: the actor that holds one instance of the user's class (or function) and
+runs its requests.
+
+Calls, all made by routers and the controller:
+- `initialize(user_config)`: builds the user object (its constructor runs in a thread, so health
+  checks are answered while a model loads), applies `user_config`, returns where it runs.
+- `handle_request(meta, *args, **kwargs)`: one handle call; `meta["method"]` names the method.
+  Arguments that were object references arrive resolved by the core.
+- `handle_request_streaming(...)` / `stream_next(id)` / `stream_cancel(id)`: a generator
+  method's items, in batches of what is ready (at least one item, or the end).
+- `handle_http(meta, scope, body)`: one HTTP request through a starlette `Request` (or the
+  `serve.ingress` ASGI app); returns the status, headers and body, or the first part and a
+  stream id when the response streams (read on with `stream_next`).
+- `check_health()`, `reconfigure(user_config)`, `stats()`, `prepare_for_shutdown()`.
+
+Threading: an async actor. Everything above runs on the actor's event loop; the user's sync
+methods (and constructor) run in a thread pool of `max_ongoing_requests` threads, as Ray 2.60
+does (RAY_SERVE_RUN_SYNC_IN_THREADPOOL=1), with the request's context copied in.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import logging
+import os
+import time
+import traceback
+import uuid
+from typing import Any, Dict, List, Optional
+
+from torus.serve import context as _ctx
+from torus.serve._private import http_util
+
+logger = logging.getLogger("torus.serve")
+
+_STREAM_BATCH = 256  # items per stream_next answer at most
+
+
+class _Stream:
+    """Items made by a running task, read in batches by the caller."""
+
+    def __init__(self):
+        self.items: List[Any] = []
+        self.done = False
+        self.error: Optional[BaseException] = None
+        self.event = asyncio.Event()
+        self.task: Optional[asyncio.Task] = None
+        self.last_read = time.monotonic()
+
+    def put(self, item) -> None:
+        self.items.append(item)
+        self.event.set()
+
+    def finish(self, error: Optional[BaseException] = None) -> None:
+        self.done = True
+        self.error = error
+        self.event.set()
+
+    async def next_batch(self) -> List[Any]:
+        self.last_read = time.monotonic()
+        while not self.items and not self.done:
+            self.event.clear()
+            await self.event.wait()
+        out, self.items = self.items[:_STREAM_BATCH], self.items[_STREAM_BATCH:]
+        if not out and self.error is not None:
+            raise self.error
+        return out
+
+
+class ServeReplica:
+    def __init__(self, app_name: str, deployment_name: str, replica_id: str, payload: bytes,
+                 config: Dict[str, Any], rank: int = 0, world_size: int = 1):
+        self._app = app_name
+        self._deployment = deployment_name
+        self._replica_id = replica_id
+        self._payload = payload
+        self._config = config
+        self._user = None
+        self._is_function = False
+        self._asgi_app = None
+        self._ongoing = 0
+        self._total = 0
+        self._streams: Dict[str, _Stream] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, int(config.get("max_ongoing_requests", 5))),
+            thread_name_prefix="serve-replica")
+        self._rank = rank
+        self._world_size = world_size
+        self._shutting_down = False
+        self._health_error: Optional[str] = None
+
+    # --- life ---------------------------------------------------------------------------------
+    async def initialize(self, user_config) -> Dict[str, Any]:
+        import cloudpickle
+        from torus.runtime_context import get_runtime_context
+        target, args, kwargs = cloudpickle.loads(self._payload)
+        self._payload = b""
+        rid = _ctx.ReplicaID(self._replica_id,
+                             _ctx.DeploymentID(self._deployment, self._app))
+        replica_ctx = _ctx.ReplicaContext(rid, None, self._rank, self._world_size)
+        _ctx._set_replica_context(replica_ctx)
+        loop = asyncio.get_running_loop()
+        if inspect.isclass(target):
+            self._asgi_app = getattr(target, "_serve_asgi_app", None)
+            self._user = await loop.run_in_executor(
+                self._pool, contextvars.copy_context().run, lambda: target(*args, **kwargs))
+        else:
+            self._is_function = True
+            self._user = target
+        replica_ctx.servable_object = self._user
+        if self._asgi_app is not None:
+            self._asgi_app = _bind_asgi(self._asgi_app, self._user)
+        if user_config is not None:
+            await self.reconfigure(user_config)
+        ctx = get_runtime_context()
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id(),
+                "actor_id": ctx.get_actor_id() if hasattr(ctx, "get_actor_id") else ""}
+
+    async def reconfigure(self, user_config) -> None:
+        fn = getattr(self._user, "reconfigure", None) if not self._is_function else None
+        if fn is None:
+            if user_config is not None:
+                raise ValueError("user_config is set but the deployment has no "
+                                 "`reconfigure` method")
+            return
+        await self._call_user(fn, (user_config,), {})
+
+    async def check_health(self) -> bool:
+        if self._user is None or self._is_function:
+            return True
+        fn = getattr(self._user, "check_health", None)
+        if fn is not None:
+            await self._call_user(fn, (), {})
+        return True
+
+    async def stats(self) -> Dict[str, Any]:
+        now = time.monotonic()
+        for sid, s in list(self._streams.items()):  # streams their readers abandoned
+            if s.done and now - s.last_read > 60 or now - s.last_read > 600:
+                self._drop_stream(sid)
+        models = getattr(self._user, "_serve_loaded_models", None) if self._user else None
+        return {"ongoing": self._ongoing, "total": self._total,
+                "models": list(models() if callable(models) else [])}
+
+    async def prepare_for_shutdown(self) -> bool:
+        """Waits (graceful_shutdown_timeout_s at most) for running requests to end, then runs
+        the user's `__del__`."""
+        self._shutting_down = True
+        wait_loop = self._config.get("graceful_shutdown_wait_loop_s", 2.0)
+        deadline = time.monotonic() + self._config.get("graceful_shutdown_timeout_s", 20.0)
+        while (self._ongoing > 0 or any(not s.done for s in self._streams.values())) and \
+                time.monotonic() < deadline:
+            await asyncio.sleep(min(wait_loop, 0.05) if wait_loop > 0 else 0.05)
+        d = getattr(type(self._user), "__del__", None) if self._user is not None and \
+            not self._is_function else None
+        if d is not None:
+            try:
+                await self._call_user(d, (self._user,), {})
+            except Exception:
+                logger.exception("serve: __del__ of the replica raised")
+        return True
+
+    # --- requests -----------------------------------------------------------------------------
+    def _method(self, name: str):
+        if self._is_function:
+            if name != "__call__":
+                raise AttributeError(f"function deployment '{self._deployment}' has only "
+                                     f"__call__, not {name!r}")
+            return self._user
+        try:
+            return getattr(self._user, name)
+        except AttributeError:
+            raise AttributeError(f"Deployment '{self._deployment}' has no method "
+                                 f"'{name}'") from None
+
+    async def _call_user(self, fn, args, kwargs):
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            r = fn(*args, **kwargs)
+        else:
+            ctx = contextvars.copy_context()
+            r = await asyncio.get_running_loop().run_in_executor(
+                self._pool, lambda: ctx.run(fn, *args, **kwargs))
+        if inspect.isawaitable(r):
+            r = await r
+        return r
+
+    def _enter(self, meta: Dict[str, Any]):
+        self._ongoing += 1
+        self._total += 1
+        return _ctx._request_context.set(_ctx.RequestContext(
+            route=meta.get("route", ""), request_id=meta.get("request_id") or uuid.uuid4().hex,
+            app_name=self._app, multiplexed_model_id=meta.get("multiplexed_model_id", "")))
+
+    def _leave(self, token) -> None:
+        self._ongoing -= 1
+        _ctx._request_context.reset(token)
+
+    async def handle_request(self, meta: Dict[str, Any], *args, **kwargs):
+        token = self._enter(meta)
+        try:
+            return await self._call_user(self._method(meta["method"]), args, kwargs)
+        finally:
+            self._leave(token)
+
+    async def handle_request_streaming(self, meta: Dict[str, Any], *args, **kwargs):
+        token = self._enter(meta)
+        stream = _Stream()
+        sid = uuid.uuid4().hex
+        try:
+            fn = self._method(meta["method"])
+            if inspect.isasyncgenfunction(fn):
+                gen = fn(*args, **kwargs)
+            else:
+                gen = await self._call_user(fn, args, kwargs)
+            if not (inspect.isasyncgen(gen) or inspect.isgenerator(gen)):
+                raise TypeError(f"Method '{meta['method']}' returned a non-generator object "
+                                f"({type(gen).__name__}) but the handle has stream=True.")
+        except BaseException:
+            self._leave(token)
+            raise
+        self._streams[sid] = stream
+        stream.task = asyncio.ensure_future(self._pump(gen, stream, token))
+        items = await stream.next_batch()
+        return self._batch_answer(sid, stream, items)
+
+    async def _pump(self, gen, stream: _Stream, token) -> None:
+        try:
+            if inspect.isasyncgen(gen):
+                async for item in gen:
+                    stream.put(item)
+            else:
+                loop = asyncio.get_running_loop()
+                end = object()
+                while True:
+                    item = await loop.run_in_executor(self._pool, next, gen, end)
+                    if item is end:
+                        break
+                    stream.put(item)
+            stream.finish()
+        except asyncio.CancelledError:
+            stream.finish()
+        except BaseException as e:
+            stream.finish(e)
+        finally:
+            self._ongoing -= 1
+
+    def _batch_answer(self, sid: str, stream: _Stream, items: List[Any]) -> Dict[str, Any]:
+        done = stream.done and not stream.items
+        if done:
+            self._drop_stream(sid)
+        return {"stream_id": sid, "items": items, "done": done}
+
+    async def stream_next(self, sid: str) -> Dict[str, Any]:
+        stream = self._streams.get(sid)
+        if stream is None:
+            return {"stream_id": sid, "items": [], "done": True}
+        items = await stream.next_batch()
+        return self._batch_answer(sid, stream, items)
+
+    async def stream_cancel(self, sid: str) -> None:
+        s = self._streams.get(sid)
+        if s is not None and s.task is not None and not s.task.done():
+            s.task.cancel()
+        self._drop_stream(sid)
+
+    def _drop_stream(self, sid: str) -> None:
+        self._streams.pop(sid, None)
+
+    # --- HTTP ---------------------------------------------------------------------------------
+    async def handle_http(self, meta: Dict[str, Any], scope: Dict[str, Any], body: bytes):
+        stream = _Stream()  # ASGI messages the app sends
+        disconnected = asyncio.Event()
+        body_sent = False
+
+        async def receive():
+            nonlocal body_sent
+            if not body_sent:
+                body_sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            stream.put(message)
+
+        async def run():
+            token = self._enter(meta)  # in this task's own context
+            try:
+                if self._asgi_app is not None:
+                    await self._asgi_app(scope, receive, send)
+                else:
+                    from starlette.requests import Request
+                    from starlette.responses import Response
+                    result = await self._call_user(self._method("__call__"),
+                                                   (Request(scope, receive),), {})
+                    if isinstance(result, Response):
+                        await result(scope, receive, send)
+                    else:
+                        for m in http_util.object_to_messages(result):
+                            await send(m)
+                stream.finish()
+            except asyncio.CancelledError:
+                stream.finish()
+            except BaseException as e:
+                logger.error("serve: request to %s failed:\n%s", self._deployment,
+                             traceback.format_exc())
+                stream.finish(e)
+            finally:
+                disconnected.set()
+                self._leave(token)
+
+        sid = uuid.uuid4().hex
+        stream.task = asyncio.ensure_future(run())
+        status, headers, chunks = None, [], []
+        while True:
+            msgs = await stream.next_batch() if not stream.done or stream.items else []
+            for m in msgs:
+                t = m.get("type")
+                if t == "http.response.start":
+                    status = m["status"]
+                    headers = [(bytes(k), bytes(v)) for k, v in m.get("headers", ())]
+                elif t == "http.response.body":
+                    chunks.append(bytes(m.get("body", b"")))
+                    if not m.get("more_body", False):
+                        return {"status": status or 200, "headers": headers,
+                                "body": b"".join(chunks), "stream_id": None, "done": True}
+            if stream.done and not stream.items:
+                if status is None:  # failed (or answered nothing) before starting a response
+                    err = stream.error
+                    if err is not None and _is_backpressure(err):
+                        raise err
+                    return http_util.plain_response(500, "Internal Server Error")
+                return {"status": status, "headers": headers, "body": b"".join(chunks),
+                        "stream_id": None, "done": True}
+            if status is not None and chunks:
+                # The response streams: send what we have, the rest through stream_next.
+                self._streams[sid] = _HttpStream(stream)
+                return {"status": status, "headers": headers, "body": b"".join(chunks),
+                        "stream_id": sid, "done": False}
+
+
+def _is_backpressure(e: BaseException) -> bool:
+    from torus.serve.exceptions import BackPressureError
+    return isinstance(e, BackPressureError)
+
+
+class _HttpStream(_Stream):
+    """The rest of a streaming HTTP response: body chunks (bytes) from the ASGI messages."""
+
+    def __init__(self, inner: _Stream):
+        self._inner = inner
+        self.task = inner.task
+        self.last_read = time.monotonic()
+
+    @property
+    def done(self):
+        return self._inner.done
+
+    @property
+    def items(self):
+        return self._inner.items
+
+    async def next_batch(self) -> List[Any]:
+        self.last_read = time.monotonic()
+        msgs = await self._inner.next_batch()
+        out = []
+        for m in msgs:
+            if m.get("type") == "http.response.body":
+                out.append(bytes(m.get("body", b"")))
+        return out
+
+
+def _bind_asgi(app, instance):
+    """The `serve.ingress` app with its routes bound to this replica's instance."""
+    binder = getattr(app, "_serve_bind", None)
+    return binder(instance) if binder is not None else app
