@@ -332,6 +332,11 @@ void CoreWorker::ThrowIfError(const std::string& id, const ObjectEntry& e) {
 }
 
 void CoreWorker::BlockedScope::Block() {
+  // Only a thread running a task holds the lease's CPU to lend and has tasks queued behind it
+  // (as in Ray, whose task context is per thread): a thread of the program's own (an async
+  // actor's event loop waiting through a pool, a thread a task started) blocks without telling
+  // the node, which would otherwise cost two node calls per wait.
+  if (CurrentTaskId().empty()) return;
   YieldQueuedTasks();  // nothing this task waits for may wait behind it on this worker
   cw->SetBlocked(true);
   on = true;
