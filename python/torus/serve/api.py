@@ -12,7 +12,9 @@ import os
 import time
 from typing import Any, Dict, Optional, Union
 
-import cloudpickle
+import cloudpickle  # noqa: F401
+
+from torus.serve._private.payload import dumps as _payload_dumps
 
 import torus
 from torus._private import worker as _worker
@@ -96,7 +98,30 @@ def _wait_proxies(c, timeout_s: float = 60.0) -> None:
 
 
 def _payload(d) -> bytes:
-    return cloudpickle.dumps((d.func_or_class, d.args, d.kwargs))
+    return _payload_dumps((d.func_or_class, d.args, d.kwargs))
+
+
+def _code_version(d, payload: bytes, opts: dict) -> str:
+    """A deployment's code version when the user gave none: its pickled code and arguments, the
+    source of the module that defines it (a class imported from a module is pickled by name, so
+    an edited module must change the version too) and the options that need new replicas.
+    Redeploying the same code with another user_config (or replica count, ...) keeps the
+    replicas and reconfigures them, as Ray's documentation describes; Ray itself versions each
+    `serve.run` at random and replaces them all."""
+    import hashlib
+    import inspect
+    import json
+    h = hashlib.sha1(payload)
+    try:
+        src = inspect.getsourcefile(d.func_or_class)
+        if src:
+            with open(src, "rb") as f:
+                h.update(f.read())
+    except (TypeError, OSError):
+        h.update(os.urandom(8))  # no source to compare: treat as new code
+    heavy = {k: v for k, v in opts.items() if k not in _config.LIGHTWEIGHT_OPTIONS}
+    h.update(json.dumps(heavy, sort_keys=True, default=repr).encode())
+    return h.hexdigest()[:16]
 
 
 def _check_route_prefix(route_prefix) -> None:
@@ -130,7 +155,10 @@ def deploy_app(target: Application, name: str, route_prefix: Optional[str],
             if ov.get("autoscaling_config") is not None and "num_replicas" not in ov:
                 opts.pop("num_replicas", None)
             opts.update(ov)
-        items.append((d.name, _payload(d), _config.deployment_config(opts)))
+        payload = _payload(d)
+        if not opts.get("version"):
+            opts["version"] = _code_version(d, payload, opts)
+        items.append((d.name, payload, _config.deployment_config(opts)))
     c = _controller_or_raise()
     torus.get(c.deploy_application.remote(name, route_prefix, ingress, items, config))
     if wait:

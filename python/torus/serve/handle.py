@@ -98,6 +98,8 @@ class _ResponseBase:
         self._router = router
         self._ref = None
         self._req = None
+        self._actor = None
+        self._replica_id = ""
         self._error: Optional[BaseException] = None
         self._event = threading.Event()
         self._callbacks: List[Callable[[], None]] = []
@@ -108,6 +110,8 @@ class _ResponseBase:
     def _assign(self, ref, req) -> None:
         self._ref = ref
         self._req = req
+        self._actor = req.replica.actor  # the replica, for later calls (streams)
+        self._replica_id = req.replica.replica_id
         self._settle()
 
     def _fail(self, error: BaseException) -> None:
@@ -156,9 +160,8 @@ class _ResponseBase:
 
     def _replica_error(self, e: BaseException) -> None:
         from torus.exceptions import ActorDiedError, ActorUnavailableError
-        if isinstance(e, (ActorDiedError, ActorUnavailableError)) and self._req is not None \
-                and self._req.replica is not None:
-            self._router.replica_died(self._req.replica.replica_id, str(e))
+        if isinstance(e, (ActorDiedError, ActorUnavailableError)) and self._replica_id:
+            self._router.replica_died(self._replica_id, str(e))
 
     def cancel(self) -> None:
         import torus
@@ -250,7 +253,7 @@ class DeploymentResponseGenerator(_ResponseBase):
                 self._wait_assigned(None)
                 ref = self._ref
             else:
-                ref = self._req.replica.actor.stream_next.remote(self._stream_id)
+                ref = self._actor.stream_next.remote(self._stream_id)
             try:
                 self._take_batch(torus.get(ref))
             except Exception as e:
@@ -271,7 +274,7 @@ class DeploymentResponseGenerator(_ResponseBase):
                 await self._wait_assigned_async()
                 ref = self._ref
             else:
-                ref = self._req.replica.actor.stream_next.remote(self._stream_id)
+                ref = self._actor.stream_next.remote(self._stream_id)
             try:
                 self._take_batch(await _await_ref(ref))
             except Exception as e:
@@ -284,7 +287,7 @@ class DeploymentResponseGenerator(_ResponseBase):
     def cancel(self) -> None:
         if self._stream_id is not None and not self._finished and self._req is not None:
             try:
-                self._req.replica.actor.stream_cancel.remote(self._stream_id)
+                self._actor.stream_cancel.remote(self._stream_id)
             except Exception:
                 pass
         self._finished = True

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import math
 import pickle
@@ -102,6 +103,7 @@ class Application:
         self.deleting = False
         self.deployed_at = time.time()
         self.config: Optional[dict] = None  # the config-file form, when deployed from one
+        self.build_error = ""  # importing or building it from its config failed
 
 
 class ServeController:
@@ -116,6 +118,11 @@ class ServeController:
         self._shutting_down = False
         self._dirty = False
         self._wake: Optional[asyncio.Event] = None
+        self._config_version_seen: Optional[str] = None  # REST/`serve deploy` config applied
+        self._config_task: Optional[asyncio.Task] = None
+        self._last_kv_poll = 0.0
+        self._details_written = ""
+        self._last_details = 0.0
         self._recovered = self._load_checkpoint()
 
     # --- startup and durability ---------------------------------------------------------------
@@ -268,6 +275,7 @@ class ServeController:
                     await asyncio.sleep(0.05)
             app = self._apps[name] = Application(name)
         app.route_prefix, app.ingress, app.config = route_prefix, ingress, config
+        app.build_error = ""
         app.deployed_at = time.time()
         wanted = {dname for dname, _, _ in deployments}
         for dname, payload, cfg in deployments:
@@ -346,6 +354,9 @@ class ServeController:
 
     async def details(self) -> Dict[str, Any]:
         """Serve's REST/dashboard view: applications, deployments, replicas."""
+        return self._details_now()
+
+    def _details_now(self) -> Dict[str, Any]:
         out = {"controller_info": {}, "proxy_location": str(self._http_options.get("location")),
                "http_options": {k: v for k, v in self._http_options.items()
                                 if k in ("host", "port", "root_path", "request_timeout_s",
@@ -378,6 +389,8 @@ class ServeController:
                 for d in app.deployments.values() if not d.deleting or app.deleting}
         if app.deleting:
             status, msg = "DELETING", ""
+        elif app.build_error:
+            status, msg = "DEPLOY_FAILED", app.build_error
         elif any(x["status"] == "DEPLOY_FAILED" for x in deps.values()):
             status = "DEPLOY_FAILED"
             msg = "; ".join(f"Deployment '{n}': {x['message']}" for n, x in deps.items()
@@ -483,6 +496,10 @@ class ServeController:
                 self._dirty = True
         if self._dirty:
             self._save_checkpoint()
+        if now - self._last_kv_poll >= 0.5:
+            self._last_kv_poll = now
+            self._poll_deploy_config()
+            self._write_details()
 
     @staticmethod
     def _active(d: Deployment) -> List[Replica]:
@@ -716,6 +733,89 @@ class ServeController:
         self._publish_replicas(d)
         self._kick()
 
+    # --- the declarative config (REST API, `serve deploy`) -------------------------------------
+    def _poll_deploy_config(self) -> None:
+        """Applies a config the head stored (PUT /api/serve/applications/) once per version."""
+        if self._config_task is not None and not self._config_task.done():
+            return
+        try:
+            v = _worker.core().kv_get(CHECKPOINT_NS, "deploy_config_version")
+        except Exception:
+            return
+        v = bytes(v).decode() if v else None
+        if v is None or v == self._config_version_seen:
+            return
+        self._config_version_seen = v
+        try:
+            raw = _worker.core().kv_get(CHECKPOINT_NS, "deploy_config")
+            cfg = json.loads(bytes(raw).decode()) if raw else {"applications": []}
+        except Exception as e:
+            logger.error("serve: the stored deploy config is unreadable: %s", e)
+            return
+        self._config_task = asyncio.ensure_future(self.apply_config(cfg))
+
+    async def apply_config(self, cfg: Dict[str, Any]) -> Dict[str, str]:
+        """Makes the applications those of `cfg` (Ray's declarative semantics: applications
+        not in it are deleted). Each application is built by a task (it imports user code,
+        with the application's runtime_env); returns build errors by application name, which
+        also become the applications' DEPLOY_FAILED status."""
+        from torus.serve.schema import ServeDeploySchema
+        if cfg.get("_shutdown"):
+            await self.shutdown()
+            try:
+                _worker.core().kv_del(CHECKPOINT_NS, "deploy_config")
+            except Exception:
+                pass
+            asyncio.get_running_loop().call_later(0.2, _exit_actor)
+            return {}
+        parsed = ServeDeploySchema(**{k: v for k, v in cfg.items() if not k.startswith("_")})
+        wanted = {a.name for a in parsed.applications}
+        errors: Dict[str, str] = {}
+        gone = [n for n in self._apps if n not in wanted]
+        if gone:
+            await self.delete_applications(gone)
+
+        async def one(a) -> None:
+            app_cfg = a.model_dump()
+            from torus.serve._private.build import build_from_config
+            opts = {"num_cpus": 0}
+            env = {k: v for k, v in (a.runtime_env or {}).items() if k == "env_vars"}
+            if env:
+                opts["runtime_env"] = env
+            try:
+                ingress, items = await _await_ref(
+                    torus.remote(build_from_config).options(**opts).remote(app_cfg))
+                await self.deploy_application(a.name, a.route_prefix, ingress, items, app_cfg)
+            except Exception as e:
+                errors[a.name] = _error_text(e)
+                logger.error("serve: application %s failed to build: %s", a.name, errors[a.name])
+                self._failed_build(a.name, a.route_prefix, app_cfg, errors[a.name])
+
+        await asyncio.gather(*(one(a) for a in parsed.applications))
+        return errors
+
+    def _failed_build(self, name: str, route_prefix, app_cfg, message: str) -> None:
+        app = self._apps.get(name)
+        if app is None:
+            app = self._apps[name] = Application(name)
+            app.route_prefix, app.config = route_prefix, app_cfg
+        app.build_error = message
+
+    def _write_details(self) -> None:
+        """Serve's details for GET /api/serve/applications/ and the dashboard, in the head's
+        KV store (written when they change)."""
+        try:
+            text = json.dumps(self._details_now(), default=str, sort_keys=True)
+        except Exception:
+            logger.exception("serve: details")
+            return
+        if text != self._details_written:
+            try:
+                _worker.core().kv_put(CHECKPOINT_NS, "details", text.encode(), True)
+                self._details_written = text
+            except Exception:
+                pass
+
     # --- proxies ------------------------------------------------------------------------------
     async def _reconcile_proxies(self, now: float) -> None:
         loc = str(self._http_options.get("location") or "EveryNode")
@@ -798,6 +898,14 @@ class ServeController:
         finally:
             p["busy"] = False
             p["last_ping"] = time.monotonic()
+
+
+def _exit_actor() -> None:
+    """Ends this controller for good (Serve shut down over REST: no driver will kill it)."""
+    from torus.serve._private.long_poll import get_controller
+    me = get_controller()
+    if me is not None:
+        torus.kill(me, no_restart=True)
 
 
 def _is_actor_death(e: BaseException) -> bool:

@@ -223,7 +223,7 @@ class ServeProxy:
                 resp._release()
                 raise
             if answer.get("stream_id") is not None:
-                answer["_replica"] = req.replica.actor
+                answer["_replica"] = resp._actor
                 answer["_release"] = resp._release
             else:
                 resp._release()

@@ -46,7 +46,7 @@ class _Replica:
 class Request:
     """One call waiting for or holding a replica. `submit(replica)` sends it (no lock held)."""
     __slots__ = ("method", "meta", "args", "kwargs", "response", "replica", "done",
-                 "deps", "sent_at", "model_id")
+                 "deps", "sent_at", "model_id", "stream")
 
     def __init__(self, method: str, meta: dict, args: tuple, kwargs: dict, response):
         self.method = method
@@ -59,6 +59,9 @@ class Request:
         self.deps: List[Any] = []
         self.sent_at = 0.0
         self.model_id = meta.get("multiplexed_model_id", "")
+        # A streaming call holds its slot until its reader sees the end, not until the first
+        # batch's ref is ready (the sweeper leaves it alone).
+        self.stream = method == "handle_request_streaming"
 
 
 class Router:
@@ -225,7 +228,8 @@ class Router:
                 continue
             req.sent_at = time.monotonic()
             req.response._assign(ref, req)
-            _Sweeper.get().watch(req)
+            if not req.stream:
+                _Sweeper.get().watch(req)
 
     def release(self, req: Request) -> None:
         """The call of `req` ended: its slot goes to the next waiting request."""
