@@ -347,6 +347,15 @@ void ActorDirectory::Get(grpc::ServerContext* ctx, const rpc::GetActorRequest& r
   }
 }
 
+std::optional<rpc::ActorRecord> ActorDirectory::FindNamed(const std::string& ns, const std::string& name) const {
+  MutexLock lock(mu_);
+  auto n = named_.find({ns, name});
+  if (n == named_.end()) return std::nullopt;
+  auto it = actors_.find(n->second);
+  if (it == actors_.end() || it->second.rec.state() == rpc::ActorRecord::DEAD) return std::nullopt;
+  return it->second.rec;
+}
+
 void ActorDirectory::Kill(const rpc::KillActorRequest& req) {
   MutexLock lock(mu_);
   auto it = actors_.find(req.actor_id());

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -74,6 +75,9 @@ class ActorDirectory {
   void Get(grpc::ServerContext* ctx, const rpc::GetActorRequest& req, rpc::GetActorReply* reply)
       EXCLUDES(mu_);
   void Kill(const rpc::KillActorRequest& req) EXCLUDES(mu_);
+  // The record of the actor named `name` in namespace `ns`, unless there is none or it is DEAD
+  // (for the head's own callers, e.g. the Serve REST API looking for Serve's controller).
+  std::optional<rpc::ActorRecord> FindNamed(const std::string& ns, const std::string& name) const EXCLUDES(mu_);
   // Wakes the waiters in Get and cancels the StartActor calls in flight (the head is stopping).
   void Stop() EXCLUDES(mu_);
 
