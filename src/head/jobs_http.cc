@@ -323,14 +323,17 @@ void TailLog(JobManager& jobs, const std::string& id, WebSocketOut& out) {
 
 void RegisterJobsHttp(HttpServer& server, JobManager& jobs, JobsHttpInfo info) {
   using A = HttpServer::Access;
-  server.Handle("GET", "/api/version", A::kToken, [info](const HttpRequest&) {
-    Json j = {{"version", "4"},
-              {"ray_version", kRayVersion},
-              {"ray_commit", "torus"},
-              {"session_name", info.session_name},
-              {"torus_version", TORUS_VERSION}};
-    return HttpResponse::Json(Dump(j));
-  });
+  // /api/ray/version: the same answer, where Ray's Serve CLI (ServeSubmissionClient) checks it.
+  for (const char* path : {"/api/version", "/api/ray/version"}) {
+    server.Handle("GET", path, A::kToken, [info](const HttpRequest&) {
+      Json j = {{"version", "4"},
+                {"ray_version", kRayVersion},
+                {"ray_commit", "torus"},
+                {"session_name", info.session_name},
+                {"torus_version", TORUS_VERSION}};
+      return HttpResponse::Json(Dump(j));
+    });
+  }
   server.Handle("POST", "/api/jobs/", A::kToken, [&jobs](const HttpRequest& req) {
     auto parsed = ParseSubmit(req.body);
     if (!parsed.ok()) return Error(parsed.status());

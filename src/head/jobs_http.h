@@ -4,6 +4,7 @@
 // JobManager's calls and records back to Ray's JobDetails.
 //
 //   GET    /api/version                 {"version": "4", "ray_version": ..., ...}
+//   GET    /api/ray/version             the same (where Ray's Serve CLI asks)
 //   POST   /api/jobs/                   submit: {"job_id", "submission_id"}
 //   GET    /api/jobs/                   [JobDetails...]
 //   GET    /api/jobs/{id}               JobDetails (404 unknown)
