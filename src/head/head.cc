@@ -1,6 +1,7 @@
 #include "head/head.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -11,6 +12,7 @@
 #include "common/logging.h"
 #include "head/dashboard_http.h"
 #include "head/jobs_http.h"
+#include "head/serve_http.h"
 #include "head/slice_idle.h"
 #include "head/slices.h"
 #include "tpu/topology.h"
@@ -112,6 +114,10 @@ Status Head::StartHttp() {
   RegisterDashboardHttp(*http_, {address_, cfg_.token});
   RegisterJobsHttp(*http_, *job_manager_,
                    {std::filesystem::path(cfg_.session_dir).filename().string()});
+  const char* serve_python = std::getenv("TORUS_SERVE_PYTHON");
+  serve_ = std::make_unique<ServeApi>(kv_, MakeHeadServeRuntime(actors_, *job_manager_, stopping_),
+                                      ServeBootstrapCommand(serve_python ? serve_python : ""));
+  RegisterServeHttp(*http_, *serve_);
   if (auto s = http_->Start(); !s.ok()) {
     http_.reset();
     return s;

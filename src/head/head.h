@@ -6,7 +6,9 @@
 //  - ActorDirectory (head/actors.h): actor placement, names per namespace, restarts, deaths;
 //  - PlacementGroupManager (head/placement_groups.h): placement groups and slice reservations;
 //  - the job table of drivers (this class) and JobManager (head/jobs.h) for submitted jobs;
-//  - KvStore (head/kv_store.h).
+//  - KvStore (head/kv_store.h);
+//  - on the HTTP port: the Jobs REST API (head/jobs_http.h), Serve's REST API
+//    (head/serve_http.h), the dashboard (head/dashboard_http.h).
 // Not on the task hot path: tasks are placed by the nodes.
 //
 // THREADS
@@ -59,6 +61,8 @@
 #include "proto/torus.grpc.pb.h"
 
 namespace torus {
+
+class ServeApi;  // head/serve_http.h
 
 struct HeadConfig {
   std::string bind_host = "127.0.0.1";  // the address the head listens on and advertises
@@ -254,7 +258,8 @@ class Head final : public rpc::Head::Service, private PgCluster, private ActorNo
   std::unique_ptr<LaneServer> lane_;  // placement-group calls from drivers (docs/wire.md)
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<JobManager> job_manager_;  // submitted jobs (docs/jobs.md), served on our port
-  std::unique_ptr<HttpServer> http_;         // after job_manager_: stopped and destroyed before it
+  std::unique_ptr<ServeApi> serve_;          // Serve's REST API (serve_http.h): set by StartHttp
+  std::unique_ptr<HttpServer> http_;         // after job_manager_ and serve_: stopped and destroyed before them
   static constexpr size_t kMaxWorkThreads = 256;  // actor constructors run on these while they place
   WorkQueue work_{kMaxWorkThreads, 0};  // unbounded queue: Post never waits  // before pg_manager_, which submits to it
 
