@@ -66,6 +66,9 @@ class Replica:
         self.ongoing = 0
         self.task: Optional[asyncio.Task] = None
         self.pg = None  # the replica's placement group (placement_group_bundles)
+        self.world = 1  # ranks: > 1 for a replica that spans the hosts of a TPU slice
+        self.ranks: List[Any] = []  # every rank's actor (ranks[0] is `actor`)
+        self.rank_nodes: List[str] = []
 
 
 class Deployment:
@@ -132,6 +135,9 @@ class ServeController:
             self._loop_task = asyncio.ensure_future(self._run())
             for app in self._apps.values():
                 for d in app.deployments.values():
+                    for r in d.replicas:
+                        if r.state == "STOPPING":  # recovered mid-stop: finish stopping it
+                            asyncio.ensure_future(self._drain(d, r))
                     self._publish_replicas(d)
             self._publish_routes()
         return True
@@ -169,9 +175,21 @@ class ServeController:
                         continue  # it died while no controller ran: the loop replaces it
                     r = Replica(rr["replica_id"], rr["version"], rr["config_version"],
                                 rr.get("rank", 0))
+                    r.world = rr.get("world", 1)
+                    try:
+                        r.ranks = [actor] + [torus.get_actor(f"{rr['actor_name']}#rank{i}",
+                                                             namespace="serve")
+                                             for i in range(1, r.world)]
+                    except ValueError:  # a rank died meanwhile: the replica is replaced
+                        r.ranks = [actor]
+                        r.state = "STOPPING"
+                    if rr.get("pg") is not None:
+                        from torus.util.placement_group import PlacementGroup
+                        r.pg = PlacementGroup(rr["pg"])
                     r.actor, r.actor_name, r.pid = actor, rr["actor_name"], rr.get("pid")
                     r.node_id, r.start_time = rr.get("node_id", ""), rr.get("start_time", 0)
-                    r.state = "RUNNING" if rr["state"] == "RUNNING" else "STOPPING"
+                    if r.state != "STOPPING":
+                        r.state = "RUNNING" if rr["state"] == "RUNNING" else "STOPPING"
                     d.replicas.append(r)
                 app.deployments[d.name] = d
             self._apps[app.name] = app
@@ -199,7 +217,8 @@ class ServeController:
                     "replicas": [{"replica_id": r.replica_id, "actor_name": r.actor_name,
                                   "version": r.version, "config_version": r.config_version,
                                   "state": r.state, "pid": r.pid, "node_id": r.node_id,
-                                  "start_time": r.start_time}
+                                  "start_time": r.start_time, "world": r.world,
+                                  "pg": r.pg.id._raw if r.pg is not None else None}
                                  for r in d.replicas if r.actor_name]}
                     for d in app.deployments.values()]})
         try:
@@ -577,6 +596,7 @@ class ServeController:
 
     def _start(self, d: Deployment) -> None:
         from torus.serve._private.replica import ServeReplica
+        from torus.util.scheduling_strategies import PlacementGroupSchedulingStrategy
         rid = uuid.uuid4().hex[:8]
         r = Replica(rid, d.version, d.config_version)
         r.actor_name = f"SERVE_REPLICA::{d.app}#{d.name}#{rid}"
@@ -590,37 +610,67 @@ class ServeController:
                   "label_selector", "scheduling_strategy", "accelerator_type"):
             if rao.get(k) is not None:
                 opts[k] = rao[k]
-        if cfg.get("placement_group_bundles"):
+        bundles = cfg.get("placement_group_bundles")
+        world = 1
+        if bundles:
             # Ray's rule: each replica reserves its bundles in a placement group of its own and
-            # runs in bundle 0; what it starts lands in the group too.
-            from torus.util.placement_group import placement_group
-            from torus.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+            # runs in bundle 0; what it starts lands in the group too. Bundles that are the
+            # hosts of one TPU slice reserve one whole slice, atomically, and the replica runs
+            # as one rank per host (a gang).
             try:
-                r.pg = placement_group(cfg["placement_group_bundles"],
-                                       strategy=cfg.get("placement_group_strategy") or "PACK",
-                                       lifetime="detached")
+                shape = _slice_shape(bundles)
+                if shape is not None:
+                    from torus.util.tpu import SlicePlacementGroup
+                    spg = SlicePlacementGroup(shape[0], shape[1], resources_per_bundle={
+                        k: v for k, v in bundles[0].items() if k != "TPU"},
+                        lifetime="detached", head_reservation_timeout_s=None)
+                    r.pg = spg.placement_group
+                    world = len(bundles)
+                else:
+                    from torus.util.placement_group import placement_group
+                    r.pg = placement_group(bundles, strategy=cfg.get("placement_group_strategy")
+                                           or "PACK", lifetime="detached")
             except Exception as e:
                 d.replicas.remove(r)
                 self._constructor_failed(d, f"could not reserve the replica's placement "
                                             f"group: {e}")
                 return
-            opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                r.pg, placement_group_bundle_index=0,
-                placement_group_capture_child_tasks=True)
+        r.world = world
         try:
-            actor = torus.remote(ServeReplica).options(**opts).remote(
-                d.app, d.name, rid, d.payload, cfg)
+            for rank in range(world):
+                o = dict(opts)
+                if rank:
+                    o["name"] = f"{r.actor_name}#rank{rank}"
+                if r.pg is not None:
+                    o["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                        r.pg, placement_group_bundle_index=rank,
+                        placement_group_capture_child_tasks=True)
+                r.ranks.append(torus.remote(ServeReplica).options(**o).remote(
+                    d.app, d.name, rid, d.payload, cfg, rank, world))
         except Exception as e:
-            d.replicas.remove(r)
+            self._remove(d, r, kill=True)
             self._constructor_failed(d, f"could not create the replica actor: {e}")
             return
-        r.actor = actor
+        r.actor = r.ranks[0]
         self._dirty = True
         r.task = asyncio.ensure_future(self._initialize(d, r))
 
     async def _initialize(self, d: Deployment, r: Replica) -> None:
         try:
-            meta = await _await_ref(r.actor.initialize.remote(d.config.get("user_config")))
+            user_config = d.config.get("user_config")
+            if r.world == 1:
+                meta = await _await_ref(r.actor.initialize.remote(user_config))
+            else:
+                # Rank 0's host is the JAX coordinator; every rank gets its address, and rank
+                # 0 the other ranks, before the user's constructor runs on each.
+                where = await _await_ref(r.actor.where.remote())
+                gang = {"coordinator": f"{where['ip']}:{where['port']}",
+                        "peers": r.ranks[1:]}
+                metas = await asyncio.gather(*(_await_ref(a.initialize.remote(
+                    user_config, dict(gang, peers=r.ranks[1:] if i == 0 else [])))
+                    for i, a in enumerate(r.ranks)))
+                meta = metas[0]
+                r.rank_nodes = [m.get("node_id", "") for m in metas]
         except Exception as e:
             if r.state != "STARTING":
                 return
@@ -658,8 +708,10 @@ class ServeController:
                 await asyncio.wait_for(_await_ref(r.actor.check_health.remote()),
                                        d.config["health_check_timeout_s"])
                 r.last_health = time.monotonic()
-            st = await asyncio.wait_for(_await_ref(r.actor.stats.remote()),
-                                        max(5.0, d.config["health_check_timeout_s"]))
+            stats = await asyncio.wait_for(asyncio.gather(*(
+                _await_ref(a.stats.remote()) for a in (r.ranks or [r.actor]))),
+                max(5.0, d.config["health_check_timeout_s"]))
+            st = stats[0]  # a lost rank fails the gather: the whole replica is replaced
             r.last_ping = time.monotonic()
             r.ongoing = st.get("ongoing", 0)
             if st.get("models", []) != r.models:
@@ -717,11 +769,12 @@ class ServeController:
         if r in d.replicas:
             d.replicas.remove(r)
         r.state = "STOPPED"
-        if kill and r.actor is not None:
-            try:
-                torus.kill(r.actor)
-            except Exception:
-                pass
+        if kill:
+            for a in (r.ranks or ([r.actor] if r.actor is not None else [])):
+                try:
+                    torus.kill(a)
+                except Exception:
+                    pass
         if r.pg is not None:
             from torus.util.placement_group import remove_placement_group
             try:
@@ -828,11 +881,25 @@ class ServeController:
         except Exception:
             return
         alive = {n["node_id"] for n in nodes}
+        me = torus.get_runtime_context().get_node_id()
         if loc == "HeadOnly":
-            me = torus.get_runtime_context().get_node_id()
-            wanted = {me} if me in alive else set(list(alive)[:1])
+            wanted = {me} if me in alive else set(sorted(alive)[:1])
         else:
-            wanted = alive
+            # One proxy per machine: nodes that share a host name (the simulated hosts of
+            # `torus up`) would otherwise fight over one port. The controller's own node
+            # serves its machine; elsewhere the lowest node id.
+            by_host: Dict[str, str] = {}
+            for n in sorted(nodes, key=lambda n: (n["node_id"] != me, n["node_id"])):
+                by_host.setdefault(n.get("hostname") or n["node_id"], n["node_id"])
+            keep = [nid for nid in self._proxies if nid in alive]
+            wanted = set(by_host.values())
+            # A machine that already has a healthy proxy keeps it.
+            hosts = {n["node_id"]: n.get("hostname") or n["node_id"] for n in nodes}
+            for nid in keep:
+                h = hosts.get(nid)
+                if by_host.get(h) != nid and self._proxies[nid]["state"] != "UNHEALTHY":
+                    wanted.discard(by_host[h])
+                    wanted.add(nid)
         for node_id in list(self._proxies):
             if node_id not in wanted:
                 p = self._proxies.pop(node_id)
@@ -898,6 +965,38 @@ class ServeController:
         finally:
             p["busy"] = False
             p["last_ping"] = time.monotonic()
+
+
+def _slice_shape(bundles: List[Dict[str, float]]) -> Optional[Tuple[str, str]]:
+    """(topology, version) of a TPU slice in the cluster whose hosts the bundles are: more than
+    one bundle, each with the same TPU count, equal to a slice's chips per host, and as many
+    bundles as the slice has hosts. None: not a slice (an ordinary placement group)."""
+    if len(bundles) < 2:
+        return None
+    chips = {b.get("TPU") for b in bundles}
+    if len(chips) != 1 or not next(iter(chips)):
+        return None
+    c = next(iter(chips))
+    from torus.util.tpu import get_tpu_version_from_type
+    slices: Dict[str, Dict[str, Any]] = {}
+    for n in _worker.core().nodes():
+        labels = n.get("labels") or {}
+        name = labels.get("torus.io/tpu-slice-name")
+        if not n.get("alive") or not name:
+            continue
+        e = slices.setdefault(name, {"hosts": 0, "topology": labels.get("torus.io/tpu-topology"),
+                                     "type": labels.get("torus.io/accelerator-type"),
+                                     "chips": set()})
+        e["hosts"] += 1
+        e["chips"].add(float((n.get("total") or {}).get("TPU", 0)))
+    for e in slices.values():
+        if e["hosts"] == len(bundles) and e["chips"] == {float(c)} and e["topology"] and \
+                e["type"]:
+            try:
+                return e["topology"], get_tpu_version_from_type(e["type"])
+            except ValueError:
+                continue
+    return None
 
 
 def _exit_actor() -> None:

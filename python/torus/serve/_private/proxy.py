@@ -1,9 +1,9 @@
 """The HTTP proxy of one node: a uvicorn server (httptools, uvloop) that sends each request to
 the ingress deployment of the application whose `route_prefix` is the longest match.
 
-The listening socket has SO_REUSEPORT, so proxies of simulated hosts on one machine (`torus up`)
-share the port and the kernel spreads connections over them, as one proxy per host would get
-its host's traffic. Answers of its own: 404 for a path no application serves, 503 when the
+The controller runs one proxy per machine (per host name: the simulated hosts of `torus up` share
+one), so the port is never shared: a port something else holds (another cluster's proxy, any
+program) fails the start with that reason. Answers of its own: 404 for a path no application serves, 503 when the
 deployment's queue is full (`max_queued_requests`) or it failed to deploy, 500 when the handler
 raised or its replica died while holding the request, 408 past `request_timeout_s`.
 `/-/routes` lists the routes and `/-/healthz` says whether the proxy is up.
@@ -95,7 +95,6 @@ class ServeProxy:
             fam = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(fam, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, self._port))
             sock.listen(2048)
             sock.setblocking(False)

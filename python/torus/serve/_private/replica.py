@@ -13,6 +13,13 @@ Calls, all made by routers and the controller:
   stream id when the response streams (read on with `stream_next`).
 - `check_health()`, `reconfigure(user_config)`, `stats()`, `prepare_for_shutdown()`.
 
+A replica on a multi-host slice is a gang of these actors, one per host (rank = bundle index),
+all holding the user's class: rank 0 takes the requests and runs each user call on every rank
+with the same arguments (SPMD: the ranks' jitted steps and collectives meet), one call at a time
+so every rank runs them in the same order; rank 0's answer is the replica's. Before the user's
+constructor runs, each rank gets the JAX coordination environment (`JAX_COORDINATOR_ADDRESS`,
+`TORUS_COORDINATOR_ADDRESS`, `TORUS_NUM_PROCESSES`, `TORUS_PROCESS_ID`), as JaxTrainer's workers do.
+
 Threading: an async actor. Everything above runs on the actor's event loop; the user's sync
 methods (and constructor) run in a thread pool of `max_ongoing_requests` threads, as Ray 2.60
 does (RAY_SERVE_RUN_SYNC_IN_THREADPOOL=1), with the request's context copied in.
@@ -90,10 +97,35 @@ class ServeReplica:
         self._world_size = world_size
         self._shutting_down = False
         self._health_error: Optional[str] = None
+        self._peers: List[Any] = []  # rank 0 of a gang: the other ranks' actors
+        self._gang_lock: Optional[asyncio.Lock] = None
+
+    async def where(self) -> Dict[str, Any]:
+        """This rank's host and a free port there (rank 0's is the JAX coordinator's)."""
+        import socket
+        from torus.runtime_context import get_runtime_context
+        node = os.environ.get("TORUS_NODE_ADDRESS", "")
+        ip = node.rsplit(":", 1)[0] if node else "127.0.0.1"
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            port = s.getsockname()[1]
+        return {"ip": ip, "port": port, "node_id": get_runtime_context().get_node_id(),
+                "pid": os.getpid()}
 
     # --- life ---------------------------------------------------------------------------------
-    async def initialize(self, user_config) -> Dict[str, Any]:
+    async def initialize(self, user_config, gang: Optional[Dict[str, Any]] = None
+                         ) -> Dict[str, Any]:
         import cloudpickle
+        if gang is not None:
+            os.environ["JAX_COORDINATOR_ADDRESS"] = gang["coordinator"]
+            os.environ["TORUS_COORDINATOR_ADDRESS"] = gang["coordinator"]
+            os.environ["TORUS_NUM_PROCESSES"] = str(self._world_size)
+            os.environ["TORUS_PROCESS_ID"] = str(self._rank)
+            os.environ["JAX_NUM_PROCESSES"] = str(self._world_size)
+            os.environ["JAX_PROCESS_ID"] = str(self._rank)
+            if self._rank == 0:
+                self._peers = list(gang["peers"])
+                self._gang_lock = asyncio.Lock()
         from torus.runtime_context import get_runtime_context
         target, args, kwargs = cloudpickle.loads(self._payload)
         self._payload = b""
@@ -113,12 +145,18 @@ class ServeReplica:
         if self._asgi_app is not None:
             self._asgi_app = _bind_asgi(self._asgi_app, self._user)
         if user_config is not None:
-            await self.reconfigure(user_config)
+            await self._reconfigure(user_config)
         ctx = get_runtime_context()
         return {"pid": os.getpid(), "node_id": ctx.get_node_id(),
                 "actor_id": ctx.get_actor_id() if hasattr(ctx, "get_actor_id") else ""}
 
     async def reconfigure(self, user_config) -> None:
+        if self._peers:
+            return await self._on_all("reconfigure", lambda: self._reconfigure(user_config),
+                                      user_config)
+        return await self._reconfigure(user_config)
+
+    async def _reconfigure(self, user_config) -> None:
         fn = getattr(self._user, "reconfigure", None) if not self._is_function else None
         if fn is None:
             if user_config is not None:
@@ -197,7 +235,34 @@ class ServeReplica:
         self._ongoing -= 1
         _ctx._request_context.reset(token)
 
+    # --- a gang's rank 0 runs each user call on every rank ------------------------------------
+    async def _on_all(self, method: str, local, *args, **kwargs):
+        """Runs `method(*args)` on the other ranks and `local()` here, one call at a time;
+        returns the local result, or raises the first error of any rank."""
+        from torus.serve.handle import _await_ref
+        async with self._gang_lock:
+            refs = [getattr(p, method).remote(*args, **kwargs) for p in self._peers]
+            results = await asyncio.gather(local(), *(_await_ref(r) for r in refs),
+                                           return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+            return results[0]
+
+    async def _drain_peer_streams(self, first_batches) -> None:
+        from torus.serve.handle import _await_ref
+        for peer, batch in zip(self._peers, first_batches):
+            while batch.get("stream_id") and not batch.get("done"):
+                batch = await _await_ref(peer.stream_next.remote(batch["stream_id"]))
+
     async def handle_request(self, meta: Dict[str, Any], *args, **kwargs):
+        if self._peers:
+            return await self._on_all("handle_request",
+                                      lambda: self._handle_request(meta, *args, **kwargs),
+                                      meta, *args, **kwargs)
+        return await self._handle_request(meta, *args, **kwargs)
+
+    async def _handle_request(self, meta: Dict[str, Any], *args, **kwargs):
         token = self._enter(meta)
         try:
             return await self._call_user(self._method(meta["method"]), args, kwargs)
@@ -205,6 +270,38 @@ class ServeReplica:
             self._leave(token)
 
     async def handle_request_streaming(self, meta: Dict[str, Any], *args, **kwargs):
+        if self._peers:
+            from torus.serve.handle import _await_ref
+            await self._gang_lock.acquire()
+            try:
+                # Every rank at once: the ranks' steps meet in collectives.
+                answer, *firsts = await asyncio.gather(
+                    self._handle_request_streaming(meta, *args, **kwargs),
+                    *(_await_ref(p.handle_request_streaming.remote(meta, *args, **kwargs))
+                      for p in self._peers))
+            except BaseException:
+                self._gang_lock.release()
+                raise
+            stream = self._streams.get(answer["stream_id"])
+            drains = asyncio.ensure_future(self._drain_peer_streams(firsts))
+
+            async def unlock():
+                try:
+                    if stream is not None and stream.task is not None:
+                        await asyncio.wait([stream.task])
+                    await drains
+                except BaseException:
+                    pass
+                finally:
+                    self._gang_lock.release()
+            if answer["done"]:
+                await unlock()
+            else:
+                asyncio.ensure_future(unlock())
+            return answer
+        return await self._handle_request_streaming(meta, *args, **kwargs)
+
+    async def _handle_request_streaming(self, meta: Dict[str, Any], *args, **kwargs):
         token = self._enter(meta)
         stream = _Stream()
         sid = uuid.uuid4().hex
@@ -270,6 +367,37 @@ class ServeReplica:
 
     # --- HTTP ---------------------------------------------------------------------------------
     async def handle_http(self, meta: Dict[str, Any], scope: Dict[str, Any], body: bytes):
+        if self._peers:
+            from torus.serve.handle import _await_ref
+            await self._gang_lock.acquire()
+            try:
+                answer, *firsts = await asyncio.gather(
+                    self._handle_http(meta, scope, body),
+                    *(_await_ref(p.handle_http.remote(meta, scope, body)) for p in self._peers))
+            except BaseException:
+                self._gang_lock.release()
+                raise
+            sid = answer.get("stream_id")
+            stream = self._streams.get(sid) if sid else None
+            drains = asyncio.ensure_future(self._drain_peer_streams(firsts))
+
+            async def unlock():
+                try:
+                    if stream is not None and stream.task is not None:
+                        await asyncio.wait([stream.task])
+                    await drains
+                except BaseException:
+                    pass
+                finally:
+                    self._gang_lock.release()
+            if stream is None:
+                await unlock()
+            else:
+                asyncio.ensure_future(unlock())
+            return answer
+        return await self._handle_http(meta, scope, body)
+
+    async def _handle_http(self, meta: Dict[str, Any], scope: Dict[str, Any], body: bytes):
         stream = _Stream()  # ASGI messages the app sends
         disconnected = asyncio.Event()
         body_sent = False
