@@ -151,6 +151,8 @@ class ServeProxy:
             await _send_plain(send, 200, b"success", b"text/plain")
             return
         m = self._match(path)
+        if m is None and await self._refresh_routes():
+            m = self._match(path)  # the table was behind the controller's
         if m is None:
             await _send_plain(send, 404, (
                 f"Path '{path}' not found. Ping http://.../-/routes for available "
@@ -174,8 +176,20 @@ class ServeProxy:
         if model:
             meta["multiplexed_model_id"] = model.decode("latin-1")
         self._requests += 1
-        answer = await self._call(app, ingress, meta,
-                                  http_util.scope_for_replica(scope, prefix), body)
+        call = asyncio.ensure_future(self._call(app, ingress, meta,
+                                                http_util.scope_for_replica(scope, prefix),
+                                                body))
+        gone = asyncio.ensure_future(_disconnected(receive))
+        done, _ = await asyncio.wait([call, gone], return_when=asyncio.FIRST_COMPLETED)
+        if call not in done:  # the client left first: cancel the request
+            call.cancel()
+            try:
+                await call
+            except BaseException:
+                pass
+            return
+        gone.cancel()
+        answer = call.result()
         extra = [(b"x-request-id", request_id.encode("latin-1"))]
         await send({"type": "http.response.start", "status": answer["status"],
                     "headers": list(answer["headers"]) + extra})
@@ -199,6 +213,24 @@ class ServeProxy:
             answer["_release"]()
         await send({"type": "http.response.body", "body": b""})
 
+    async def _refresh_routes(self) -> bool:
+        """Fetches the route table now (a path matched nothing: maybe an application deployed
+        a moment ago). True if the table changed."""
+        from torus.serve._private.long_poll import get_controller
+        from torus.serve.handle import _await_ref
+        c = get_controller()
+        if c is None:
+            return False
+        try:
+            _, routes = await asyncio.wait_for(
+                _await_ref(c.listen_for_change.options(name="serve.routes").remote(
+                    "routes", -1)), 2.0)
+        except Exception:
+            return False
+        before = self._routes
+        self._update_routes(routes)
+        return self._routes != before
+
     async def _call(self, app: str, ingress: str, meta, scope, body) -> Dict[str, Any]:
         from torus.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
         from torus.serve.exceptions import BackPressureError, DeploymentUnavailableError
@@ -218,6 +250,10 @@ class ServeProxy:
                 resp.cancel()
                 resp._release()
                 return http_util.plain_response(408, "Request timed out.")
+            except asyncio.CancelledError:  # the client disconnected
+                resp.cancel()
+                resp._release()
+                raise
             except BaseException:
                 resp._release()
                 raise
@@ -245,6 +281,14 @@ class ServeProxy:
         except Exception:
             logger.exception("serve: proxy error")
             return http_util.plain_response(500, "Internal Server Error")
+
+
+async def _disconnected(receive) -> None:
+    """Returns when the client has gone (the body was read already)."""
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return
 
 
 async def _send_plain(send, status: int, body: bytes, ctype: bytes) -> None:

@@ -441,6 +441,15 @@ class ServeReplica:
 
         sid = uuid.uuid4().hex
         stream.task = asyncio.ensure_future(run())
+        try:
+            return await self._http_answer(stream, sid)
+        except asyncio.CancelledError:
+            # The request was cancelled (client gone, request_timeout_s, ray.cancel): the
+            # handler sees CancelledError too.
+            stream.task.cancel()
+            raise
+
+    async def _http_answer(self, stream: "_Stream", sid: str):
         status, headers, chunks = None, [], []
         while True:
             msgs = await stream.next_batch() if not stream.done or stream.items else []

@@ -329,38 +329,41 @@ class _Sweeper:
             busy = any(r.has_waiters() for r in list(self._routers))
             self._wake.wait(0.02 if busy else 0.1)
             self._wake.clear()
-            if not worker.is_initialized():
+            if worker.is_initialized():
+                self._sweep(worker)  # its locals go when it returns (no handle kept here)
+
+    def _sweep(self, worker) -> None:
+        now = time.monotonic()
+        old: List[Request] = []
+        keep: List[Request] = []
+        while self._watched:
+            try:
+                req = self._watched.popleft()
+            except IndexError:
+                break
+            if req.done:
                 continue
-            now = time.monotonic()
-            old: List[Request] = []
-            keep: List[Request] = []
-            while self._watched:
-                try:
-                    req = self._watched.popleft()
-                except IndexError:
-                    break
-                if req.done:
-                    continue
-                (old if now - req.sent_at >= 0.05 else keep).append(req)
-            self._watched.extend(keep)
-            if old:
-                pairs = [(q, q.response) for q in old]
-                old = [q for q, r in pairs if r is not None]
-                ids = [r._ref._id for _, r in pairs if r is not None]
-                try:
-                    flags = worker.core().wait(ids, len(ids), 0) if ids else []
-                except Exception:
-                    flags = [True] * len(old)
-                for q, f in zip(old, flags):
-                    if f:
-                        self._release(q)
-                    else:
-                        self._watched.append(q)
-            for r in list(self._routers):
-                try:
-                    r.maybe_report(now)
-                except Exception:
-                    logger.debug("serve: metrics report failed", exc_info=True)
+            (old if now - req.sent_at >= 0.05 else keep).append(req)
+        self._watched.extend(keep)
+        if old:
+            pairs = [(q, q.response) for q in old]
+            old = [q for q, r in pairs if r is not None]
+            ids = [r._ref._id for _, r in pairs if r is not None]
+            del pairs
+            try:
+                flags = worker.core().wait(ids, len(ids), 0) if ids else []
+            except Exception:
+                flags = [True] * len(old)
+            for q, f in zip(old, flags):
+                if f:
+                    self._release(q)
+                else:
+                    self._watched.append(q)
+        for r in list(self._routers):
+            try:
+                r.maybe_report(now)
+            except Exception:
+                logger.debug("serve: metrics report failed", exc_info=True)
 
 
 _routers: Dict[Tuple[str, str], Router] = {}
