@@ -10,7 +10,10 @@
 #     per host of a whole slice);
 #  3. trains a small MLP data-parallel over the 4 hosts of a whole slice with Ray Train's
 #     JaxTrainer (`python -m torus.ray examples/jax_train/train_mlp.py`), with checkpoints;
-#  4. runs the plain Ray C++ example as an ordinary job;
+#  4. serves a small JAX transformer behind an OpenAI-compatible /v1/chat/completions with Ray
+#     Serve (`python -m torus.ray examples/serve_llm/run.py`): its replica spans the 4 hosts of a
+#     whole slice (weights sharded over the 16 devices), queried with the `openai` client;
+#  5. runs the plain Ray C++ example as an ordinary job;
 # and stops the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +41,8 @@ $T job submit --slice 4x4 --accelerator v6e -- \
   env DEVICES_PER_PROCESS=2 "$PY" examples/jax_allreduce/allreduce.py
 echo "== Ray Train's JaxTrainer on a whole v6e 4x4 slice: python -m torus.ray examples/jax_train/train_mlp.py"
 "$PY" -m torus.ray examples/jax_train/train_mlp.py --steps 30 --storage "$TORUS_TMPDIR/train"
+echo "== Ray Serve: an OpenAI-compatible model on a whole v6e 4x4 slice: python -m torus.ray examples/serve_llm/run.py"
+"$PY" -m torus.ray examples/serve_llm/run.py --port "${SERVE_PORT:-8000}"
 echo "== slices after the jobs (the reservations are released)"
 $T list slices
 echo "== the Ray C++ example as a plain job"
