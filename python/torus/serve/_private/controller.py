@@ -113,7 +113,8 @@ class ServeController:
     def __init__(self, http_options: Dict[str, Any]):
         self._http_options = http_options
         self._apps: Dict[str, Application] = {}
-        self._lp_versions: Dict[str, int] = {}
+        self._incarnation = uuid.uuid4().hex[:8]
+        self._lp_versions: Dict[str, Tuple[str, int]] = {}
         self._lp_values: Dict[str, Any] = {}
         self._lp_events: Dict[str, asyncio.Event] = {}
         self._proxies: Dict[str, Dict[str, Any]] = {}  # node id -> {actor, state, name}
@@ -228,14 +229,18 @@ class ServeController:
 
     # --- long poll ----------------------------------------------------------------------------
     def _publish(self, key: str, value: Any) -> None:
-        self._lp_versions[key] = self._lp_versions.get(key, 0) + 1
+        # Versions carry this controller's incarnation: a restarted controller's first
+        # versions never equal what a client saw from the one before.
+        n = self._lp_versions.get(key, (self._incarnation, 0))[1] + 1
+        self._lp_versions[key] = (self._incarnation, n)
         self._lp_values[key] = value
         ev = self._lp_events.pop(key, None)
         if ev is not None:
             ev.set()
 
-    async def listen_for_change(self, key: str, version: int) -> Tuple[int, Any]:
-        cur = self._lp_versions.get(key, 0)
+    async def listen_for_change(self, key: str, version) -> Tuple[Any, Any]:
+        await self.ready()  # a restarted controller publishes its recovered state first
+        cur = self._lp_versions.get(key, (self._incarnation, 0))
         if cur != version:
             return cur, self._lp_values.get(key)
         ev = self._lp_events.get(key)
@@ -245,7 +250,7 @@ class ServeController:
             await asyncio.wait_for(ev.wait(), LONG_POLL_TIMEOUT_S)
         except asyncio.TimeoutError:
             pass
-        return self._lp_versions.get(key, 0), self._lp_values.get(key)
+        return self._lp_versions.get(key, (self._incarnation, 0)), self._lp_values.get(key)
 
     def _publish_replicas(self, d: Deployment) -> None:
         if d.deleting:
@@ -274,12 +279,17 @@ class ServeController:
         self._publish("routes", routes)
 
     # --- the API the driver calls ------------------------------------------------------------
+    async def pid(self) -> int:
+        import os
+        return os.getpid()
+
     async def get_http_options(self) -> Dict[str, Any]:
         return self._http_options
 
     async def deploy_application(self, name: str, route_prefix: Optional[str], ingress: str,
                                  deployments: List[Tuple[str, bytes, dict]],
                                  config: Optional[dict] = None) -> None:
+        await self.ready()
         if route_prefix is not None:
             for other in self._apps.values():
                 if other.name != name and other.route_prefix == route_prefix and \
@@ -340,6 +350,7 @@ class ServeController:
         self._kick()
 
     async def delete_applications(self, names: List[str]) -> None:
+        await self.ready()
         for n in names:
             app = self._apps.get(n)
             if app is None:
@@ -352,6 +363,7 @@ class ServeController:
         self._kick()
 
     async def app_status(self, name: str) -> Optional[Dict[str, Any]]:
+        await self.ready()
         app = self._apps.get(name)
         return None if app is None else self._app_status(app)
 
@@ -368,6 +380,7 @@ class ServeController:
             not app.deployments[dep].deleting
 
     async def status(self) -> Dict[str, Any]:
+        await self.ready()
         return {"proxies": {n: p["state"] for n, p in self._proxies.items()},
                 "applications": {n: self._app_status(a) for n, a in self._apps.items()}}
 

@@ -38,7 +38,7 @@ class LongPollClient:
     def __init__(self, key: str, callback: Callable[[Any], None]):
         self._key = key
         self._callback = callback
-        self._version = -1
+        self._version = None  # none yet: the controller answers at once
         self._first = threading.Event()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=f"serve-poll-{key}",

@@ -224,7 +224,7 @@ class ServeProxy:
         try:
             _, routes = await asyncio.wait_for(
                 _await_ref(c.listen_for_change.options(name="serve.routes").remote(
-                    "routes", -1)), 2.0)
+                    "routes", None)), 2.0)
         except Exception:
             return False
         before = self._routes
