@@ -176,7 +176,11 @@ def _encode_error(e: BaseException, function_name: str, actor=None, actor_id=Non
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next
         tb_text = "".join(traceback.format_exception(type(e), e, tb))
-        err = RayTaskError(function_name, tb_text, e, pid=os.getpid(),
+        # A nested task's error raised on: its user exception stays the cause, so a caller any
+        # number of calls up still catches it by its type, as in Ray (whose dual exception
+        # classes keep that type when pickled by value).
+        cause = e.cause if isinstance(e, RayTaskError) and e.cause is not None else e
+        err = RayTaskError(function_name, tb_text, cause, pid=os.getpid(),
                            actor_repr=repr(actor) if actor is not None else None,
                            actor_id=actor_id)
     try:
