@@ -64,6 +64,7 @@ class Replica:
         self.busy = False  # a ping or health check is outstanding
         self.models: List[str] = []
         self.ongoing = 0
+        self.metrics = None  # the replica's last metrics snapshot (rank 0's)
         self.task: Optional[asyncio.Task] = None
         self.pg = None  # the replica's placement group (placement_group_bundles)
         self.world = 1  # ranks: > 1 for a replica that spans the hosts of a TPU slice
@@ -532,6 +533,7 @@ class ServeController:
             self._last_kv_poll = now
             self._poll_deploy_config()
             self._write_details()
+            self._write_metrics()
 
     @staticmethod
     def _active(d: Deployment) -> List[Replica]:
@@ -727,6 +729,7 @@ class ServeController:
             st = stats[0]  # a lost rank fails the gather: the whole replica is replaced
             r.last_ping = time.monotonic()
             r.ongoing = st.get("ongoing", 0)
+            r.metrics = st.get("metrics")
             if st.get("models", []) != r.models:
                 r.models = st.get("models", [])
                 d.published = None
@@ -867,6 +870,32 @@ class ServeController:
             app.route_prefix, app.config = route_prefix, app_cfg
         app.build_error = message
 
+    def _write_metrics(self) -> None:
+        """Serve's metrics as Prometheus text in the head's KV store (`serve`/`metrics`), which
+        the head's /metrics appends: the proxies' and replicas' last snapshots, summed, and
+        the controller's own gauges."""
+        from torus.serve._private import metrics as _metrics
+        snaps = [p["metrics"] for p in self._proxies.values() if p.get("metrics")]
+        gauges = []
+        for app in self._apps.values():
+            for d in app.deployments.values():
+                gauges.append(("ray_serve_autoscaling_target_replicas",
+                               {"deployment": d.name, "application": app.name}, d.target))
+                for r in d.replicas:
+                    if r.metrics:
+                        snaps.append(r.metrics)
+                    gauges.append(("ray_serve_deployment_replica_healthy",
+                                   {"deployment": d.name, "replica": r.replica_id,
+                                    "application": app.name},
+                                   1 if r.state == "RUNNING" else 0))
+        text = _metrics.render(snaps, gauges)
+        if text != getattr(self, "_metrics_written", None):
+            try:
+                _worker.core().kv_put(CHECKPOINT_NS, "metrics", text.encode(), True)
+                self._metrics_written = text
+            except Exception:
+                pass
+
     def _write_details(self) -> None:
         """Serve's details for GET /api/serve/applications/ and the dashboard, in the head's
         KV store (written when they change)."""
@@ -967,8 +996,9 @@ class ServeController:
 
     async def _ping_proxy(self, node_id: str, p: Dict[str, Any]) -> None:
         try:
-            await asyncio.wait_for(_await_ref(p["actor"].check_health.remote()), 10)
+            h = await asyncio.wait_for(_await_ref(p["actor"].check_health.remote()), 10)
             p["state"] = "HEALTHY"
+            p["metrics"] = h.get("metrics") if isinstance(h, dict) else None
         except Exception as e:
             if _is_actor_death(e) and self._proxies.get(node_id) is p:
                 del self._proxies[node_id]  # started again on the next round

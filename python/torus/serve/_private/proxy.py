@@ -25,6 +25,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from torus.serve._private import http_util
+from torus.serve._private import metrics as _metrics
 from torus.serve._private import router as _router
 from torus.serve._private.long_poll import LongPollClient
 
@@ -43,6 +44,7 @@ class ServeProxy:
         self._port = int(http_options.get("port") or 8000)
         self._poll: Optional[LongPollClient] = None
         self._requests = 0
+        self._ongoing = 0
 
     async def ready(self) -> int:
         if self._thread is None:
@@ -57,10 +59,18 @@ class ServeProxy:
             raise RuntimeError("the HTTP proxy did not start within 30 s")
         return self._port
 
-    async def check_health(self) -> bool:
+    async def check_health(self) -> Dict[str, Any]:
+        """Raises if the server is down; else this proxy's metrics (for the controller)."""
         if self._error or (self._thread is not None and not self._thread.is_alive()):
             raise RuntimeError(self._error or "the HTTP server thread ended")
-        return True
+        reg = _metrics.REGISTRY
+        reg.set("ray_serve_num_ongoing_http_requests", {"node_id": self._node_id},
+                self._ongoing)
+        for (app, dep), r in list(_router._routers.items()):
+            sent, queued = r.ongoing()
+            reg.set("ray_serve_deployment_queued_queries",
+                    {"deployment": dep, "application": app, "node_id": self._node_id}, queued)
+        return {"metrics": reg.snapshot()}
 
     async def shutdown(self) -> None:
         if self._poll is not None:
@@ -159,12 +169,32 @@ class ServeProxy:
                 f"routes.").encode(), b"text/plain; charset=utf-8")
             return
         prefix, app, ingress = m
+        self._ongoing += 1
+        t0 = time.monotonic()
+        status = 500
+        try:
+            status = await self._forward(scope, receive, send, prefix, app, ingress)
+        finally:
+            self._ongoing -= 1
+            labels = {"route": prefix, "method": scope.get("method", ""), "application": app}
+            reg = _metrics.REGISTRY
+            reg.inc("ray_serve_num_http_requests_total", dict(labels, status_code=str(status)))
+            if status >= 400:
+                reg.inc("ray_serve_num_http_error_requests_total",
+                        dict(labels, error_code=str(status)))
+            reg.observe("ray_serve_http_request_latency_ms",
+                        {"route": prefix, "application": app, "status_code": str(status)},
+                        (time.monotonic() - t0) * 1000)
+
+    async def _forward(self, scope, receive, send, prefix: str, app: str, ingress: str) -> int:
+        """Sends one request to its application; returns the status answered (499: the client
+        left first)."""
         chunks = []
         more = True
         while more:
             msg = await receive()
             if msg["type"] == "http.disconnect":
-                return
+                return 499
             chunks.append(msg.get("body", b""))
             more = msg.get("more_body", False)
         body = b"".join(chunks)
@@ -187,7 +217,7 @@ class ServeProxy:
                 await call
             except BaseException:
                 pass
-            return
+            return 499
         gone.cancel()
         answer = call.result()
         extra = [(b"x-request-id", request_id.encode("latin-1"))]
@@ -195,7 +225,7 @@ class ServeProxy:
                     "headers": list(answer["headers"]) + extra})
         if answer.get("stream_id") is None:
             await send({"type": "http.response.body", "body": answer["body"]})
-            return
+            return answer["status"]
         await send({"type": "http.response.body", "body": answer["body"], "more_body": True})
         replica = answer["_replica"]
         sid = answer["stream_id"]
@@ -212,6 +242,7 @@ class ServeProxy:
         finally:
             answer["_release"]()
         await send({"type": "http.response.body", "body": b""})
+        return answer["status"]
 
     async def _refresh_routes(self) -> bool:
         """Fetches the route table now (a path matched nothing: maybe an application deployed

@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional
 
 from torus.serve import context as _ctx
 from torus.serve._private import http_util
+from torus.serve._private import metrics as _metrics
 
 logger = logging.getLogger("torus.serve")
 
@@ -179,8 +180,12 @@ class ServeReplica:
             if s.done and now - s.last_read > 60 or now - s.last_read > 600:
                 self._drop_stream(sid)
         models = getattr(self._user, "_serve_loaded_models", None) if self._user else None
+        _metrics.REGISTRY.set("ray_serve_replica_processing_queries",
+                              {"deployment": self._deployment, "replica": self._replica_id,
+                               "application": self._app}, self._ongoing)
         return {"ongoing": self._ongoing, "total": self._total,
-                "models": list(models() if callable(models) else [])}
+                "models": list(models() if callable(models) else []),
+                "metrics": _metrics.REGISTRY.snapshot()}
 
     async def prepare_for_shutdown(self) -> bool:
         """Waits (graceful_shutdown_timeout_s at most) for running requests to end, then runs
@@ -225,15 +230,26 @@ class ServeReplica:
         return r
 
     def _enter(self, meta: Dict[str, Any]):
+        """A request starts: counted, and its context set (returns what `_leave` takes)."""
         self._ongoing += 1
         self._total += 1
-        return _ctx._request_context.set(_ctx.RequestContext(
+        token = _ctx._request_context.set(_ctx.RequestContext(
             route=meta.get("route", ""), request_id=meta.get("request_id") or uuid.uuid4().hex,
             app_name=self._app, multiplexed_model_id=meta.get("multiplexed_model_id", "")))
+        return token, time.monotonic(), meta.get("route") or meta.get("method", "")
 
-    def _leave(self, token) -> None:
+    def _leave(self, entered, error: bool = False, reset: bool = True) -> None:
+        token, t0, route = entered
         self._ongoing -= 1
-        _ctx._request_context.reset(token)
+        if reset:
+            _ctx._request_context.reset(token)
+        labels = {"deployment": self._deployment, "replica": self._replica_id,
+                  "route": route, "application": self._app}
+        _metrics.REGISTRY.inc("ray_serve_deployment_request_counter_total", labels)
+        if error:
+            _metrics.REGISTRY.inc("ray_serve_deployment_error_counter_total", labels)
+        _metrics.REGISTRY.observe("ray_serve_deployment_processing_latency_ms", labels,
+                                  (time.monotonic() - t0) * 1000)
 
     # --- a gang's rank 0 runs each user call on every rank ------------------------------------
     async def _on_all(self, method: str, local, *args, **kwargs):
@@ -264,10 +280,13 @@ class ServeReplica:
 
     async def _handle_request(self, meta: Dict[str, Any], *args, **kwargs):
         token = self._enter(meta)
+        error = True
         try:
-            return await self._call_user(self._method(meta["method"]), args, kwargs)
+            r = await self._call_user(self._method(meta["method"]), args, kwargs)
+            error = False
+            return r
         finally:
-            self._leave(token)
+            self._leave(token, error)
 
     async def handle_request_streaming(self, meta: Dict[str, Any], *args, **kwargs):
         if self._peers:
@@ -315,7 +334,7 @@ class ServeReplica:
                 raise TypeError(f"Method '{meta['method']}' returned a non-generator object "
                                 f"({type(gen).__name__}) but the handle has stream=True.")
         except BaseException:
-            self._leave(token)
+            self._leave(token, True)
             raise
         self._streams[sid] = stream
         stream.task = asyncio.ensure_future(self._pump(gen, stream, token))
@@ -323,6 +342,7 @@ class ServeReplica:
         return self._batch_answer(sid, stream, items)
 
     async def _pump(self, gen, stream: _Stream, token) -> None:
+        error = False
         try:
             if inspect.isasyncgen(gen):
                 async for item in gen:
@@ -339,9 +359,10 @@ class ServeReplica:
         except asyncio.CancelledError:
             stream.finish()
         except BaseException as e:
+            error = True
             stream.finish(e)
         finally:
-            self._ongoing -= 1
+            self._leave(token, error, reset=False)  # another task's context: nothing to reset
 
     def _batch_answer(self, sid: str, stream: _Stream, items: List[Any]) -> Dict[str, Any]:
         done = stream.done and not stream.items
@@ -415,6 +436,7 @@ class ServeReplica:
 
         async def run():
             token = self._enter(meta)  # in this task's own context
+            error = False
             try:
                 if self._asgi_app is not None:
                     await self._asgi_app(scope, receive, send)
@@ -432,12 +454,13 @@ class ServeReplica:
             except asyncio.CancelledError:
                 stream.finish()
             except BaseException as e:
+                error = True
                 logger.error("serve: request to %s failed:\n%s", self._deployment,
                              traceback.format_exc())
                 stream.finish(e)
             finally:
                 disconnected.set()
-                self._leave(token)
+                self._leave(token, error)
 
         sid = uuid.uuid4().hex
         stream.task = asyncio.ensure_future(run())
