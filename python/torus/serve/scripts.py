@@ -184,8 +184,6 @@ def cmd_build(a) -> int:
 
 def cmd_run(a) -> int:
     import torus
-    from torus._private import shim
-    shim.install()
     from torus import serve
     sys.path.insert(0, a.app_dir)
     if a.address:
@@ -270,6 +268,10 @@ def main(argv=None) -> int:
     b.add_argument("--output-path", "-o", default=None)
     b.set_defaults(fn=cmd_build)
     a = p.parse_args(argv)
+    # Applications are Ray programs: `import ray` in them (and in what they start) is Torus.
+    from torus._private import shim
+    os.environ["TORUS_RAY_SHIM"] = "1"
+    shim.install()
     return a.fn(a)
 
 

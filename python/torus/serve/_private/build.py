@@ -22,6 +22,8 @@ from torus.serve import config as _config
 
 
 def import_attr(import_path: str):
+    from torus._private import shim
+    shim.install()  # applications are Ray programs: `import ray` in them is Torus
     if ":" in import_path:
         module, _, attr = import_path.partition(":")
     else:

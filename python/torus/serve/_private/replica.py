@@ -117,6 +117,8 @@ class ServeReplica:
     async def initialize(self, user_config, gang: Optional[Dict[str, Any]] = None
                          ) -> Dict[str, Any]:
         import cloudpickle
+        from torus._private import shim
+        shim.install()  # the user's code is a Ray program, whoever started Serve
         if gang is not None:
             os.environ["JAX_COORDINATOR_ADDRESS"] = gang["coordinator"]
             os.environ["TORUS_COORDINATOR_ADDRESS"] = gang["coordinator"]

@@ -8,7 +8,9 @@ import sys
 
 
 def main() -> int:
+    import os
     from torus._private import shim
+    os.environ["TORUS_RAY_SHIM"] = "1"  # and the workers it starts
     shim.install()  # user applications may `import ray`
     import torus
     from torus import serve
