@@ -158,6 +158,22 @@ class _ResponseBase:
             self._released = True
             self._router.release(self._req)
 
+    def _resubmit(self, e: BaseException) -> bool:
+        """A call the core never sent (its replica was already known dead: the core says "is
+        dead", not "died while running") goes to another replica; True if it was resent."""
+        from torus.exceptions import ActorDiedError
+        if not isinstance(e, ActorDiedError) or self._req is None:
+            return False
+        if " is dead: " not in str(getattr(e, "_cause", "") or ""):
+            return False
+        req = self._req
+        self._router.replica_died(self._replica_id, str(e))
+        self._ref = self._req = self._actor = None
+        self._replica_id = ""
+        self._event = threading.Event()
+        self._router.resend(req)
+        return True
+
     def _replica_error(self, e: BaseException) -> None:
         from torus.exceptions import ActorDiedError, ActorUnavailableError
         if isinstance(e, (ActorDiedError, ActorUnavailableError)) and self._replica_id:
@@ -177,33 +193,44 @@ class DeploymentResponse(_ResponseBase):
 
     def result(self, *, timeout_s: Optional[float] = None, _skip_asyncio_check: bool = False):
         import torus
+        from torus.exceptions import GetTimeoutError
         start = time.monotonic()
-        self._wait_assigned(timeout_s)
-        left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - start))
-        try:
-            return torus.get(self._ref, timeout=left)
-        except Exception as e:
-            from torus.exceptions import GetTimeoutError
-            if isinstance(e, GetTimeoutError):
-                raise TimeoutError(str(e)) from None
-            self._replica_error(e)
-            raise
-        finally:
-            if self._ref is not None:
+        for attempt in range(4):
+            left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - start))
+            self._wait_assigned(left)
+            left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - start))
+            try:
+                value = torus.get(self._ref, timeout=left)
+            except GetTimeoutError as e:
+                raise TimeoutError(str(e)) from None  # the call runs on: keep its slot
+            except Exception as e:
+                if attempt < 3 and self._resubmit(e):
+                    continue
+                self._replica_error(e)
                 self._release()
+                raise
+            self._release()
+            return value
 
     def __await__(self):
         return self._await().__await__()
 
     async def _await(self):
-        await self._wait_assigned_async()
-        try:
-            return await _await_ref(self._ref)
-        except Exception as e:
-            self._replica_error(e)
-            raise
-        finally:
+        for attempt in range(4):
+            await self._wait_assigned_async()
+            try:
+                value = await _await_ref(self._ref)
+            except Exception as e:
+                if attempt < 3 and self._resubmit(e):
+                    continue
+                self._replica_error(e)
+                self._release()
+                raise
+            except BaseException:
+                self._release()
+                raise
             self._release()
+            return value
 
     def _ref_now(self):
         """The object reference of an assigned call (the router only asks once assigned)."""

@@ -272,11 +272,21 @@ class ServeProxy:
             req = _router.Request("handle_http", meta, (scope, body), {}, resp)
             router.submit(req)
             timeout = self._opts.get("request_timeout_s")
-            await resp._wait_assigned_async()
+            deadline = None if not timeout else time.monotonic() + timeout
             from torus.serve.handle import _await_ref
-            fut = _await_ref(resp._ref)
             try:
-                answer = await (asyncio.wait_for(fut, timeout) if timeout else fut)
+                for attempt in range(4):
+                    await resp._wait_assigned_async()
+                    fut = _await_ref(resp._ref)
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    try:
+                        answer = await (asyncio.wait_for(fut, left) if deadline else fut)
+                        break
+                    except (ActorDiedError, ActorUnavailableError) as e:
+                        # Never sent (the replica was already dead): route it again.
+                        if attempt < 3 and resp._resubmit(e):
+                            continue
+                        raise
             except asyncio.TimeoutError:
                 resp.cancel()
                 resp._release()

@@ -231,6 +231,17 @@ class Router:
             if not req.stream:
                 _Sweeper.get().watch(req)
 
+    def resend(self, req: Request) -> None:
+        """`req` failed without running (its replica was dead): its slot is given back and it
+        is routed again."""
+        with self._lock:
+            rep, req.replica = req.replica, None
+            if rep is not None and not req.done:
+                rep.inflight -= 1
+                self._inflight_total -= 1
+            req.done = False
+        self.submit(req)
+
     def release(self, req: Request) -> None:
         """The call of `req` ended: its slot goes to the next waiting request."""
         with self._lock:
@@ -347,8 +358,9 @@ class _Sweeper:
         self._watched.extend(keep)
         if old:
             pairs = [(q, q.response) for q in old]
-            old = [q for q, r in pairs if r is not None]
-            ids = [r._ref._id for _, r in pairs if r is not None]
+            pairs = [(q, r, r._ref) for q, r in pairs if r is not None]
+            old = [q for q, r, ref in pairs if ref is not None]
+            ids = [ref._id for _, _, ref in pairs if ref is not None]
             del pairs
             try:
                 flags = worker.core().wait(ids, len(ids), 0) if ids else []
