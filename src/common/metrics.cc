@@ -107,11 +107,14 @@ std::string RenderMetrics(MetricFamilies families, bool with_process) {
   return out.str();
 }
 
-void ServeMetrics(HttpServer& server, std::function<MetricFamilies()> collect) {
+void ServeMetrics(HttpServer& server, std::function<MetricFamilies()> collect,
+                  std::function<std::string()> append) {
   const bool with_process = ClaimProcessMetrics();
   server.Handle("GET", "/metrics", HttpServer::Access::kToken,
-                [collect = std::move(collect), with_process](const HttpRequest&) {
-                  HttpResponse r = HttpResponse::Text(RenderMetrics(collect(), with_process));
+                [collect = std::move(collect), append = std::move(append), with_process](const HttpRequest&) {
+                  std::string text = RenderMetrics(collect(), with_process);
+                  if (append) text += append();
+                  HttpResponse r = HttpResponse::Text(std::move(text));
                   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
                   return r;
                 });

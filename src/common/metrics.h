@@ -69,7 +69,10 @@ bool ClaimProcessMetrics();
 std::string RenderMetrics(MetricFamilies families, bool with_process);
 
 // GET /metrics on `server` (token required): `collect`'s state families, and the process
-// registry's when this endpoint is the first of the process to claim it (ClaimProcessMetrics).
-void ServeMetrics(HttpServer& server, std::function<MetricFamilies()> collect);
+// registry's when this endpoint is the first of the process to claim it (ClaimProcessMetrics),
+// then `append`'s text when given: exposition lines the caller vouches for, each ending in '\n',
+// whose metric names are none of the families above (the head's: Serve's metrics).
+void ServeMetrics(HttpServer& server, std::function<MetricFamilies()> collect,
+                  std::function<std::string()> append = nullptr);
 
 }  // namespace torus

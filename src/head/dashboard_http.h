@@ -13,7 +13,8 @@
 //   GET  /api/dashboard/placement_groups, /api/dashboard/actors   ?offset=&limit=
 //   GET  /api/dashboard/tasks       ?limit=(<= 1000)&failed=1: recent tasks of the live drivers
 // Jobs and their logs come from the Jobs REST API (jobs_http.h): the list, and the log tail
-// websocket for a job's live log.
+// websocket for a job's live log. Serve's applications, deployments and replicas come from
+// Serve's REST API (serve_http.h: GET /api/serve/applications/, the controller's details).
 //
 // Every table is paged on the server, so the page stays fast with 10,000 nodes: one request
 // reads the head's tables once (Head.List in-process) and returns one page.

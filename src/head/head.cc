@@ -110,13 +110,14 @@ Status Head::StartHttp() {
     return stopping_ ? HttpResponse::Text("503: Health check failed: the head is stopping", 503)
                      : HttpResponse::Text("success");
   }, HttpServer::Lane::kProbe);
-  ServeMetrics(*http_, [this] { return CollectMetrics(); });
-  RegisterDashboardHttp(*http_, {address_, cfg_.token});
-  RegisterJobsHttp(*http_, *job_manager_,
-                   {std::filesystem::path(cfg_.session_dir).filename().string()});
   const char* serve_python = std::getenv("TORUS_SERVE_PYTHON");
   serve_ = std::make_unique<ServeApi>(kv_, MakeHeadServeRuntime(actors_, *job_manager_, stopping_),
                                       ServeBootstrapCommand(serve_python ? serve_python : ""));
+  // The head's metrics, then Serve's (its controller's text in KV, filtered: serve_metrics.h).
+  ServeMetrics(*http_, [this] { return CollectMetrics(); }, [this] { return serve_->Metrics(); });
+  RegisterDashboardHttp(*http_, {address_, cfg_.token});
+  RegisterJobsHttp(*http_, *job_manager_,
+                   {std::filesystem::path(cfg_.session_dir).filename().string()});
   RegisterServeHttp(*http_, *serve_);
   if (auto s = http_->Start(); !s.ok()) {
     http_.reset();

@@ -8,7 +8,8 @@
 //  - the job table of drivers (this class) and JobManager (head/jobs.h) for submitted jobs;
 //  - KvStore (head/kv_store.h);
 //  - on the HTTP port: the Jobs REST API (head/jobs_http.h), Serve's REST API
-//    (head/serve_http.h), the dashboard (head/dashboard_http.h).
+//    (head/serve_http.h), the dashboard (head/dashboard_http.h), /metrics (head_metrics.cc,
+//    then Serve's metrics: head/serve_metrics.h).
 // Not on the task hot path: tasks are placed by the nodes.
 //
 // THREADS

@@ -13,6 +13,7 @@
 #include "common/wire_states.h"
 #include "head/actors.h"
 #include "head/jobs.h"
+#include "head/serve_metrics.h"
 
 namespace torus {
 
@@ -243,6 +244,26 @@ StatusOr<std::string> ServeApi::Details(std::string_view api_type) {
     it = keep ? std::next(it) : apps.erase(it);
   }
   return Dump(*parsed);
+}
+
+std::string ServeApi::Metrics() {
+  if (!runtime_->ControllerLive()) return "";
+  auto stored = kv_.Get(kServeNamespace, kServeMetricsKey);
+  if (!stored) return "";
+  ServeMetricsText kept = FilterServeMetrics(*stored);
+  if (kept.refused.empty() && kept.dropped_lines == 0) {
+    metrics_warned_ = false;
+  } else if (!metrics_warned_.exchange(true)) {
+    if (!kept.refused.empty()) {
+      TORUS_LOG(WARNING) << "serve: not showing Serve's metrics (KV " << kServeNamespace << "/" << kServeMetricsKey
+                         << "): " << kept.refused;
+    } else {
+      TORUS_LOG(WARNING) << "serve: " << kept.dropped_lines << " line(s) of Serve's metrics (KV " << kServeNamespace
+                         << "/" << kServeMetricsKey << ") are not shown: only well-formed "
+                         << kServeMetricPrefix << "* samples and their HELP/TYPE lines are";
+    }
+  }
+  return std::move(kept.text);
 }
 
 void RegisterServeHttp(HttpServer& server, ServeApi& api) {

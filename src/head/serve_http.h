@@ -21,6 +21,9 @@
 //                          deploy_config, so a controller that sees a new version reads a config
 //                          at least that new
 //   details                ServeInstanceDetails JSON, written by the controller
+//   metrics                Prometheus text of Serve's metrics (Ray's names), written by the
+//                          controller; the head's /metrics appends what FilterServeMetrics
+//                          keeps of it (head/serve_metrics.h) while a controller is live
 // When a PUT finds no live controller (actor SERVE_CONTROLLER_ACTOR in namespace "serve", not
 // DEAD) and no bootstrap job PENDING or RUNNING, it submits one: the job runs
 // `<python> -m torus.serve._private.rest_bootstrap` (python: $TORUS_SERVE_PYTHON of the head,
@@ -30,7 +33,7 @@
 // mutex serialises the writers (PUT, DELETE), so each version is bumped once and at most one
 // bootstrap job is started per PUT that needs it. A DELETE holds it while it waits for the
 // controller to go (polling, bounded), so a PUT after a DELETE starts Serve anew instead of
-// handing its config to a controller on its way out. GET takes no lock of ours.
+// handing its config to a controller on its way out. GET and Metrics take no lock of ours.
 #pragma once
 
 #include <atomic>
@@ -111,6 +114,11 @@ class ServeApi {
   // A non-empty `api_type` ("declarative" or "imperative", any case; else InvalidArgument)
   // keeps only the applications whose "source" it is.
   StatusOr<std::string> Details(std::string_view api_type = "");
+  // For the head's /metrics: what FilterServeMetrics keeps of the controller's `metrics` text,
+  // each line ending in '\n'; "" without a live controller (a controller gone leaves its last
+  // text behind, which is no longer Serve's state) or without the key. A refused value or
+  // dropped lines are logged once, until a clean value comes.
+  std::string Metrics();
 
  private:
   // Stores `config` as deploy_config, then deploy_config_version + 1.
@@ -123,6 +131,7 @@ class ServeApi {
   const std::chrono::milliseconds shutdown_wait_;
 
   Mutex mu_;  // the writers: one PUT or DELETE at a time
+  std::atomic<bool> metrics_warned_{false};  // Metrics logged a problem since the last clean value
 };
 
 // Registers the routes above on `server` (before its Start); every one needs the token.

@@ -208,5 +208,17 @@ TEST_F(ServeApiTest, ApiTypeKeepsTheApplicationsOfThatSource) {
   EXPECT_TRUE(Contains(bad.status().message(), "Invalid 'api_type' value: 'unknown'"));
 }
 
+TEST_F(ServeApiTest, MetricsAreTheControllersFilteredWhileItLives) {
+  EXPECT_EQ(api->Metrics(), "");  // no key, no controller
+  ASSERT_TRUE(kv.Put("serve", "metrics", "ray_serve_a 1\ntorus_fake 1\nray_serve_b{x=\"y\"} 2", true).ok());
+  EXPECT_EQ(api->Metrics(), "");  // stale: no controller
+  rt->controller = true;
+  EXPECT_EQ(api->Metrics(), "ray_serve_a 1\nray_serve_b{x=\"y\"} 2\n");
+  ASSERT_TRUE(kv.Put("serve", "metrics", "ray_serve_a \xff", true).ok());
+  EXPECT_EQ(api->Metrics(), "");  // not UTF-8
+  ASSERT_TRUE(kv.Del("serve", "metrics"));
+  EXPECT_EQ(api->Metrics(), "");
+}
+
 }  // namespace
 }  // namespace torus

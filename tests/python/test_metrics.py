@@ -187,3 +187,82 @@ def test_task_counts_outlive_their_driver(head):
     # `dies` failed and `after` failed because its argument did (not left PENDING_ARGS).
     assert sample(after, 'torus_tasks_ended_total{state="FAILED"}') >= fail0 + 2
     assert sample(after, 'torus_tasks{state="PENDING_ARGS"}') == 0
+
+
+# Serve's controller writes this kind of text into KV serve/metrics; the head appends what is a
+# `ray_serve_` sample or its HELP/TYPE (src/head/serve_metrics.h), nothing a user could use to
+# forge the head's own series.
+SERVE_TEXT = (
+    "# HELP ray_serve_num_http_requests_total HTTP requests the proxies answered.\n"
+    "# TYPE ray_serve_num_http_requests_total counter\n"
+    'ray_serve_num_http_requests_total{application="app",route="/x",status_code="200"} 12\n'
+    "torus_fake 1\n"
+    "# HELP torus_nodes forged\n"
+    "# TYPE torus_fake gauge\n"
+    'ray_serve_deployment_replica_healthy{__name__="torus_fake"} 1\n'
+    "ray_serve_broken{\n"
+    "# HELP ray_serve_deployment_replica_healthy 1 for a running, healthy replica.\n"
+    "# TYPE ray_serve_deployment_replica_healthy gauge\n"
+    'ray_serve_deployment_replica_healthy{application="app",deployment="f",replica="r1"} 1'
+)
+
+SERVE_KEPT = [
+    "# HELP ray_serve_num_http_requests_total HTTP requests the proxies answered.",
+    "# TYPE ray_serve_num_http_requests_total counter",
+    'ray_serve_num_http_requests_total{application="app",route="/x",status_code="200"} 12',
+    "# HELP ray_serve_deployment_replica_healthy 1 for a running, healthy replica.",
+    "# TYPE ray_serve_deployment_replica_healthy gauge",
+    'ray_serve_deployment_replica_healthy{application="app",deployment="f",replica="r1"} 1',
+]
+
+
+def test_serves_metrics_are_appended_filtered(head):
+    need_tools()
+
+    def serve_lines(text):
+        return [ln for ln in text.splitlines() if "ray_serve_" in ln or "torus_fake" in ln]
+
+    # The text alone (a controller gone leaves its last text behind): not shown.
+    run_python(f"""
+        import torus
+        from torus._private import worker
+        torus.init()
+        worker.core().kv_put("serve", "metrics", {SERVE_TEXT!r}.encode(), True)
+    """, env=head.driver_env())
+    assert serve_lines(scrape(dashboard_url(head), head.token)) == []
+    # With a live controller (here a stand-in under its name, which writes nothing itself).
+    run_python("""
+        import torus
+        torus.init()
+        @torus.remote(num_cpus=0)
+        class Controller:
+            def ping(self):
+                return "pong"
+        c = Controller.options(name="SERVE_CONTROLLER_ACTOR", namespace="serve",
+                               lifetime="detached").remote()
+        assert torus.get(c.ping.remote()) == "pong"
+    """, env=head.driver_env())
+    text = scrape(dashboard_url(head), head.token)
+    assert serve_lines(text) == SERVE_KEPT, text
+    assert text.endswith("\n") and text.index("ray_serve_") > text.index("torus_nodes")
+    assert sample(text, "torus_fake") is None
+    p = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # Not valid UTF-8: none of it.
+    run_python("""
+        import torus
+        from torus._private import worker
+        torus.init()
+        worker.core().kv_put("serve", "metrics", b"ray_serve_x{a=\\"\\xff\\"} 1\\n", True)
+    """, env=head.driver_env())
+    assert serve_lines(scrape(dashboard_url(head), head.token)) == []
+    # Controller gone: nothing, whatever the KV holds.
+    run_python(f"""
+        import torus
+        from torus._private import worker
+        torus.init()
+        worker.core().kv_put("serve", "metrics", {SERVE_TEXT!r}.encode(), True)
+        torus.kill(torus.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve"))
+    """, env=head.driver_env())
+    wait_until(lambda: serve_lines(scrape(dashboard_url(head), head.token)) == [], 30, 0.2,
+               "Serve's metrics gone with the controller")
