@@ -45,7 +45,8 @@ def _controller_or_raise():
 
 def start(http_options: Union[None, dict, _config.HTTPOptions] = None,
           proxy_location: Union[None, str, _config.ProxyLocation] = None,
-          grpc_options=None, logging_config=None, detached: bool = True, **kwargs):
+          grpc_options=None, logging_config=None, detached: bool = True,
+          _wait_for_proxies: bool = True, **kwargs):
     """Starts Serve on the cluster (the controller and, on the first application, the HTTP
     proxies); a no-op (with a warning if the options differ) when Serve already runs."""
     _ensure_connected()
@@ -78,7 +79,8 @@ def start(http_options: Union[None, dict, _config.HTTPOptions] = None,
         name=CONTROLLER_NAME, namespace=SERVE_NAMESPACE, lifetime="detached", num_cpus=0,
         max_restarts=-1, max_concurrency=10000, get_if_exists=True).remote(wanted)
     torus.get(c.ready.remote())
-    _wait_proxies(c)
+    if _wait_for_proxies:
+        _wait_proxies(c)
 
 
 def _wait_proxies(c, timeout_s: float = 60.0) -> None:
@@ -199,9 +201,13 @@ def run(target: Application, blocking: bool = False, name: str = "default",
     if not isinstance(name, str) or not name:
         raise ValueError("Application name must be a non-empty string.")
     _ensure_connected()
-    if get_controller() is None:
-        start()
+    started = get_controller() is None
+    if started:
+        # The proxies start while the application's replicas do; both are waited for below.
+        start(_wait_for_proxies=False)
     handle = deploy_app(target, name, route_prefix, wait=_blocking)
+    if started and _blocking:
+        _wait_proxies(_controller_or_raise())
     if blocking:
         try:
             while True:

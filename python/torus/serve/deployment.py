@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from torus.serve import config as _config
 
 # Options `@serve.deployment` and `.options()` take (Ray 2.60's names).
 DEPLOYMENT_OPTIONS = (
@@ -42,6 +41,7 @@ class Deployment:
         self._func_or_class = func_or_class
         self._name = name
         self._options = dict(options)
+        from torus.serve import config as _config  # (pydantic: loaded where options are)
         _config.deployment_config(self._options)  # checks the options now, as Ray does
 
     # --- Ray's read-only properties --------------------------------------------------------
@@ -67,7 +67,8 @@ class Deployment:
 
     @property
     def max_ongoing_requests(self) -> int:
-        return self._options.get("max_ongoing_requests", _config.DEFAULT_MAX_ONGOING_REQUESTS)
+        from torus.serve.config import DEFAULT_MAX_ONGOING_REQUESTS
+        return self._options.get("max_ongoing_requests", DEFAULT_MAX_ONGOING_REQUESTS)
 
     @property
     def max_queued_requests(self) -> int:

@@ -164,7 +164,9 @@ class ServeController:
             app.deleting = a.get("deleting", False)
             for dd in a["deployments"]:
                 d = Deployment(app.name, dd["name"])
-                d.payload, d.config = dd["payload"], dd["config"]
+                d.config = dd["config"]
+                d.payload = dd.get("payload") or bytes(_worker.core().kv_get(
+                    CHECKPOINT_NS, _payload_key(app.name, d.name, dd["version"])) or b"")
                 d.version, d.config_version = dd["version"], dd["config_version"]
                 d.target, d.next_id = dd["target"], dd["next_id"]
                 d.deleting = dd.get("deleting", False)
@@ -213,7 +215,7 @@ class ServeController:
                 "name": app.name, "route_prefix": app.route_prefix, "ingress": app.ingress,
                 "deployed_at": app.deployed_at, "config": app.config, "deleting": app.deleting,
                 "deployments": [{
-                    "name": d.name, "payload": d.payload, "config": d.config,
+                    "name": d.name, "config": d.config,
                     "version": d.version, "config_version": d.config_version,
                     "target": d.target, "next_id": d.next_id, "deleting": d.deleting,
                     "replicas": [{"replica_id": r.replica_id, "actor_name": r.actor_name,
@@ -324,6 +326,12 @@ class ServeController:
             cfg_version = hashlib.sha1(light.encode()).hexdigest()[:16]
             if code_version != d.version:
                 d.payload = payload
+                # The code and arguments (possibly large: a model's weights) are stored once
+                # per version, apart from the checkpoint that is rewritten on every change.
+                _worker.core().kv_put(CHECKPOINT_NS, _payload_key(name, dname, code_version),
+                                      payload, True)
+                if d.version:
+                    self._drop_payload(name, dname, d.version)
             d.version = code_version
             d.config_version = cfg_version
             old_auto = d.config.get("autoscaling_config")
@@ -494,6 +502,13 @@ class ServeController:
     async def proxy_ports(self) -> Dict[str, Any]:
         return {n: p.get("port") for n, p in self._proxies.items()}
 
+    @staticmethod
+    def _drop_payload(app: str, dep: str, version: str) -> None:
+        try:
+            _worker.core().kv_del(CHECKPOINT_NS, _payload_key(app, dep, version))
+        except Exception:
+            pass
+
     # --- the loop -----------------------------------------------------------------------------
     def _kick(self) -> None:
         if self._wake is not None:
@@ -521,6 +536,7 @@ class ServeController:
             for d in list(app.deployments.values()):
                 self._reconcile_deployment(d, now)
                 if d.deleting and not d.replicas:
+                    self._drop_payload(app.name, d.name, d.version)
                     del app.deployments[d.name]
                     self._publish(d.key, None)
                     self._dirty = True
@@ -533,6 +549,8 @@ class ServeController:
             self._last_kv_poll = now
             self._poll_deploy_config()
             self._write_details()
+        if now - getattr(self, "_last_metrics", 0.0) >= 2.0:  # scrapes come every 15 s or so
+            self._last_metrics = now
             self._write_metrics()
 
     @staticmethod
@@ -919,10 +937,14 @@ class ServeController:
                 not self._http_options.get("_eager", True):
             return
         try:
-            nodes = [n for n in _worker.core().nodes() if n.get("alive")]
+            listed = _worker.core().nodes()
         except Exception:
             return
+        nodes = [n for n in listed if n.get("alive")]
         alive = {n["node_id"] for n in nodes}
+        # A node the head does not list (yet: a head that just restarted hears from its nodes
+        # again within seconds) keeps its proxy; only a node listed dead loses it.
+        dead = {n["node_id"] for n in listed if not n.get("alive")}
         me = torus.get_runtime_context().get_node_id()
         if loc == "HeadOnly":
             wanted = {me} if me in alive else set(sorted(alive)[:1])
@@ -933,17 +955,21 @@ class ServeController:
             by_host: Dict[str, str] = {}
             for n in sorted(nodes, key=lambda n: (n["node_id"] != me, n["node_id"])):
                 by_host.setdefault(n.get("hostname") or n["node_id"], n["node_id"])
-            keep = [nid for nid in self._proxies if nid in alive]
             wanted = set(by_host.values())
-            # A machine that already has a healthy proxy keeps it.
+            # A machine that already has a healthy proxy keeps it (also one whose node the
+            # head does not list right now).
             hosts = {n["node_id"]: n.get("hostname") or n["node_id"] for n in nodes}
-            for nid in keep:
-                h = hosts.get(nid)
-                if by_host.get(h) != nid and self._proxies[nid]["state"] != "UNHEALTHY":
-                    wanted.discard(by_host[h])
+            for nid, p in self._proxies.items():
+                if nid in dead or p["state"] == "UNHEALTHY":
+                    continue
+                h = hosts.get(nid) or p.get("host")
+                if by_host.get(h) != nid:
+                    if h in by_host:
+                        wanted.discard(by_host[h])
                     wanted.add(nid)
+            self._proxy_hosts = hosts
         for node_id in list(self._proxies):
-            if node_id not in wanted:
+            if node_id not in wanted and (node_id in dead or node_id in alive):
                 p = self._proxies.pop(node_id)
                 try:
                     torus.kill(p["actor"])
@@ -973,7 +999,8 @@ class ServeController:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
             self._http_options, node_id)
         p = {"actor": actor, "name": name, "state": "STARTING", "busy": True,
-             "last_ping": time.monotonic()}
+             "last_ping": time.monotonic(),
+             "host": getattr(self, "_proxy_hosts", {}).get(node_id)}
         self._proxies[node_id] = p
         self._dirty = True
         asyncio.ensure_future(self._proxy_ready(node_id, p))
@@ -1008,6 +1035,10 @@ class ServeController:
         finally:
             p["busy"] = False
             p["last_ping"] = time.monotonic()
+
+
+def _payload_key(app: str, dep: str, version: str) -> str:
+    return f"payload/{app}/{dep}/{version}"
 
 
 def _slice_shape(bundles: List[Dict[str, float]]) -> Optional[Tuple[str, str]]:
