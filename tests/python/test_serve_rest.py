@@ -231,9 +231,6 @@ def test_ray_serve_cli_deploys(head, tmp_path):
     wait_shut_down(head, port)
 
 
-@pytest.mark.xfail(strict=True, reason="the controller's details (KV serve/details) do not yet "
-                   "validate as Ray 2.60's ServeInstanceDetails (fields written as null that Ray "
-                   "leaves out, controller_info without node_id); remove this mark when they do")
 def test_ray_serve_cli_status_and_shutdown(head, tmp_path):
     ray_client_bin()
     port = free_port()

@@ -205,7 +205,7 @@ def cmd_run(a) -> int:
         from torus.serve.schema import ServeDeploySchema
         c = _controller_or_raise()
         for app in ServeDeploySchema(**cfg).applications:
-            app_cfg = app.model_dump()
+            app_cfg = app.model_dump(exclude_none=True)
             ingress, items = build_from_config(app_cfg)
             torus.get(c.deploy_application.remote(app.name, app.route_prefix, ingress, items,
                                                   app_cfg))

@@ -398,7 +398,10 @@ class ServeController:
         return self._details_now()
 
     def _details_now(self) -> Dict[str, Any]:
-        out = {"controller_info": {}, "proxy_location": str(self._http_options.get("location")),
+        out = {"controller_info": {"node_id": torus.get_runtime_context().get_node_id(),
+                                   "actor_name": "SERVE_CONTROLLER_ACTOR",
+                                   "log_file_path": None},
+               "proxy_location": str(self._http_options.get("location")),
                "http_options": {k: v for k, v in self._http_options.items()
                                 if k in ("host", "port", "root_path", "request_timeout_s",
                                          "keep_alive_timeout_s")},
@@ -412,11 +415,15 @@ class ServeController:
                 "status": st["status"], "message": st["message"],
                 "last_deployed_time_s": a.deployed_at, "deployed_app_config": a.config,
                 "source": "declarative" if a.config else "imperative",
+                "external_scaler_enabled": False,
                 "deployments": {d.name: {
                     "name": d.name, "status": d.status, "status_trigger": d.status_trigger,
                     "message": d.message, "target_num_replicas": d.target,
-                    "deployment_config": {k: v for k, v in d.config.items()
-                                          if k not in ("version",)},
+                    "required_resources": _required_resources(d.config),
+                    # Ray's DeploymentSchema: unset options are left out, not null.
+                    "deployment_config": dict({k: v for k, v in d.config.items()
+                                               if k != "version" and v is not None},
+                                              name=d.name),
                     "replicas": [{"replica_id": r.replica_id, "state": r.state, "pid": r.pid,
                                   "node_id": r.node_id, "actor_name": r.actor_name,
                                   "start_time_s": r.start_time} for r in d.replicas],
@@ -863,7 +870,7 @@ class ServeController:
             await self.delete_applications(gone)
 
         async def one(a) -> None:
-            app_cfg = a.model_dump()
+            app_cfg = a.model_dump(exclude_none=True)  # Ray leaves unset fields out
             from torus.serve._private.build import build_from_config
             opts = {"num_cpus": 0}
             env = {k: v for k, v in (a.runtime_env or {}).items() if k == "env_vars"}
@@ -1035,6 +1042,18 @@ class ServeController:
         finally:
             p["busy"] = False
             p["last_ping"] = time.monotonic()
+
+
+def _required_resources(cfg: Dict[str, Any]) -> Dict[str, float]:
+    """What one replica asks of a node (Ray's required_resources): its actor's resources."""
+    rao = cfg.get("ray_actor_options") or {}
+    out = {"CPU": float(rao.get("num_cpus") or 0)}
+    if rao.get("num_gpus"):
+        out["GPU"] = float(rao["num_gpus"])
+    if rao.get("memory"):
+        out["memory"] = float(rao["memory"])
+    out.update({k: float(v) for k, v in (rao.get("resources") or {}).items()})
+    return out
 
 
 def _payload_key(app: str, dep: str, version: str) -> str:
