@@ -4,7 +4,6 @@ the cluster's REST API (dashboard address and token from the latest local sessio
 application runs; `serve status` and `serve config` show it; `serve shutdown -y` stops Serve;
 `serve run --non-blocking` deploys from `module:app`; bad config files are refused with their
 reason."""
-import os
 import sys
 import textwrap
 import time

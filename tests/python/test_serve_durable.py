@@ -5,9 +5,6 @@ head and the same `torus start --head` command leave traffic flowing (proxy to r
 head) and Serve manageable afterwards."""
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import urllib.request

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, cluster_up, free_port, run_python
+from helpers import REPO, cluster_up, free_port
 
 PROGRAM = """
 import json, os, sys, time

@@ -10,7 +10,7 @@ import importlib
 
 # `deployment` is both a submodule and the decorator: bound here, after the submodule, so the
 # decorator wins (deployment.py itself is light; its options check loads pydantic when used).
-from torus.serve.deployment import Application, Deployment, deployment  # noqa: E402,F401
+from torus.serve.deployment import Application, Deployment, deployment  # noqa: F401,E402
 
 _NAMES = {
     "delete": "torus.serve.api", "get_app_handle": "torus.serve.api",

@@ -10,14 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Dict, Optional, Union
-
-import cloudpickle  # noqa: F401
+from typing import Dict, Optional, Union
 
 from torus.serve._private.payload import dumps as _payload_dumps
 
 import torus
-from torus._private import worker as _worker
 from torus.serve import config as _config
 from torus.serve._private import router as _router
 from torus.serve._private.long_poll import CONTROLLER_NAME, SERVE_NAMESPACE, get_controller

@@ -4,7 +4,7 @@ thread pool sees its own)."""
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 

@@ -14,8 +14,6 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-import cloudpickle  # noqa: F401
-
 from torus.serve._private.payload import dumps as _payload_dumps
 
 from torus.serve import config as _config

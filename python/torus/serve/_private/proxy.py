@@ -114,10 +114,10 @@ class ServeProxy:
             self._started.set()
             return
         try:
-            import uvloop  # noqa: F401
+            import uvloop
             loop_kind = "uvloop"
         except ImportError:
-            loop_kind = "asyncio"
+            uvloop, loop_kind = None, "asyncio"
         config = uvicorn.Config(self._asgi, host=host, port=self._port, loop=loop_kind,
                                 http="httptools", lifespan="off", interface="asgi3", log_level="warning",
                                 access_log=False, ws="none",
@@ -125,8 +125,7 @@ class ServeProxy:
                                                        or 90))
         server = uvicorn.Server(config)
         self._server = server
-        if loop_kind == "uvloop":
-            import uvloop
+        if uvloop is not None:
             loop = uvloop.new_event_loop()
         else:
             loop = asyncio.new_event_loop()

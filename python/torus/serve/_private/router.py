@@ -25,7 +25,7 @@ import random
 import threading
 import time
 import uuid
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from torus.serve._private.long_poll import LongPollClient, get_controller
 from torus.serve.exceptions import BackPressureError, DeploymentUnavailableError
@@ -91,7 +91,7 @@ class Router:
         with self._lock:
             if value is None:  # the deployment is gone
                 self._exists = False
-                old, self._replicas, self._choices = self._replicas, {}, []
+                self._replicas, self._choices = {}, []
             else:
                 self._exists = True
                 self._max_ongoing = value["max_ongoing_requests"]
