@@ -156,3 +156,115 @@ def test_openai_client_talks_to_a_model_served_on_a_whole_slice(tmp_path):
     assert p.returncode == 0 and p.stdout.strip().endswith("OK"), (p.stdout[-3000:],
                                                                    p.stderr[-5000:])
     assert "replica rank 0 of 4" in p.stdout and "16 devices" in p.stdout, p.stdout
+
+
+AUTOSCALE = """
+import json, os, sys, threading, time
+import ray, requests
+from ray import serve
+
+OUT, PORT = sys.argv[1], int(sys.argv[2])
+
+@serve.deployment(placement_group_bundles=[{"TPU": 4}] * 4,
+                  ray_actor_options={"num_cpus": 0, "resources": {"TPU": 4}},
+                  max_ongoing_requests=1,
+                  autoscaling_config={"min_replicas": 1, "max_replicas": 2,
+                                      "target_ongoing_requests": 1, "upscale_delay_s": 0,
+                                      "downscale_delay_s": 2, "metrics_interval_s": 0.2,
+                                      "look_back_period_s": 0.5})
+class Sliced:
+    def __init__(self):
+        self.slice = os.environ.get("TPU_NAME")
+    def __call__(self, request):
+        time.sleep(0.3)
+        return self.slice
+
+def running():
+    st = serve.status().applications["auto"].deployments["Sliced"].replica_states
+    return {str(getattr(k, "value", k)): v for k, v in st.items()}.get("RUNNING", 0)
+
+def wait_for(flag):
+    while not os.path.exists(os.path.join(OUT, flag)):
+        time.sleep(0.1)
+
+ray.init()
+serve.start(http_options={"host": "127.0.0.1", "port": PORT})
+serve.run(Sliced.bind(), name="auto", route_prefix="/")
+stop = threading.Event()
+seen = set()
+def client():
+    while not stop.is_set():
+        try:
+            seen.add(requests.get(f"http://127.0.0.1:{PORT}/", timeout=60).text)
+        except Exception:
+            pass
+threads = [threading.Thread(target=client, daemon=True) for _ in range(3)]
+for t in threads:
+    t.start()
+deadline = time.time() + 120
+while running() < 2 and time.time() < deadline:
+    time.sleep(0.2)
+time.sleep(2)
+print("UP", running(), json.dumps(sorted(seen)), flush=True)
+wait_for("checked_up")
+stop.set()
+for t in threads:
+    t.join()
+deadline = time.time() + 120
+while running() != 1 and time.time() < deadline:
+    time.sleep(0.2)
+time.sleep(1)
+print("DOWN", running(), flush=True)
+wait_for("checked_down")
+serve.shutdown()
+print("OK", flush=True)
+"""
+
+
+def _reserved(c):
+    return [line.split()[0] for line in c.torus("list", "slices").stdout.splitlines()[1:]
+            if " reserved " in f" {line} "]
+
+
+def test_autoscaling_a_slice_deployment_adds_and_removes_whole_slices(tmp_path):
+    import subprocess
+    import sys
+    import tempfile
+    text = (REPO / "examples" / "clusters" / "v6e-4x4-3-slices.yaml").read_text()
+    manifest = tmp_path / "two-slices.yaml"
+    manifest.write_text(text.replace("replicas: 3", "replicas: 2")
+                        .replace("maxReplicas: 3", "maxReplicas: 2"))
+    out = tmp_path / "flags"
+    out.mkdir()
+    with cluster_up(str(manifest)) as c:
+        d = tempfile.mkdtemp(prefix="torus-py-")
+        prog = Path(d) / "prog.py"
+        prog.write_text(AUTOSCALE)
+        p = subprocess.Popen([sys.executable, "-m", "torus.ray", str(prog), str(out),
+                              str(free_port())], env=c.driver_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=d)
+        try:
+            up = p.stdout.readline()
+            assert up.startswith("UP 2 "), (up, p.stderr.read()[-3000:] if not up else "")
+            # Two replicas, each on a whole slice of its own: both slices reserved, and the
+            # answers came from both.
+            assert sorted(_reserved(c)) == ["tpu-v6e-0", "tpu-v6e-1"], c.torus("list",
+                                                                             "slices").stdout
+            assert json.loads(up.split(" ", 2)[2]) == ["tpu-v6e-0", "tpu-v6e-1"], up
+            (out / "checked_up").write_text("1")
+            down = p.stdout.readline()
+            assert down.startswith("DOWN 1"), down
+            deadline = time.time() + 30
+            while len(_reserved(c)) != 1 and time.time() < deadline:
+                time.sleep(0.5)
+            assert len(_reserved(c)) == 1, c.torus("list", "slices").stdout
+            (out / "checked_down").write_text("1")
+            stdout, stderr = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 0 and stdout.strip().endswith("OK"), stderr[-3000:]
+        deadline = time.time() + 30
+        while _reserved(c) and time.time() < deadline:
+            time.sleep(0.5)
+        assert _reserved(c) == [], c.torus("list", "slices").stdout
