@@ -19,6 +19,7 @@ from torus.serve import config as _config
 from torus.serve._private import router as _router
 from torus.serve._private.long_poll import CONTROLLER_NAME, SERVE_NAMESPACE, get_controller
 from torus.serve.deployment import Application, build_app
+from torus.exceptions import RayTaskError
 from torus.serve.exceptions import RayServeException
 from torus.serve.handle import DeploymentHandle
 
@@ -159,7 +160,10 @@ def deploy_app(target: Application, name: str, route_prefix: Optional[str],
             opts["version"] = _code_version(d, payload, opts)
         items.append((d.name, payload, _config.deployment_config(opts)))
     c = _controller_or_raise()
-    torus.get(c.deploy_application.remote(name, route_prefix, ingress, items, config))
+    try:
+        torus.get(c.deploy_application.remote(name, route_prefix, ingress, items, config))
+    except RayTaskError as e:  # the controller refused it: the user gets the reason itself
+        raise (e.cause if isinstance(e.cause, Exception) else e) from None
     if wait:
         _wait_running(c, name)
     return DeploymentHandle(ingress, name)
