@@ -42,6 +42,8 @@ ALIASES = {
     "ray.serve.deployment": "torus.serve.deployment",
     "ray.serve.batching": "torus.serve.batching",
     "ray.serve.multiplex": "torus.serve.multiplex",
+    "ray.serve.api": "torus.serve.api",
+    "ray.serve.scripts": "torus.serve.scripts",
 }
 
 
