@@ -171,9 +171,8 @@ def deploy_app(target: Application, name: str, route_prefix: Optional[str],
 
 def _wait_running(c, name: str) -> None:
     deadline = time.monotonic() + _DEPLOY_TIMEOUT_S
-    delay = 0.005
     while True:
-        st = torus.get(c.app_status.remote(name))
+        st = torus.get(c.wait_app.remote(name, 1.0))
         if st is None:
             raise RayServeException(f"Application '{name}' was deleted while deploying.")
         if st["status"] == "RUNNING":
@@ -183,8 +182,6 @@ def _wait_running(c, name: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"Application '{name}' did not start within "
                                f"{_DEPLOY_TIMEOUT_S:.0f} s: {st}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
 
 
 def run(target: Application, blocking: bool = False, name: str = "default",

@@ -74,6 +74,7 @@ class ServeController(CheckpointMixin, ReplicasMixin, ProxiesMixin, ReportsMixin
     async def ready(self) -> bool:
         if self._loop_task is None:
             self._wake = asyncio.Event()
+            self._round_done = asyncio.Event()
             self._loop_task = asyncio.ensure_future(self._run())
             for app in self._apps.values():
                 for d in app.deployments.values():
@@ -228,6 +229,24 @@ class ServeController(CheckpointMixin, ReplicasMixin, ProxiesMixin, ReportsMixin
         app = self._apps.get(name)
         return None if app is None else self._app_status(app)
 
+    async def wait_app(self, name: str, timeout_s: float = 1.0) -> Optional[Dict[str, Any]]:
+        """The application's status once it is no longer DEPLOYING (or after timeout_s):
+        checked after every reconcile round, so `serve.run` returns in the round its last
+        replica started rather than on a polling period."""
+        await self.ready()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            app = self._apps.get(name)
+            st = None if app is None else self._app_status(app)
+            left = deadline - time.monotonic()
+            if st is None or st["status"] != "DEPLOYING" or left <= 0:
+                return st
+            ev = self._round_done
+            try:
+                await asyncio.wait_for(ev.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
     async def list_applications(self) -> List[str]:
         return [n for n, a in self._apps.items() if not a.deleting]
 
@@ -296,6 +315,8 @@ class ServeController(CheckpointMixin, ReplicasMixin, ProxiesMixin, ReportsMixin
                 return
             except Exception:
                 logger.error("serve: controller loop error:\n%s", traceback.format_exc())
+            done, self._round_done = self._round_done, asyncio.Event()
+            done.set()  # wait_app callers look again
             try:
                 await asyncio.wait_for(self._wake.wait(), TICK_S)
             except asyncio.TimeoutError:
