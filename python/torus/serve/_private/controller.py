@@ -64,6 +64,7 @@ class ServeController(CheckpointMixin, ReplicasMixin, ProxiesMixin, ReportsMixin
         self._shutting_down = False
         self._dirty = False
         self._wake: Optional[asyncio.Event] = None
+        self._proxies_checked = 0.0
         self._config_version_seen: Optional[str] = None  # REST/`serve deploy` config applied
         self._config_task: Optional[asyncio.Task] = None
         self._last_kv_poll = 0.0
@@ -325,7 +326,9 @@ class ServeController(CheckpointMixin, ReplicasMixin, ProxiesMixin, ReportsMixin
 
     async def _reconcile(self) -> None:
         now = time.monotonic()
-        if not self._shutting_down:
+        # Proxies follow node membership (a head call): every second, not every round.
+        if not self._shutting_down and now - self._proxies_checked >= 1.0:
+            self._proxies_checked = now
             await self._reconcile_proxies(now)
         for app in list(self._apps.values()):
             for d in list(app.deployments.values()):

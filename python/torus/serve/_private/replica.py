@@ -105,8 +105,8 @@ class ServeReplica:
         """This rank's host and a free port there (rank 0's is the JAX coordinator's)."""
         import socket
         from torus.runtime_context import get_runtime_context
-        node = os.environ.get("TORUS_NODE_ADDRESS", "")
-        ip = node.rsplit(":", 1)[0] if node else "127.0.0.1"
+        from torus.util import get_node_ip_address
+        ip = get_node_ip_address()
         with socket.socket() as s:
             s.bind((ip, 0))
             port = s.getsockname()[1]
@@ -267,6 +267,37 @@ class ServeReplica:
                     raise r
             return results[0]
 
+    async def _on_all_streaming(self, method: str, local, *args, **kwargs):
+        """`_on_all` for calls whose answer may stream (a first batch and a stream id): every
+        rank at once, rank 0's first answer returned; the gang stays locked until rank 0's
+        stream and the other ranks' streams (read and dropped) have ended."""
+        from torus.serve.handle import _await_ref
+        await self._gang_lock.acquire()
+        try:
+            answer, *firsts = await asyncio.gather(
+                local(), *(_await_ref(getattr(p, method).remote(*args, **kwargs))
+                           for p in self._peers))
+        except BaseException:
+            self._gang_lock.release()
+            raise
+        stream = None if answer.get("done") else self._streams.get(answer.get("stream_id"))
+        drains = asyncio.ensure_future(self._drain_peer_streams(firsts))
+
+        async def unlock():
+            try:
+                if stream is not None and stream.task is not None:
+                    await asyncio.wait([stream.task])
+                await drains
+            except BaseException:
+                pass
+            finally:
+                self._gang_lock.release()
+        if stream is None:
+            await unlock()
+        else:
+            asyncio.ensure_future(unlock())
+        return answer
+
     async def _drain_peer_streams(self, first_batches) -> None:
         from torus.serve.handle import _await_ref
         for peer, batch in zip(self._peers, first_batches):
@@ -292,34 +323,10 @@ class ServeReplica:
 
     async def handle_request_streaming(self, meta: Dict[str, Any], *args, **kwargs):
         if self._peers:
-            from torus.serve.handle import _await_ref
-            await self._gang_lock.acquire()
-            try:
-                # Every rank at once: the ranks' steps meet in collectives.
-                answer, *firsts = await asyncio.gather(
-                    self._handle_request_streaming(meta, *args, **kwargs),
-                    *(_await_ref(p.handle_request_streaming.remote(meta, *args, **kwargs))
-                      for p in self._peers))
-            except BaseException:
-                self._gang_lock.release()
-                raise
-            stream = self._streams.get(answer["stream_id"])
-            drains = asyncio.ensure_future(self._drain_peer_streams(firsts))
-
-            async def unlock():
-                try:
-                    if stream is not None and stream.task is not None:
-                        await asyncio.wait([stream.task])
-                    await drains
-                except BaseException:
-                    pass
-                finally:
-                    self._gang_lock.release()
-            if answer["done"]:
-                await unlock()
-            else:
-                asyncio.ensure_future(unlock())
-            return answer
+            return await self._on_all_streaming(
+                "handle_request_streaming",
+                lambda: self._handle_request_streaming(meta, *args, **kwargs),
+                meta, *args, **kwargs)
         return await self._handle_request_streaming(meta, *args, **kwargs)
 
     async def _handle_request_streaming(self, meta: Dict[str, Any], *args, **kwargs):
@@ -391,33 +398,8 @@ class ServeReplica:
     # --- HTTP ---------------------------------------------------------------------------------
     async def handle_http(self, meta: Dict[str, Any], scope: Dict[str, Any], body: bytes):
         if self._peers:
-            from torus.serve.handle import _await_ref
-            await self._gang_lock.acquire()
-            try:
-                answer, *firsts = await asyncio.gather(
-                    self._handle_http(meta, scope, body),
-                    *(_await_ref(p.handle_http.remote(meta, scope, body)) for p in self._peers))
-            except BaseException:
-                self._gang_lock.release()
-                raise
-            sid = answer.get("stream_id")
-            stream = self._streams.get(sid) if sid else None
-            drains = asyncio.ensure_future(self._drain_peer_streams(firsts))
-
-            async def unlock():
-                try:
-                    if stream is not None and stream.task is not None:
-                        await asyncio.wait([stream.task])
-                    await drains
-                except BaseException:
-                    pass
-                finally:
-                    self._gang_lock.release()
-            if stream is None:
-                await unlock()
-            else:
-                asyncio.ensure_future(unlock())
-            return answer
+            return await self._on_all_streaming(
+                "handle_http", lambda: self._handle_http(meta, scope, body), meta, scope, body)
         return await self._handle_http(meta, scope, body)
 
     async def _handle_http(self, meta: Dict[str, Any], scope: Dict[str, Any], body: bytes):
