@@ -154,7 +154,7 @@ def cmd_shutdown(a) -> int:
 def cmd_build(a) -> int:
     import yaml
     sys.path.insert(0, a.app_dir)
-    from torus.serve._private.build import load_application
+    from torus.serve._private.app_builder import load_application
     from torus.serve.deployment import build_app
     apps = []
     for i, target in enumerate(a.import_paths):
@@ -200,7 +200,7 @@ def cmd_run(a) -> int:
                                   if k in ("host", "port", "request_timeout_s",
                                            "keep_alive_timeout_s", "root_path")} or None,
                     proxy_location=cfg.get("proxy_location"))
-        from torus.serve._private.build import build_from_config
+        from torus.serve._private.app_builder import build_from_config
         from torus.serve.api import _controller_or_raise, _wait_running
         from torus.serve.schema import ServeDeploySchema
         c = _controller_or_raise()
@@ -212,7 +212,7 @@ def cmd_run(a) -> int:
         for app in ServeDeploySchema(**cfg).applications:
             _wait_running(c, app.name)
     else:
-        from torus.serve._private.build import load_application
+        from torus.serve._private.app_builder import load_application
         http = {}
         if a.host:
             http["host"] = a.host

@@ -177,7 +177,7 @@ class ReportsMixin:
 
         async def one(a) -> None:
             app_cfg = a.model_dump(exclude_none=True)  # Ray leaves unset fields out
-            from torus.serve._private.build import build_from_config
+            from torus.serve._private.app_builder import build_from_config
             opts = {"num_cpus": 0}
             env = {k: v for k, v in (a.runtime_env or {}).items() if k == "env_vars"}
             if env:
