@@ -254,6 +254,16 @@ void ActorDirectory::Place(const std::string& actor_id, const std::string& node_
     cv_.NotifyAll();
     return;
   }
+  const int code = reply.ok() ? 0 : reply.error().code();
+  if (code == static_cast<int>(StatusCode::kWorkerDied) || code == static_cast<int>(StatusCode::kUnavailable)) {
+    // The worker process died (or never registered) while the constructor ran: a worker
+    // failure, not the constructor's; the actor restarts if its max_restarts allows (Ray's
+    // semantics), on whichever node fits then.
+    a.rec.set_node_id("");
+    OnWorkerGoneLocked(a, "its worker died while the constructor ran: " + reply.error().message(), false);
+    ScheduleLocked();
+    return;
+  }
   if (!reply.ok()) {
     a.rec.set_state(rpc::ActorRecord::DEAD);
     a.rec.set_death_cause("the actor's constructor failed: " + reply.error().message());

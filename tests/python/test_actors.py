@@ -235,6 +235,42 @@ def test_restart_after_sigkill(torus_local):
     assert torus.get(plus_one.remote(1)) == 2   # the cluster keeps serving
 
 
+@torus.remote
+class SlowStart:
+    def __init__(self, path):
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(2)
+
+    def pid(self):
+        return os.getpid()
+
+
+def test_worker_killed_during_constructor_restarts_the_actor(torus_local, tmp_path):
+    # A worker dying while the constructor runs is a worker failure: the actor restarts
+    # (max_restarts allowing) instead of being declared dead as if its constructor had raised.
+    path = tmp_path / "pids"
+    a = SlowStart.options(max_restarts=-1, max_task_retries=-1).remote(str(path))
+    first = wait_until(lambda: path.exists() and path.read_text().split(), timeout=30,
+                       what="the constructor to start")
+    os.kill(int(first[0]), signal.SIGKILL)
+    pid = torus.get(a.pid.remote(), timeout=60)
+    assert pid != int(first[0])
+    assert len(path.read_text().split()) == 2   # the constructor ran again, once
+    torus.kill(a)
+
+
+def test_worker_killed_during_constructor_without_restarts_is_dead(torus_local, tmp_path):
+    path = tmp_path / "pids"
+    a = SlowStart.options(max_restarts=0).remote(str(path))
+    first = wait_until(lambda: path.exists() and path.read_text().split(), timeout=30,
+                       what="the constructor to start")
+    os.kill(int(first[0]), signal.SIGKILL)
+    with pytest.raises(exc.RayActorError, match="worker died while the constructor ran"):
+        torus.get(a.pid.remote(), timeout=60)
+    assert torus.get(plus_one.remote(1)) == 2   # the cluster keeps serving
+
+
 def test_max_task_retries_replays_call_after_sigkill(torus_local):
     c = Counter.options(max_restarts=-1, max_task_retries=-1).remote(0)
     pid1 = torus.get(c.pid.remote())
