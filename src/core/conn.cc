@@ -121,9 +121,9 @@ void Conn::SetLease(const std::string& lease_id) {
   lease_id_for_worker_ = lease_id;
 }
 
-void Conn::ResumeNext() {
+void Conn::ResumeNext(uint64_t from) {
   std::lock_guard<std::mutex> lock(mu_);
-  resume_ = true;
+  resume_from_ = from;
 }
 
 void Conn::StartBatchLocked(rpc::TaskBatch& batch) {
@@ -131,9 +131,9 @@ void Conn::StartBatchLocked(rpc::TaskBatch& batch) {
     batch.set_lease_id(lease_id_for_worker_);
     first_sent_ = true;
   }
-  if (resume_) {
-    batch.set_resume(true);
-    resume_ = false;
+  if (resume_from_) {
+    batch.set_resume_from(resume_from_);
+    resume_from_ = 0;
   }
 }
 

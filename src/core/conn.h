@@ -93,9 +93,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Lets the worker give the lease back itself if this process dies mid-lease (sent with the
   // first batch).
   void SetLease(const std::string& lease_id);
-  // The next batch sent tells the worker to run tasks again after it handed back the ones
-  // queued behind a blocked task (TaskBatch.resume).
-  void ResumeNext();
+  // The next batch sent tells the worker to run tasks again, from stream position `from` on,
+  // after it handed back the ones queued behind a blocked task (TaskBatch.resume_from). The
+  // handed-back tasks' copies still in this Conn's queue are written anyway (positions must
+  // stay in step) and skipped by the worker.
+  void ResumeNext(uint64_t from);
   void Join();
   const std::string& address() const { return address_; }
 
@@ -139,7 +141,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool closing_ = false;
   bool writing_ = false;
   bool first_sent_ = false;
-  bool resume_ = false;  // ResumeNext() was called; the next batch carries it
+  uint64_t resume_from_ = 0;  // ResumeNext()'s position; the next batch carries it
   std::string lease_id_for_worker_;
   std::thread reader_, writer_;
   std::shared_ptr<const Place> place_;  // guarded by CoreWorker::mu_ (place())

@@ -562,7 +562,9 @@ bool CoreWorker::OnResults(Conn* conn, rpc::ResultBatch& batch) {
     conn->idle_since = Clock::now();
     if (conn->held) {  // the blocked task is done: the worker may take tasks again
       conn->held = false;
-      conn->ResumeNext();
+      // Nothing was assigned to the held stream, so every task up to `sent` is done or was
+      // queued again: the worker runs what comes after.
+      conn->ResumeNext(conn->sent + 1);
     }
   }
   if (q) PumpQueue(*q);

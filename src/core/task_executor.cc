@@ -11,6 +11,7 @@
 #include "common/wall_clock.h"
 #include "common/logging.h"
 #include "common/rpc.h"
+#include "core/in_process_task_stream.h"
 #include "core/reference_counter.h"
 #include "torus/api/exceptions.h"
 #include "torus/api/serializer.h"
@@ -187,7 +188,8 @@ struct TaskExecutor::QueueYield {
   std::function<void(rpc::ResultBatch&)> write;  // writes on the stream
   rpc::ResultBatch* pending = nullptr;  // results of this batch not yet written
   uint64_t position = 0;                // of the task read last (1-based)
-  bool yielded = false;                 // until the submitter's `resume`
+  bool yielded = false;                 // until the position the submitter resumes from
+  uint64_t resume_at = 0;               // that position (TaskBatch.resume_from); 0: not yet known
 };
 
 namespace {
@@ -244,7 +246,7 @@ grpc::Status TaskExecutor::ServeTasks(Stream* stream) {
     if (max_concurrency_ <= 1) {
       // Only this thread writes while the stream is sequential (the sink's writer thread
       // serves the pool path), so writing here directly is safe and saves a thread hand-off.
-      if (batch.resume()) yield.yielded = false;
+      if (batch.resume_from() && yield.yielded) yield.resume_at = batch.resume_from();
       refusal = RunSequential(batch, &results, lease_id.empty() ? nullptr : &yield);
       if (results.results_size()) sink.WriteDirect(stream, results);
       results.Clear();
@@ -297,7 +299,13 @@ std::string TaskExecutor::RunSequential(rpc::TaskBatch& batch, rpc::ResultBatch*
   for (auto& spec : *batch.mutable_tasks()) {
     if (yield) {
       yield->position++;
-      if (yield->yielded) continue;  // handed back to the submitter, which runs it elsewhere
+      if (yield->yielded) {
+        // Handed back to the submitter, which runs it elsewhere; a handed-back task's copy may
+        // still arrive after the resume (it was queued for this stream before the hand-back).
+        if (yield->resume_at == 0 || yield->position < yield->resume_at) continue;
+        yield->yielded = false;
+        yield->resume_at = 0;
+      }
     }
     std::lock_guard<std::mutex> exec_lock(exec_mu_);
     if (std::string why = NotHostedHere(spec); !why.empty()) return why;  // see ServeTasks
@@ -516,5 +524,6 @@ bool TaskExecutor::StoreWritten(const rpc::TaskSpec& spec, int index, size_t siz
 template grpc::Status TaskExecutor::ServeTasks(
     grpc::ServerReaderWriter<rpc::ResultBatch, rpc::TaskBatch>* stream);
 template grpc::Status TaskExecutor::ServeTasks(LaneTaskServerStream* stream);
+template grpc::Status TaskExecutor::ServeTasks(InProcessTaskStream* stream);
 
 }  // namespace torus::core

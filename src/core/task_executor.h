@@ -56,7 +56,8 @@ const std::string& CurrentTaskId();
 // Wait. On a leased task stream (not an actor's) the worker then hands every task queued behind
 // this one back to its submitter (ResultBatch.requeue_from, after the results this stream has
 // not yet written), so that no task it waits for waits behind it; it skips what it reads until
-// the submitter's `resume`. Once per blocked task; a no-op on any other thread.
+// the position the submitter resumes from (TaskBatch.resume_from). Once per blocked task; a
+// no-op on any other thread.
 void YieldQueuedTasks();
 
 class TaskExecutor {
