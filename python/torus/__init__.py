@@ -127,14 +127,35 @@ def _sum(key: str) -> Dict[str, float]:
     return out
 
 
+def _object_stores() -> List[dict]:
+    """The object stores of the alive nodes (bytes used and capacity; those that answered)."""
+    _worker.ensure_initialized()
+    out = []
+    for n in _worker.core().nodes():
+        if n.get("alive"):
+            s = _worker.core().node_store(n["address"])
+            if s is not None:
+                out.append(dict(s, node_id=n["node_id"]))
+    return out
+
+
 def cluster_resources() -> Dict[str, float]:
-    """Total resources of the alive nodes."""
-    return _sum("total")
+    """Total resources of the alive nodes, with their object stores' capacity as Ray's
+    ``object_store_memory``."""
+    out = _sum("total")
+    stores = _object_stores()
+    if stores:
+        out["object_store_memory"] = float(sum(s["capacity"] for s in stores))
+    return out
 
 
 def available_resources() -> Dict[str, float]:
-    """Resources of the alive nodes not in use now."""
-    return {k: v for k, v in _sum("available").items() if v > 0}
+    """Resources of the alive nodes not in use now (``object_store_memory``: store bytes free)."""
+    out = {k: v for k, v in _sum("available").items() if v > 0}
+    free = sum(s["capacity"] - s["used"] for s in _object_stores())
+    if free > 0:
+        out["object_store_memory"] = float(free)
+    return out
 
 
 def get_gpu_ids() -> List[int]:

@@ -8,8 +8,10 @@
 #include <optional>
 
 #include "common/resources.h"
+#include "common/rpc.h"
 #include "common/wall_clock.h"
 #include "core/timeline.h"
+#include "proto/torus.grpc.pb.h"
 #include "python/binding_util.h"
 #include "tpu/topology.h"
 #include "torus/api/exceptions.h"
@@ -142,6 +144,27 @@ nb::list Nodes() {
   return out;
 }
 
+// The object store of the node at `address` (Node.Info, 3 s at most): bytes in use and capacity
+// of its shared memory, what it spilled to disk; None when it does not answer.
+std::optional<nb::dict> NodeStore(const std::string& address) {
+  core::CoreWorker& w = Require();
+  rpc::NodeInfoReply info;
+  bool ok = false;
+  {
+    nb::gil_scoped_release unlocked;
+    auto ctx = NewContext(w.token(), 3000);
+    ok = rpc::Node::NewStub(GetChannel(address))->Info(ctx.get(), rpc::Empty(), &info).ok();
+  }
+  if (!ok) return std::nullopt;
+  nb::dict d;
+  d["used"] = info.shm_bytes();
+  d["objects"] = info.shm_objects();
+  d["capacity"] = info.arena_capacity();
+  d["spilled_bytes"] = info.spilled_bytes();
+  d["spilled_objects"] = info.spilled_objects();
+  return d;
+}
+
 }  // namespace
 
 void BindKv(nb::module_& m);
@@ -207,6 +230,7 @@ void BindCluster(nb::module_& m) {
   m.def("slice_shape", &SliceShape, nb::arg("version"), nb::arg("topology"),
         nb::arg("chips_per_vm") = nb::none());
   m.def("nodes", &Nodes);
+  m.def("node_store", &NodeStore);
   m.def("timeline_json", [] {
     core::CoreWorker& w = Require();
     nb::gil_scoped_release unlocked;

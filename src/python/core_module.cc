@@ -262,6 +262,9 @@ NB_MODULE(_core, m) {
   g_main_thread_ident =
       nb::cast<unsigned long>(nb::module_::import_("threading").attr("main_thread")().attr("ident"));
   m.doc() = "The core worker of Torus for Python (docs/python.md).";
+  // Values still viewed at interpreter exit (a module-level numpy array or Arrow table over an
+  // object's shared memory) are not collected by CPython; nanobind would report each as leaked.
+  nb::set_leak_warnings(false);
   BindValue(m);
   BindExceptions(m);
   m.def("init", &Init, nb::arg("address"), nb::arg("namespace"), nb::arg("job_env_vars"),
