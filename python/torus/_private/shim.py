@@ -44,6 +44,12 @@ ALIASES = {
     "ray.serve.multiplex": "torus.serve.multiplex",
     "ray.serve.api": "torus.serve.api",
     "ray.serve.scripts": "torus.serve.scripts",
+    "ray.data": "torus.data",
+    "ray.data.context": "torus.data.context",
+    "ray.data.dataset": "torus.data.dataset",
+    "ray.data.iterator": "torus.data.iterator",
+    "ray.data.aggregate": "torus.data.aggregate",
+    "ray.data.block": "torus.data.block",
 }
 
 

@@ -1,0 +1,1 @@
+"""Torus Data's internals: the logical plan, the streaming executor and the work it runs."""

@@ -1,0 +1,146 @@
+"""PoolStage: a map operator on an autoscaling pool of actors (``concurrency=n`` or
+``(min, max)`` with a callable class), as Ray Data's ActorPoolStrategy.
+
+Each actor constructs the UDF once and maps one block per call. Calls go to ready actors
+only, at most ``max_tasks_in_flight_per_actor`` each, the least loaded first. The pool starts
+with ``min`` actors, adds one while inputs wait and every ready actor is full (up to ``max``,
+and only while no actor is still starting), and removes actors idle for
+``actor_pool_idle_timeout_s`` beyond ``min``; all of them when the stage ends. Outputs keep the
+input order. Executor thread only.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any, Deque, Dict, List
+
+import torus
+from torus.data._internal import transforms
+from torus.data._internal.plan import MapSpec
+from torus.data._internal.stages import Bundle, Stage
+
+
+@torus.remote
+class _MapActor:
+    def __init__(self, spec: MapSpec):
+        self.spec = spec
+        transforms.udf_instance(spec)   # the constructor runs now: its errors surface at start
+
+    def ready(self) -> bool:
+        return True
+
+    def map_block(self, block, input_files):
+        return transforms.run_chain(block, [self.spec], 1, input_files)
+
+
+class _Actor:
+    def __init__(self, handle, ready_ref):
+        self.handle = handle
+        self.ready_ref = ready_ref
+        self.ready = False
+        self.in_flight = 0
+        self.idle_since = time.monotonic()
+
+
+class PoolStage(Stage):
+    def __init__(self, spec: MapSpec, ctx):
+        super().__init__()
+        self.spec = spec
+        self.name = spec.name
+        self.min, self.max = spec.pool
+        self.per_actor = max(1, ctx.max_tasks_in_flight_per_actor)
+        self.idle_timeout = ctx.actor_pool_idle_timeout_s
+        opts = dict(spec.ray_remote_args)
+        opts.setdefault("num_cpus", 1)
+        opts.setdefault("max_restarts", 0)
+        self.opts = opts
+        self.actors: List[_Actor] = []
+        self._running: Deque[tuple] = collections.deque()  # (block ref, meta ref, actor, est)
+        self._ready: set = set()
+        self._ratio = 1.0
+        for _ in range(self.min):
+            self._add_actor()
+
+    def _add_actor(self) -> None:
+        h = _MapActor.options(**self.opts).remote(self.spec)
+        self.actors.append(_Actor(h, h.ready.remote()))
+
+    def running(self) -> int:
+        return len(self._running)
+
+    def running_bytes(self) -> int:
+        return sum(r[3] for r in self._running)
+
+    def next_cost(self) -> int:
+        return int(self.inputs[0].meta.size_bytes * self._ratio) if self.inputs else 0
+
+    def _free_actor(self):
+        ready = [a for a in self.actors if a.ready and a.in_flight < self.per_actor]
+        return min(ready, key=lambda a: a.in_flight) if ready else None
+
+    def can_launch(self) -> bool:
+        if not self.inputs:
+            return False
+        if self._free_actor() is not None:
+            return True
+        starting = any(not a.ready for a in self.actors)
+        if not starting and len(self.actors) < self.max:
+            self._add_actor()
+        return False
+
+    def launch(self) -> int:
+        b = self.inputs.popleft()
+        a = self._free_actor()
+        a.in_flight += 1
+        est = int(b.meta.size_bytes * self._ratio)
+        block_ref, meta_ref = a.handle.map_block.options(num_returns=2).remote(
+            b.ref, b.meta.input_files)
+        self._running.append((block_ref, meta_ref, a, est, b.meta.size_bytes, time.perf_counter()))
+        return est
+
+    def waitables(self) -> List[Any]:
+        out = [a.ready_ref for a in self.actors if not a.ready]
+        return out + [r[1] for r in self._running if r[1] not in self._ready]
+
+    def on_ready(self, ready: set) -> None:
+        for a in self.actors:
+            if not a.ready and a.ready_ref in ready:
+                torus.get(a.ready_ref)  # a constructor that raised raises here
+                a.ready = True
+                a.idle_since = time.monotonic()
+        self._ready |= ready & {r[1] for r in self._running}
+        while self._running and self._running[0][1] in self._ready:
+            block_ref, meta_ref, a, est, in_bytes, t0 = self._running.popleft()
+            self._ready.discard(meta_ref)
+            metas = torus.get(meta_ref)
+            self.busy_s += time.perf_counter() - t0
+            a.in_flight -= 1
+            if a.in_flight == 0:
+                a.idle_since = time.monotonic()
+            m = metas[0]
+            self._ratio = 0.8 * self._ratio + 0.2 * (m.size_bytes / max(1, in_bytes))
+            self.emit(Bundle(block_ref, m))
+        self._scale_down()
+        if self.inputs_done and not self.inputs and not self._running:
+            self.finished = True
+            self.shutdown()
+
+    def _scale_down(self) -> None:
+        now = time.monotonic()
+        for a in list(self.actors):
+            if len(self.actors) <= self.min:
+                break
+            if a.ready and a.in_flight == 0 and now - a.idle_since > self.idle_timeout:
+                self.actors.remove(a)
+                torus.kill(a.handle)
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            try:
+                torus.kill(a.handle)
+            except Exception:
+                pass
+        self.actors = []
+
+    def stats(self) -> Dict[str, int]:
+        return {"actors": len(self.actors)}
