@@ -16,10 +16,12 @@ slices and ordinary worker groups (docs/train.md).
 Under `python -m torus.ray`, `ray.train` and `ray.train.jax` (and `ray.train.v2...`) are these.
 """
 from torus.train._checkpoint import Checkpoint
-from torus.train._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from torus.train._config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig,
+                                 ScalingConfig)
 from torus.train._controller import Result, TrainingFailedError
-from torus.train._session import TrainContext, get_checkpoint, get_context, report
+from torus.train._session import (TrainContext, get_checkpoint, get_context,
+                                  get_dataset_shard, report)
 
-__all__ = ["Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig",
+__all__ = ["Checkpoint", "CheckpointConfig", "DataConfig", "FailureConfig", "RunConfig", "ScalingConfig",
            "Result", "TrainingFailedError", "TrainContext", "get_checkpoint", "get_context",
-           "report"]
+           "get_dataset_shard", "report"]

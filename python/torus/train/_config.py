@@ -96,3 +96,40 @@ class RunConfig:
     def run_path(self, default_name: str) -> str:
         root = self.storage_path or os.path.join(os.path.expanduser("~"), "ray_results")
         return os.path.join(os.path.abspath(os.path.expanduser(root)), self.name or default_name)
+
+
+class DataConfig:
+    """How the trainer's ``datasets`` reach its workers (Ray's ``ray.train.DataConfig``):
+    ``datasets_to_split`` ("all", or a list of names) are split across the workers with
+    ``streaming_split(num_workers, equal=True)`` (disjoint shards, the same number of rows on
+    every worker, each epoch a new pass); the others go whole to every worker.
+    ``execution_options`` replaces DataContext's for these datasets."""
+
+    def __init__(self, datasets_to_split: Any = "all", execution_options: Any = None,
+                 enable_shard_locality: bool = True):
+        if datasets_to_split != "all" and not isinstance(datasets_to_split, (list, tuple)):
+            raise TypeError(f"`datasets_to_split` should be a 'all' or a list of strings of "
+                            f"dataset names. Received {type(datasets_to_split).__name__} with "
+                            f"value {datasets_to_split}.")
+        self.datasets_to_split = datasets_to_split
+        self.execution_options = execution_options
+        self.enable_shard_locality = enable_shard_locality
+
+    def shards(self, datasets: Dict[str, Any], world: int) -> Dict[str, list]:
+        """Each dataset's iterator for every rank."""
+        from torus.data.context import DataContext
+        ctx = DataContext.get_current()
+        saved = ctx.execution_options
+        if self.execution_options is not None:
+            ctx.execution_options = self.execution_options
+        try:
+            out = {}
+            for name, ds in datasets.items():
+                split = self.datasets_to_split == "all" or name in self.datasets_to_split
+                if split:
+                    out[name] = ds.streaming_split(world, equal=True)
+                else:
+                    out[name] = [ds.iterator() for _ in range(world)]
+            return out
+        finally:
+            ctx.execution_options = saved

@@ -77,7 +77,8 @@ def _fmt(metrics: Dict[str, Any]) -> str:
 
 
 def run_training(fn: Callable, config: Optional[dict], scaling: ScalingConfig, run: RunConfig,
-                 default_name: str, initial_checkpoint: Optional[Checkpoint] = None) -> Result:
+                 default_name: str, initial_checkpoint: Optional[Checkpoint] = None,
+                 datasets: Optional[Dict[str, Any]] = None, data_config: Any = None) -> Result:
     run_path = run.run_path(default_name)
     name = os.path.basename(run_path)
     cc = run.checkpoint_config
@@ -107,7 +108,7 @@ def run_training(fn: Callable, config: Optional[dict], scaling: ScalingConfig, r
         if attempt:
             state.begin_attempt()
         latest = state.latest() or initial_checkpoint
-        group = WorkerGroup(scaling, run, name, run_path, log)
+        group = WorkerGroup(scaling, run, name, run_path, log, datasets, data_config)
         t0 = time.monotonic()
         failed: Optional[Tuple[int, BaseException]] = None
         try:

@@ -127,3 +127,16 @@ def get_checkpoint() -> Optional[Checkpoint]:
 
 def get_context() -> TrainContext:
     return _require("get_context").context
+
+
+def get_dataset_shard(dataset_name: Optional[str] = None):
+    """This worker's DataIterator of ``datasets[dataset_name]`` given to the trainer (its
+    disjoint shard when the dataset is split; Ray's ``ray.train.get_dataset_shard``)."""
+    s = _require("get_dataset_shard")
+    shards = s.info.get("dataset_shards") or {}
+    if dataset_name is None and len(shards) == 1:
+        return next(iter(shards.values()))
+    if dataset_name not in shards:
+        raise KeyError(f"Invalid dataset name: {dataset_name!r}: the trainer was given "
+                       f"datasets {sorted(shards)}")
+    return shards[dataset_name]

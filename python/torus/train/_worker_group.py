@@ -119,7 +119,10 @@ class _TrainWorker:
 
 class WorkerGroup:
     def __init__(self, scaling: ScalingConfig, run: RunConfig, name: str, run_path: str,
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], datasets: Optional[Dict[str, Any]] = None,
+                 data_config: Any = None):
+        self.datasets = datasets or {}
+        self.data_config = data_config
         self.scaling = scaling
         self.run_cfg = run
         self.name = name
@@ -214,6 +217,7 @@ class WorkerGroup:
                 node_order.append(w["node_id"])
         num_slices = self._slice.num_slices if self._slice is not None else 1
         per_slice = max(1, world // num_slices)
+        shards = self._dataset_shards(world)
         setups = []
         for rank, w in enumerate(where):
             same = [r for r, x in enumerate(where) if x["node_id"] == w["node_id"]]
@@ -221,7 +225,8 @@ class WorkerGroup:
                     "local_world_size": len(same), "node_rank": node_order.index(w["node_id"]),
                     "name": self.name, "run_path": self.run_path, "coordinator": coordinator,
                     "next_index": next_index, "checkpoint": checkpoint, "attempt": attempt,
-                    "use_tpu": self.scaling.use_tpu, "marker": self._marker}
+                    "use_tpu": self.scaling.use_tpu, "marker": self._marker,
+                    "dataset_shards": {k: v[rank] for k, v in shards.items()}}
             if num_slices > 1:
                 # Ranks go slice by slice (reserve()): rank 0's host coordinates the slices.
                 from torus.util import tpu
@@ -234,6 +239,16 @@ class WorkerGroup:
             raise _NotRetryable(
                 f"the run directory {self.run_path} is not visible from the host(s) of rank(s) "
                 f"{blind}: RunConfig.storage_path must be a path every host shares")
+
+    def _dataset_shards(self, world: int) -> Dict[str, List[Any]]:
+        """Each dataset's iterator per rank (DataConfig): the split ones from one
+        streaming_split(world, equal=True), so that every rank gets the same number of rows
+        (every host the same number of batches: no collective waits); the others whole."""
+        if not self.datasets:
+            return {}
+        from torus.train._config import DataConfig
+        cfg = self.data_config or DataConfig()
+        return cfg.shards(self.datasets, world)
 
     def run(self, fn: Callable, config: Optional[dict],
             on_report: Callable[[int, dict, bool], None]) -> Optional[Tuple[int, Exception]]:

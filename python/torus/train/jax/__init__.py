@@ -35,9 +35,11 @@ class JaxTrainer:
         if required_parameters(train_loop_per_worker) > 1:
             raise ValueError(f"train_loop_per_worker should take in 0 or 1 required arguments, "
                              f"but it accepts {required_parameters(train_loop_per_worker)}")
-        if datasets or dataset_config is not None:
-            raise NotImplementedError("JaxTrainer(datasets=...) needs Ray Data, which Torus "
-                                      "does not implement: read the data inside the loop")
+        if datasets is not None and not isinstance(datasets, dict):
+            raise TypeError(f"JaxTrainer: datasets must be a dict of name to Dataset, got "
+                            f"{type(datasets).__name__}")
+        self.datasets = dict(datasets or {})
+        self.dataset_config = dataset_config
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()
@@ -66,7 +68,7 @@ class JaxTrainer:
                               "run_config": self.run_config, "jax_config": self.jax_config}, f)
         return run_training(self.train_loop_per_worker, self.train_loop_config,
                             self.scaling_config, self.run_config, self.run_config.name,
-                            self.resume_from_checkpoint)
+                            self.resume_from_checkpoint, self.datasets, self.dataset_config)
 
     @classmethod
     def can_restore(cls, path: str) -> bool:
