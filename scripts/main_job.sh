@@ -41,6 +41,8 @@ $T job submit --slice 4x4 --accelerator v6e -- \
   env DEVICES_PER_PROCESS=2 "$PY" examples/jax_allreduce/allreduce.py
 echo "== Ray Train's JaxTrainer on a whole v6e 4x4 slice: python -m torus.ray examples/jax_train/train_mlp.py"
 "$PY" -m torus.ray examples/jax_train/train_mlp.py --steps 30 --storage "$TORUS_TMPDIR/train"
+echo "== Ray Data feeding JaxTrainer from Parquet, one disjoint shard per host: python -m torus.ray examples/jax_train/train_mlp_data.py"
+"$PY" -m torus.ray examples/jax_train/train_mlp_data.py --storage "$TORUS_TMPDIR/train-data"
 echo "== Ray Serve: an OpenAI-compatible model on a whole v6e 4x4 slice: python -m torus.ray examples/serve_llm/run.py"
 "$PY" -m torus.ray examples/serve_llm/run.py --port "${SERVE_PORT:-8000}"
 echo "== slices after the jobs (the reservations are released)"

@@ -206,3 +206,15 @@ __all__ = ["init", "shutdown", "is_initialized", "get", "put", "wait", "remote",
            "kill", "get_actor", "cancel", "nodes", "cluster_resources", "available_resources",
            "get_runtime_context", "ObjectRef", "ActorHandle", "exceptions", "util",
            "get_gpu_ids"]
+
+
+_LIBRARIES = ("data", "serve", "train")
+
+
+def __getattr__(name: str):
+    """`ray.data`, `ray.serve`, `ray.train` after a bare `import ray` (as Ray's package allows),
+    imported on first use: the libraries' dependencies load only for programs that use them."""
+    if name in _LIBRARIES:
+        import importlib
+        return importlib.import_module(f"torus.{name}")
+    raise AttributeError(f"module 'torus' has no attribute {name!r}")
