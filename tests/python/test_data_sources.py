@@ -298,3 +298,61 @@ def test_split_helpers():
     assert split_even([1], 4) == [[1]]
     t = pa.table({"x": np.arange(1000, dtype=np.int64)})
     assert [b.num_rows for b in split_blocks(t, 2000)] == [250] * 4
+
+
+# ---------------------------------------------------------------- end to end (a local cluster)
+
+
+def test_e2e_read_parquet_columns_filter_count(torus_local, pq_dir):
+    import torus.data as rd
+    ds = rd.read_parquet(str(pq_dir))
+    assert ds.count() == 5
+    assert sorted(ds.columns()) == ["a", "b", "year"]
+    got = rd.read_parquet(str(pq_dir), columns=["a"], filter=pds.field("a") >= 3).take_all()
+    assert sorted(r["a"] for r in got) == [3, 4, 5]
+    with pytest.raises(FileNotFoundError, match="missing_dir"):
+        rd.read_parquet(str(pq_dir / "missing_dir"))
+
+
+def test_e2e_sources_in_memory(torus_local):
+    import pandas as pd
+    import torus.data as rd
+    assert rd.range(10, override_num_blocks=3).take_all()[-1] == {"id": 9}
+    assert rd.range_tensor(6, shape=(2, 2)).take_batch(3)["data"].shape == (3, 2, 2)
+    assert rd.from_items([1, 2]).take_all() == [{"item": 1}, {"item": 2}]
+    assert rd.from_numpy(np.ones((4, 3))).take_batch(4)["data"].shape == (4, 3)
+    assert rd.from_pandas(pd.DataFrame({"a": [1, 2]})).count() == 2
+    assert rd.from_arrow(pa.table({"a": [1, 2, 3]})).take_all()[2] == {"a": 3}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json", "numpy"])
+def test_e2e_write_then_read_back(torus_local, tmp_path, fmt):
+    import re
+    import torus.data as rd
+    out = str(tmp_path / fmt)
+    if fmt == "numpy":
+        rd.range_tensor(20, shape=(2,), override_num_blocks=2).write_numpy(out, column="data")
+        back = rd.read_numpy(out).take_batch(20)["data"]
+        assert sorted(back[:, 0].tolist()) == list(range(20))
+    else:
+        getattr(rd.range(20, override_num_blocks=2), f"write_{fmt}")(out)
+        back = getattr(rd, f"read_{fmt}")(out).take_all()
+        assert sorted(r["id"] for r in back) == list(range(20))
+    names = sorted(os.listdir(out))
+    ext = {"numpy": "npy"}.get(fmt, fmt)
+    suffix = r"-0\.parquet" if fmt == "parquet" else rf"\.{ext}"
+    assert len(names) == 2
+    assert all(re.fullmatch(rf"[0-9a-f]+_[0-9a-f]{{32}}_00000[01]{suffix}", n) for n in names)
+
+
+def test_e2e_write_modes_and_partition_cols(torus_local, tmp_path):
+    import torus.data as rd
+    out = str(tmp_path / "p")
+    ds = rd.from_items([{"k": i % 2, "v": i} for i in range(6)])
+    ds.write_parquet(out, partition_cols=["k"])
+    assert sorted(os.listdir(out)) == ["k=0", "k=1"]
+    assert sorted(r["v"] for r in rd.read_parquet(out).take_all()) == list(range(6))
+    with pytest.raises(ValueError, match="already exists"):
+        ds.write_parquet(out, mode="error")
+    ds.write_parquet(out, mode="overwrite")
+    assert rd.read_parquet(out).count() == 6

@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 
 from torus.data._internal.read_task import ReadTask
 from torus.data.datasource.file_source import (
-    BlockSizes, FileSourceArgs, detect_parallelism, list_files, split_blocks, split_even)
+    BlockSizes, FileSourceArgs, available_cpus, detect_parallelism, list_files, split_blocks,
+    split_even)
 from torus.data.datasource.partitioning import Partitioning, PathPartitionParser
 
 # Footers read at planning: all files up to this many, else an evenly spaced sample.
@@ -161,8 +162,11 @@ class ParquetSource:
             md = self._footers.get(path)
             est = int(_uncompressed(md) * (share or 1.0)) if md is not None else int(size * ratio)
             pieces.append(_Piece(path, None, md.num_rows if md is not None else None, est))
-        if all_known and n > len(pieces):
-            pieces = self._split_by_row_groups(pieces, n, share)
+        # Split files only to give every CPU work (or to honour override_num_blocks): a
+        # whole file read in one call decodes its row groups in parallel, faster than pieces.
+        goal = self.args.num_blocks or min(n, 2 * available_cpus())
+        if all_known and goal > len(pieces):
+            pieces = self._split_by_row_groups(pieces, goal, share)
         return pieces
 
     def _split_by_row_groups(self, pieces: List[_Piece], n: int,
