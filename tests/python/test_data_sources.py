@@ -23,11 +23,11 @@ from torus.data.block import column_to_numpy
 HIVE = Partitioning("hive")
 
 
-def run(tasks):
+def run(tasks, pickled=True):
     """All rows of ``tasks`` read in this process, after a pickle round trip of each task."""
     out = []
     for t in tasks:
-        fn = cloudpickle.loads(cloudpickle.dumps(t.read_fn))
+        fn = cloudpickle.loads(cloudpickle.dumps(t.read_fn)) if pickled else t.read_fn
         for block in fn():
             assert isinstance(block, pa.Table)
             out.append(block)
@@ -356,3 +356,22 @@ def test_e2e_write_modes_and_partition_cols(torus_local, tmp_path):
         ds.write_parquet(out, mode="error")
     ds.write_parquet(out, mode="overwrite")
     assert rd.read_parquet(out).count() == 6
+
+
+def test_paths_uri_forms_and_explicit_filesystem():
+    import pyarrow.fs as pafs
+    from torus.data.datasource.paths import resolve_filesystem
+    fs, paths = resolve_filesystem(["gs://anonymous@bkt/a/b.parquet", "gs://bkt/c"])
+    assert type(fs).__name__ == "GcsFileSystem" and paths == ["bkt/a/b.parquet", "bkt/c"]
+    mock = pafs._MockFileSystem()
+    mock.create_dir("bucket/data/year=1")
+    pq.write_table(pa.table({"a": [1, 2]}), "bucket/data/year=1/x.parquet", filesystem=mock)
+    with mock.open_output_stream("bucket/data/_SUCCESS") as f:
+        f.write(b"")
+    assert expand_paths("mock://bucket/data/*/*.parquet", mock)[1] == \
+        ["bucket/data/year=1/x.parquet"]
+    src = P.ParquetSource(args("bucket/data", filesystem=mock, partitioning=HIVE))
+    assert run(src.read_tasks(), pickled=False).to_pylist() == [{"a": 1, "year": "1"},
+                                                                 {"a": 2, "year": "1"}]
+    with pytest.raises(ValueError, match="not on the local filesystem"):
+        resolve_filesystem(["/tmp/x", "s3://bucket/y"])

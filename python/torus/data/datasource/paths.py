@@ -48,9 +48,11 @@ def _strip_local(path: str) -> str:
 
 
 def _strip_scheme(path: str) -> str:
-    """``s3://bucket/key`` -> ``bucket/key`` (what a pyarrow filesystem object takes)."""
+    """``s3://bucket/key`` -> ``bucket/key`` (what a pyarrow filesystem object takes); user
+    info and query (``anonymous@``, ``?region=``) are the filesystem's, not the path's."""
     parsed = urllib.parse.urlparse(path)
-    return (parsed.netloc + parsed.path).rstrip("/") or "/"
+    host = parsed.netloc.rsplit("@", 1)[-1]  # s3://anonymous@bucket/key?region=x -> bucket/key
+    return (host + parsed.path).rstrip("/") or "/"
 
 
 def resolve_filesystem(
