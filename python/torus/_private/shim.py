@@ -50,6 +50,7 @@ ALIASES = {
     "ray.data.iterator": "torus.data.iterator",
     "ray.data.aggregate": "torus.data.aggregate",
     "ray.data.block": "torus.data.block",
+    "ray.data.expressions": "torus.data.expressions",
 }
 
 

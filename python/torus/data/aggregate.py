@@ -9,7 +9,7 @@ from typing import Optional
 class AggregateFn:
     """One aggregation: pyarrow's function ``arrow_fn`` over ``on`` named ``name``."""
 
-    def __init__(self, arrow_fn: str, on: Optional[str], name: str, options=None,
+    def __init__(self, arrow_fn: str, on: Optional[str], name: str, options: Optional[dict] = None,
                  ignore_nulls: bool = True):
         self.arrow_fn = arrow_fn
         self.on = on
@@ -51,5 +51,4 @@ class Mean(AggregateFn):
 class Std(AggregateFn):
     def __init__(self, on: str = None, ddof: int = 1, ignore_nulls: bool = True,
                  alias_name: Optional[str] = None):
-        import pyarrow.compute as pc
-        super().__init__("stddev", on, _name("std", on, alias_name), pc.VarianceOptions(ddof=ddof))
+        super().__init__("stddev", on, _name("std", on, alias_name), {"ddof": ddof})

@@ -50,6 +50,7 @@ def _pool_of(fn, concurrency, compute) -> Tuple[Optional[Tuple[int, int]], Optio
 
 
 def _remote_args(num_cpus=None, num_gpus=None, resources=None, memory=None, **rest) -> Dict:
+    resources = resources or rest.pop("resources", None)
     out = {k: v for k, v in rest.items() if v is not None}
     if num_cpus is not None:
         out["num_cpus"] = num_cpus
@@ -94,7 +95,8 @@ class Dataset(ConsumeMixin):
             memory=None, concurrency=None, ray_remote_args_fn=None, **ray_remote_args) -> "Dataset":
         return self._udf("map_rows", "Map", fn, compute, fn_args, fn_kwargs, fn_constructor_args,
                          fn_constructor_kwargs, concurrency,
-                         _remote_args(num_cpus, num_gpus, None, memory, **ray_remote_args))
+                         _remote_args(num_cpus, num_gpus, ray_remote_args.pop("resources", None),
+                                      memory, **ray_remote_args))
 
     def flat_map(self, fn: Callable, *, compute=None, fn_args=None, fn_kwargs=None,
                  fn_constructor_args=None, fn_constructor_kwargs=None, num_cpus=None,
@@ -102,7 +104,8 @@ class Dataset(ConsumeMixin):
                  **ray_remote_args) -> "Dataset":
         return self._udf("flat_map", "FlatMap", fn, compute, fn_args, fn_kwargs,
                          fn_constructor_args, fn_constructor_kwargs, concurrency,
-                         _remote_args(num_cpus, num_gpus, None, memory, **ray_remote_args))
+                         _remote_args(num_cpus, num_gpus, ray_remote_args.pop("resources", None),
+                                      memory, **ray_remote_args))
 
     def filter(self, fn: Optional[Callable] = None, expr: Optional[str] = None, *, compute=None,
                fn_args=None, fn_kwargs=None, fn_constructor_args=None,
@@ -114,13 +117,31 @@ class Dataset(ConsumeMixin):
             return self._filter_expr(expr)
         return self._udf("filter", "Filter", fn, compute, fn_args, fn_kwargs,
                          fn_constructor_args, fn_constructor_kwargs, concurrency,
-                         _remote_args(num_cpus, num_gpus, None, memory, **ray_remote_args))
+                         _remote_args(num_cpus, num_gpus, ray_remote_args.pop("resources", None),
+                                      memory, **ray_remote_args))
 
-    def _filter_expr(self, expr: str) -> "Dataset":
-        from torus.data._internal.expressions import compile_filter
-        pred = compile_filter(expr)
+    def _filter_expr(self, expr) -> "Dataset":
+        from torus.data.expressions import Expr
+        if isinstance(expr, Expr):
+            import pyarrow.compute as pc
+
+            def pred(t):
+                return pc.fill_null(expr.eval(t), False)
+        else:
+            from torus.data._internal.expressions import compile_filter
+            pred = compile_filter(expr)
         return self.map_batches(lambda t: t.filter(pred(t)), batch_format="pyarrow",
                                 batch_size=None)
+
+    def with_column(self, column_name: str, expr, **ray_remote_args) -> "Dataset":
+        """A column computed from an expression (``ray.data.expressions``) per block."""
+        from torus.data.expressions import evaluate_column
+
+        def add(t):
+            v = evaluate_column(expr, t)
+            i = t.schema.get_field_index(column_name)
+            return t.set_column(i, column_name, v) if i >= 0 else t.append_column(column_name, v)
+        return self.map_batches(add, batch_format="pyarrow", batch_size=None, **ray_remote_args)
 
     def map_batches(self, fn, *, batch_size: Union[int, None, str] = "default", compute=None,
                     batch_format: Optional[str] = "default", zero_copy_batch: bool = False,
@@ -138,7 +159,8 @@ class Dataset(ConsumeMixin):
             raise ValueError("batch_size must be provided to map_batches when requesting GPUs")
         return self._udf("map_batches", "MapBatches", fn, compute, fn_args, fn_kwargs,
                          fn_constructor_args, fn_constructor_kwargs, concurrency,
-                         _remote_args(num_cpus, num_gpus, None, memory, **ray_remote_args),
+                         _remote_args(num_cpus, num_gpus, ray_remote_args.pop("resources", None),
+                                      memory, **ray_remote_args),
                          batch_size=batch_size, batch_format=batch_format,
                          zero_copy_batch=zero_copy_batch)
 
@@ -232,6 +254,40 @@ class Dataset(ConsumeMixin):
     def groupby(self, key: Union[str, List[str], None], num_partitions=None):
         from torus.data.grouped_data import GroupedData
         return GroupedData(self, key)
+
+    def aggregate(self, *aggs) -> Dict[str, Any]:
+        """Whole-dataset aggregations: ``{name: value}`` (``ds.aggregate(Count(), Sum("x"))``)."""
+        from torus.data.grouped_data import GroupedData
+        rows = GroupedData(self, None).aggregate(*aggs).take_all()
+        return rows[0] if rows else {a.name: None for a in aggs}
+
+    def _global(self, cls, on, **kw):
+        from torus.data import aggregate as agg
+        cols = [on] if isinstance(on, str) else list(on or [])
+        if not cols:
+            raise ValueError(f"{cls.__name__.lower()}: give the column(s) to aggregate ('on')")
+        out = self.aggregate(*[getattr(agg, cls.__name__)(c, **kw) for c in cols])
+        return next(iter(out.values())) if isinstance(on, str) else out
+
+    def sum(self, on=None, ignore_nulls: bool = True):
+        from torus.data.aggregate import Sum
+        return self._global(Sum, on, ignore_nulls=ignore_nulls)
+
+    def min(self, on=None, ignore_nulls: bool = True):
+        from torus.data.aggregate import Min
+        return self._global(Min, on, ignore_nulls=ignore_nulls)
+
+    def max(self, on=None, ignore_nulls: bool = True):
+        from torus.data.aggregate import Max
+        return self._global(Max, on, ignore_nulls=ignore_nulls)
+
+    def mean(self, on=None, ignore_nulls: bool = True):
+        from torus.data.aggregate import Mean
+        return self._global(Mean, on, ignore_nulls=ignore_nulls)
+
+    def std(self, on=None, ddof: int = 1, ignore_nulls: bool = True):
+        from torus.data.aggregate import Std
+        return self._global(Std, on, ddof=ddof, ignore_nulls=ignore_nulls)
 
     def unique(self, column: str) -> List[Any]:
         rows = self.select_columns([column]).groupby(column).count().take_all()

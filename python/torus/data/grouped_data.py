@@ -21,7 +21,10 @@ from torus.data._internal.plan import AllToAll
 def _spec(a: agg.AggregateFn):
     if a.arrow_fn == "count_all":
         return ([], "count_all")
-    return (a.on, a.arrow_fn, a.options) if a.options is not None else (a.on, a.arrow_fn)
+    if a.options is None:
+        return (a.on, a.arrow_fn)
+    import pyarrow.compute as pc
+    return (a.on, a.arrow_fn, pc.VarianceOptions(**a.options))
 
 
 def _aggregate_table(t: pa.Table, keys: List[str], aggs: List[agg.AggregateFn]) -> pa.Table:
