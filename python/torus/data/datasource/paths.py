@@ -16,6 +16,7 @@ A path that does not exist raises ``FileNotFoundError`` naming it (Ray's type), 
 """
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import re
@@ -178,7 +179,7 @@ def _expand_one(fs: pafs.FileSystem, path: str, info: Optional[pafs.FileInfo],
     if info is None:  # a glob
         found = _expand_glob(fs, path)
         if not found and not ignore_missing:
-            raise FileNotFoundError(path)
+            raise _not_found(path)
         return found
     if info.type == pafs.FileType.File:
         return [(path, info.size)]
@@ -186,7 +187,12 @@ def _expand_one(fs: pafs.FileSystem, path: str, info: Optional[pafs.FileInfo],
         return _list_directory(fs, path)
     if ignore_missing:
         return []
-    raise FileNotFoundError(path)
+    raise _not_found(path)
+
+
+def _not_found(path: str) -> FileNotFoundError:
+    """Ray's type, with the OS's wording: "[Errno 2] No such file or directory: 'path'"."""
+    return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
 
 
 def expand_paths(
