@@ -127,12 +127,26 @@ def batches(bundles: Iterable, *, batch_size: Optional[int] = 256, batch_format=
             drop_last: bool = False, prefetch_batches: int = 1,
             local_shuffle_buffer_size: Optional[int] = None, local_shuffle_seed=None,
             collate_fn: Optional[Callable] = None) -> Iterator[Any]:
-    tables = _prefetched(bundles, max(1, prefetch_batches) if prefetch_batches else 0)
+    depth = max(1, prefetch_batches) if prefetch_batches else 0
+    if getattr(bundles, "prefetches_itself", False):
+        depth = 0
+    tables = _prefetched(bundles, depth)
     if local_shuffle_buffer_size:
         tables = _shuffled(tables, int(local_shuffle_buffer_size), local_shuffle_seed)
     for t in iter_tables(tables, batch_size, drop_last):
         b = B.to_batch(t, batch_format)
         yield collate_fn(b) if collate_fn is not None else b
+
+
+class _Opened:
+    """One pass over a source, saying whether the source prefetches by itself."""
+
+    def __init__(self, open_bundles: Callable[[], Iterable]):
+        self.prefetches_itself = getattr(open_bundles, "prefetches_itself", False)
+        self._it = iter(open_bundles())
+
+    def __iter__(self):
+        return self._it
 
 
 class DataIterator:
@@ -151,13 +165,14 @@ class DataIterator:
         if batch_format not in B.BATCH_FORMATS:
             raise ValueError(f"The given batch format {batch_format!r} isn't allowed (must be one "
                              f"of {list(B.BATCH_FORMATS)})")
-        return batches(self._open(), batch_size=batch_size, batch_format=batch_format,
+        return batches(_Opened(self._open), batch_size=batch_size, batch_format=batch_format,
                        drop_last=drop_last, prefetch_batches=prefetch_batches,
                        local_shuffle_buffer_size=local_shuffle_buffer_size,
                        local_shuffle_seed=local_shuffle_seed, collate_fn=_collate_fn)
 
     def iter_rows(self) -> Iterator[Dict[str, Any]]:
-        for t in _prefetched(self._open(), 1):
+        src = _Opened(self._open)
+        for t in _prefetched(src, 0 if src.prefetches_itself else 1):
             yield from B.rows(t)
 
     def iter_jax_batches(self, *, batch_size: int = 256, drop_last: bool = True,

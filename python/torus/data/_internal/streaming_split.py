@@ -119,7 +119,13 @@ class _SplitCoordinator:
 
 
 class _ShardSource:
-    """The bundles of shard i, one epoch per call (picklable: it travels to Train workers)."""
+    """The bundles of shard i, one epoch per call (picklable: it travels to Train workers).
+
+    Prefetches by keeping the next request to the coordinator in flight, and waits for it with
+    ``torus.get`` on the consumer's own thread: a consumer task blocked there lends its CPU back
+    to its node (a thread of its own waiting would not), so the coordinator's read and map tasks
+    can run even when the consumers hold every CPU."""
+    prefetches_itself = True
 
     def __init__(self, coordinator, i: int):
         self.coordinator, self.i, self.epoch = coordinator, i, -1
@@ -127,10 +133,12 @@ class _ShardSource:
     def __call__(self):
         self.epoch += 1
         epoch = self.epoch
+        ahead = self.coordinator.next.remote(self.i, epoch)
         while True:
-            p = torus.get(self.coordinator.next.remote(self.i, epoch))
+            p = torus.get(ahead)
             if p is None:
                 return
+            ahead = self.coordinator.next.remote(self.i, epoch)
             yield p
 
 
