@@ -375,3 +375,18 @@ def test_paths_uri_forms_and_explicit_filesystem():
                                                                  {"a": 2, "year": "1"}]
     with pytest.raises(ValueError, match="not on the local filesystem"):
         resolve_filesystem(["/tmp/x", "s3://bucket/y"])
+
+
+def test_dir_partitioning_and_filter(tmp_path):
+    for year, country in (("2020", "us"), ("2021", "fr")):
+        d = tmp_path / year / country
+        d.mkdir(parents=True)
+        (d / "x.csv").write_text("v\n1\n")
+    part = Partitioning("dir", base_dir=str(tmp_path), field_names=["year", "country"])
+    keep = PathPartitionFilter.of(lambda v: v["country"] == "fr", style="dir",
+                                  base_dir=str(tmp_path), field_names=["year", "country"])
+    t = run(csv_json.csv_tasks(args(str(tmp_path), partitioning=part, partition_filter=keep),
+                               None, {}))
+    assert t.to_pylist() == [{"v": 1, "year": "2021", "country": "fr"}]
+    with pytest.raises(ValueError, match="field names"):
+        run(csv_json.csv_tasks(args(str(tmp_path), partitioning=Partitioning("dir")), None, {}))

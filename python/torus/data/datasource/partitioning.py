@@ -1,7 +1,7 @@
 """Path-based partitioning, as Ray Data's ``ray.data.datasource`` exposes it.
 
 ``Partitioning`` describes how partition values sit in directory names: ``"hive"``
-(``.../year=2020/month=1/file``, the default of the Parquet/CSV/JSON readers) or ``"dirs"``
+(``.../year=2020/month=1/file``, the default of the Parquet/CSV/JSON readers) or ``"dir"``
 (``base/2020/1/file`` with ``field_names=["year", "month"]``). The readers add one column per
 partition field to every block of a file (strings, or ``field_types``), as Ray does.
 ``PathPartitionFilter`` drops files by their partition values before any task is planned.
@@ -24,7 +24,7 @@ class PartitionStyle(str, Enum):
     """Where a partitioned path keeps its values."""
 
     HIVE = "hive"
-    DIRECTORY = "dirs"
+    DIRECTORY = "dir"
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Partitioning:
 
     Example:
         >>> Partitioning("hive")                                  # year=2020/...
-        >>> Partitioning("dirs", base_dir="/data", field_names=["year", "month"])
+        >>> Partitioning("dir", base_dir="/data", field_names=["year", "month"])
     """
 
     style: PartitionStyle
@@ -41,34 +41,39 @@ class Partitioning:
     field_names: Optional[List[str]] = None
     field_types: Optional[Dict[str, Type[Any]]] = field(default_factory=dict)
     filesystem: Optional[Any] = None
+    _normalized: Optional[str] = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.style = PartitionStyle(self.style)
+        self.style = PartitionStyle("dir" if self.style == "dirs" else self.style)
         if self.base_dir is None:
             self.base_dir = ""
         if self.field_types is None:
             self.field_types = {}
-        if self.style == PartitionStyle.DIRECTORY and not self.field_names:
-            raise ValueError("Directory partitioning requires a list of `field_names`.")
 
     @property
     def normalized_base_dir(self) -> str:
-        """``base_dir`` without a scheme, ending in ``/`` (empty: any path)."""
-        base = self.base_dir or ""
-        if "://" in base:
-            parsed = urllib.parse.urlparse(base)
-            base = parsed.path if parsed.scheme in ("file", "local") else \
-                parsed.netloc + parsed.path
-        if base and not base.endswith("/"):
-            base += "/"
-        return base
+        """``base_dir`` as its filesystem names it (no scheme, absolute locally), ending in
+        ``/``; empty: any path."""
+        if self._normalized is None:
+            base = ""
+            if self.base_dir:
+                from torus.data.datasource.paths import resolve_filesystem
+                _, (base,) = resolve_filesystem(self.base_dir, self.filesystem)
+                base = base if base.endswith("/") else base + "/"
+            self._normalized = base  # cached: pickled with the object into read tasks
+        return self._normalized
 
 
 class PathPartitionParser:
     """Callable: a file path -> its partition values ``{field: value}`` (empty if none)."""
 
     def __init__(self, partitioning: Partitioning):
+        if partitioning.style == PartitionStyle.DIRECTORY and not partitioning.field_names:
+            raise ValueError("Directory partitioning requires a corresponding list of "
+                             "partition key field names. Please retry your request with one "
+                             "or more field names specified.")
         self._p = partitioning
+        self._base = partitioning.normalized_base_dir
 
     @classmethod
     def of(cls, style: str = "hive", base_dir: Optional[str] = None,
@@ -78,10 +83,9 @@ class PathPartitionParser:
         return cls(Partitioning(style, base_dir, field_names, field_types, filesystem))
 
     def __call__(self, path: str) -> Dict[str, Any]:
-        base = self._p.normalized_base_dir
-        if not path.startswith(base):
+        if not path.startswith(self._base):
             return {}
-        dir_path = posixpath.dirname(path[len(base):])
+        dir_path = posixpath.dirname(path[len(self._base):])
         if self._p.style == PartitionStyle.HIVE:
             values = self._hive(dir_path)
         else:
