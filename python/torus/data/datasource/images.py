@@ -1,10 +1,10 @@
 """Image source: each file decoded with Pillow into one row, column ``image`` (H x W [x C]).
 
 ``size=(height, width)`` resizes (bilinear) and ``mode`` converts (e.g. "RGB", "L") as Ray
-does. A task stacks its images into blocks of up to ``target_max_block_size``: images of one
-shape and dtype become a fixed-shape tensor column (``take_batch`` gives one
-``(n, H, W, C)`` array); a block of mixed shapes holds nested lists (each read back as its own
-ndarray). Unreadable files raise ValueError naming the path.
+does. A task stacks consecutive images of one shape and dtype into a block (up to
+``target_max_block_size``) holding a fixed-shape tensor column, so ``take_batch`` gives one
+``(n, H, W, C)`` array; a change of shape starts a new block (blocks of different shapes meet
+only when the executor concatenates them). Unreadable files raise ValueError naming the path.
 """
 from __future__ import annotations
 
@@ -39,11 +39,9 @@ def decode_image(data: bytes, path: str, size: Optional[Tuple[int, int]],
 
 
 def images_to_column(images: List[np.ndarray]) -> pa.Array:
-    """Images as one column: a tensor column when they share shape and dtype."""
+    """Images of one shape and dtype as a fixed-shape tensor column."""
     from torus.data.block import numpy_to_column
-    if len({(a.shape, a.dtype) for a in images}) == 1:
-        return numpy_to_column(np.stack(images))
-    return pa.array([a.tolist() for a in images])
+    return numpy_to_column(np.stack(images))
 
 
 def read_image_files(fs: pafs.FileSystem, files: List[Tuple[str, int]], reader: Any,
@@ -70,7 +68,8 @@ def read_image_files(fs: pafs.FileSystem, files: List[Tuple[str, int]], reader: 
     for path, _ in files:
         with open_stream(fs, path, open_args) as f:
             arr = decode_image(f.read(), path, size, mode)
-        if images and nbytes + arr.nbytes > target_max:
+        if images and (nbytes + arr.nbytes > target_max or arr.shape != images[0].shape
+                       or arr.dtype != images[0].dtype):
             yield flush()
             images, paths, nbytes = [], [], 0
         images.append(arr)
