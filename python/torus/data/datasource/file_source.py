@@ -32,9 +32,14 @@ _MiB = 1024 * 1024
 
 @dataclass
 class FileShuffleConfig:
-    """``shuffle=FileShuffleConfig(seed)``: read files in a random order (seeded: fixed)."""
+    """``shuffle=FileShuffleConfig(seed)``: read files in a random order (seeded: fixed).
+
+    The order is drawn once, when the read is planned: every execution of the dataset reads
+    the files in that order (Ray reshuffles per execution unless
+    ``reseed_after_execution=False``; the flag is accepted)."""
 
     seed: Optional[int] = None
+    reseed_after_execution: bool = True
 
 
 class BlockSizes:
