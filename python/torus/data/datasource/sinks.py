@@ -69,6 +69,7 @@ def write_dataset(ds: Any, fmt: str, path: str, *, filesystem: Optional[pafs.Fil
     writer = functools.partial(
         _write_block, fs=fs, root=root, fmt=fmt, prefix=f"{ds_uuid}_{write_uuid}",
         open_args=dict(arrow_open_stream_args or {}), options=_format_options(fmt, fmt_options))
+    writer.__name__ = "Write"  # the operator's name in progress bars and stats
     out = ds.map_batches(writer, batch_format="pyarrow",
                          batch_size=min_rows_per_file if min_rows_per_file else None,
                          concurrency=concurrency, **dict(ray_remote_args or {}))
