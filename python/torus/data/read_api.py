@@ -64,7 +64,7 @@ def _file_args(paths, filesystem, parallelism, override_num_blocks, partition_fi
 
 
 def range(n: int, *, parallelism: int = -1, concurrency: Optional[int] = None,
-          override_num_blocks: Optional[int] = None) -> "Dataset":
+          override_num_blocks: Optional[int] = None) -> Dataset:
     """A dataset of ``n`` rows ``{"id": 0 .. n-1}`` (int64).
 
     Example:
@@ -77,7 +77,7 @@ def range(n: int, *, parallelism: int = -1, concurrency: Optional[int] = None,
 
 def range_tensor(n: int, *, shape: Tuple = (1,), parallelism: int = -1,
                  concurrency: Optional[int] = None,
-                 override_num_blocks: Optional[int] = None) -> "Dataset":
+                 override_num_blocks: Optional[int] = None) -> Dataset:
     """A dataset of ``n`` rows whose column ``data`` is an int64 tensor of ``shape`` filled
     with the row's index; ``take_batch(k)["data"]`` has shape ``(k, *shape)``.
 
@@ -91,7 +91,7 @@ def range_tensor(n: int, *, shape: Tuple = (1,), parallelism: int = -1,
 
 
 def from_items(items: List[Any], *, parallelism: int = -1,
-               override_num_blocks: Optional[int] = None) -> "MaterializedDataset":
+               override_num_blocks: Optional[int] = None) -> MaterializedDataset:
     """A materialized dataset of ``items``: dicts are rows, other values become
     ``{"item": value}``.
 
@@ -103,19 +103,19 @@ def from_items(items: List[Any], *, parallelism: int = -1,
     return _dataset()._from_blocks("FromItems", tables)
 
 
-def from_numpy(ndarrays: Union[np.ndarray, List[np.ndarray]]) -> "MaterializedDataset":
+def from_numpy(ndarrays: Union[np.ndarray, List[np.ndarray]]) -> MaterializedDataset:
     """A materialized dataset with column ``data``: one row per entry of each array's first
     axis (one block per array)."""
     return _dataset()._from_blocks("FromNumpy", in_memory.numpy_tables(ndarrays))
 
 
-def from_pandas(dfs: Any, override_num_blocks: Optional[int] = None) -> "MaterializedDataset":
+def from_pandas(dfs: Any, override_num_blocks: Optional[int] = None) -> MaterializedDataset:
     """A materialized dataset of one or more pandas DataFrames (one block each)."""
     return _dataset()._from_blocks("FromPandas",
                                    in_memory.pandas_tables(dfs, override_num_blocks))
 
 
-def from_arrow(tables: Any, *, override_num_blocks: Optional[int] = None) -> "MaterializedDataset":
+def from_arrow(tables: Any, *, override_num_blocks: Optional[int] = None) -> MaterializedDataset:
     """A materialized dataset of one or more ``pyarrow.Table`` (one block each)."""
     return _dataset()._from_blocks("FromArrow", in_memory.arrow_tables(tables,
                                                                        override_num_blocks))
@@ -128,17 +128,17 @@ def _get_refs(refs: Any) -> List[Any]:
     return values
 
 
-def from_numpy_refs(ndarrays: Any) -> "MaterializedDataset":
+def from_numpy_refs(ndarrays: Any) -> MaterializedDataset:
     """``from_numpy`` of object refs to numpy arrays."""
     return _dataset()._from_blocks("FromNumpy", in_memory.numpy_tables(_get_refs(ndarrays)))
 
 
-def from_pandas_refs(dfs: Any) -> "MaterializedDataset":
+def from_pandas_refs(dfs: Any) -> MaterializedDataset:
     """``from_pandas`` of object refs to DataFrames."""
     return _dataset()._from_blocks("FromPandas", in_memory.pandas_tables(_get_refs(dfs), None))
 
 
-def from_arrow_refs(tables: Any) -> "MaterializedDataset":
+def from_arrow_refs(tables: Any) -> MaterializedDataset:
     """``from_arrow`` of object refs to Arrow tables."""
     return _dataset()._from_blocks("FromArrow", in_memory.arrow_tables(_get_refs(tables),
                                                                        None))
@@ -149,7 +149,7 @@ def read_datasource(datasource: Datasource, *, parallelism: int = -1,
                     memory: Optional[float] = None, concurrency: Optional[int] = None,
                     override_num_blocks: Optional[int] = None,
                     ray_remote_args: Optional[Dict[str, Any]] = None,
-                    **read_args: Any) -> "Dataset":
+                    **read_args: Any) -> Dataset:
     """A dataset read by a custom ``Datasource`` (its ``get_read_tasks(parallelism)``)."""
     requested = num_blocks_arg(parallelism, override_num_blocks)
     n = detect_parallelism(datasource.estimate_inmemory_data_size(), requested)
@@ -176,7 +176,7 @@ def read_parquet(paths: Paths, *, filesystem=None, catalog=None,
                  ignore_missing_paths: bool = False, skip_paths=None,
                  concurrency: Optional[int] = None, override_num_blocks: Optional[int] = None,
                  ray_remote_args: Optional[Dict[str, Any]] = None,
-                 **arrow_parquet_args: Any) -> "Dataset":
+                 **arrow_parquet_args: Any) -> Dataset:
     """Reads Parquet files (a file, directory, glob or list of them; local, ``file://`` or
     any ``pyarrow.fs`` URI) into a dataset, reading only ``columns`` and, with
     ``filter=<pyarrow.dataset expression>``, only the rows passing it (pruned by row-group
@@ -222,7 +222,7 @@ def read_csv(paths: Paths, *, filesystem=None, parallelism: int = -1,
              shuffle: Union[str, FileShuffleConfig, None] = None,
              file_extensions: Optional[List[str]] = None, concurrency: Optional[int] = None,
              override_num_blocks: Optional[int] = None,
-             ray_remote_args: Optional[Dict[str, Any]] = None, **arrow_csv_args: Any) -> "Dataset":
+             ray_remote_args: Optional[Dict[str, Any]] = None, **arrow_csv_args: Any) -> Dataset:
     """Reads CSV files (header row: column names; types inferred by pyarrow.csv, or set
     through ``read_options=`` / ``parse_options=`` / ``convert_options=``).
 
@@ -250,7 +250,7 @@ def read_json(paths: Paths, *, lines: bool = False, filesystem=None, parallelism
               file_extensions: Optional[List[str]] = _JSON_EXTENSIONS,
               concurrency: Optional[int] = None, override_num_blocks: Optional[int] = None,
               ray_remote_args: Optional[Dict[str, Any]] = None,
-              **arrow_json_args: Any) -> "Dataset":
+              **arrow_json_args: Any) -> Dataset:
     """Reads JSON files: JSON lines (one object per line), a JSON array of objects, or one
     object per file; each object is a row.
 
@@ -277,7 +277,7 @@ def read_text(paths: Paths, *, encoding: str = "utf-8", drop_empty_lines: bool =
               shuffle: Union[str, FileShuffleConfig, None] = None,
               file_extensions: Optional[List[str]] = None, concurrency: Optional[int] = None,
               override_num_blocks: Optional[int] = None,
-              ray_remote_args: Optional[Dict[str, Any]] = None, **sched: Any) -> "Dataset":
+              ray_remote_args: Optional[Dict[str, Any]] = None, **sched: Any) -> Dataset:
     """Reads text files: one row ``{"text": line}`` per line.
 
     Example:
@@ -308,7 +308,7 @@ def read_numpy(paths: Paths, *, filesystem=None, parallelism: int = -1,
                shuffle: Union[str, FileShuffleConfig, None] = None,
                file_extensions: Optional[List[str]] = ["npy"],
                concurrency: Optional[int] = None, override_num_blocks: Optional[int] = None,
-               allow_pickle: bool = False, **numpy_load_args: Any) -> "Dataset":
+               allow_pickle: bool = False, **numpy_load_args: Any) -> Dataset:
     """Reads ``.npy`` files: one row per entry of each array's first axis, column ``data``.
 
     Example:
@@ -334,7 +334,7 @@ def read_binary_files(paths: Paths, *, include_paths: bool = False, filesystem=N
                       file_extensions: Optional[List[str]] = None,
                       concurrency: Optional[int] = None,
                       override_num_blocks: Optional[int] = None,
-                      ray_remote_args: Optional[Dict[str, Any]] = None, **sched: Any) -> "Dataset":
+                      ray_remote_args: Optional[Dict[str, Any]] = None, **sched: Any) -> Dataset:
     """Reads files as bytes: one row ``{"bytes": contents}`` per file (``"path"`` too with
     ``include_paths=True``).
 
@@ -361,7 +361,7 @@ def read_images(paths: Paths, *, filesystem=None, parallelism: int = -1,
                 shuffle: Union[str, FileShuffleConfig, None] = None,
                 file_extensions: Optional[List[str]] = _IMAGE_EXTENSIONS,
                 concurrency: Optional[int] = None, override_num_blocks: Optional[int] = None,
-                ray_remote_args: Optional[Dict[str, Any]] = None, **sched: Any) -> "Dataset":
+                ray_remote_args: Optional[Dict[str, Any]] = None, **sched: Any) -> Dataset:
     """Reads image files with Pillow: one row per image, column ``image`` a uint8 array of
     shape (H, W[, C]); ``size=(H, W)`` resizes, ``mode`` ("RGB", "L"...) converts.
 
