@@ -78,7 +78,9 @@ def check_row_count_changes_and_args():
 
 def check_resources():
     def gpu_ids(batch):
-        return {"gpus": np.array([len(ray.get_gpu_ids())] * len(batch["id"]))}
+        given = ray.get_runtime_context().get_assigned_resources().get("GPU", 0)
+        return {"given": np.full(len(batch["id"]), given),
+                "gpus": np.array([len(ray.get_gpu_ids())] * len(batch["id"]))}
 
     ds = ray.data.range(40, override_num_blocks=4)
     assert ds.map_batches(lambda b: b, num_cpus=2).count() == 40
@@ -91,7 +93,9 @@ def check_resources():
     else:
         raise AssertionError("map_batches(num_gpus=1) without batch_size did not fail")
     rows = ds.map_batches(gpu_ids, num_gpus=1, batch_size=8).take_all()
-    assert len(rows) == 40 and {r["gpus"] for r in rows} == {1}, {r["gpus"] for r in rows}
+    assert len(rows) == 40 and {r["given"] for r in rows} == {1}, {r["given"] for r in rows}
+    assert {r["gpus"] for r in rows} == {1}, "ray.get_gpu_ids() in the UDF: " + str(
+        {r["gpus"] for r in rows})
 
 
 def main():
