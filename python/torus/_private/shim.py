@@ -51,6 +51,7 @@ ALIASES = {
     "ray.data.aggregate": "torus.data.aggregate",
     "ray.data.block": "torus.data.block",
     "ray.data.expressions": "torus.data.expressions",
+    "ray.data.datasource": "torus.data.datasource",
 }
 
 

@@ -20,17 +20,19 @@ BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow")
 
 @dataclass
 class BlockMetadata:
-    """What the driver knows of a block without fetching it."""
-    num_rows: int
-    size_bytes: int
+    """What the driver knows of a block without fetching it (Ray's field order:
+    num_rows, size_bytes, input_files, exec_stats; the schema travels with it here)."""
+    num_rows: Optional[int]
+    size_bytes: Optional[int]
+    input_files: Optional[List[str]] = field(default_factory=list)
+    exec_stats: Any = None
     schema: Optional[pa.Schema] = None
-    input_files: List[str] = field(default_factory=list)
     exec_s: float = 0.0     # time the task that made it spent (stats)
 
     @staticmethod
     def of(table: pa.Table, input_files=None, exec_s: float = 0.0) -> "BlockMetadata":
-        return BlockMetadata(table.num_rows, table_nbytes(table), table.schema,
-                             list(input_files or []), exec_s)
+        return BlockMetadata(table.num_rows, table_nbytes(table), list(input_files or []),
+                             schema=table.schema, exec_s=exec_s)
 
 
 def table_nbytes(t: pa.Table) -> int:

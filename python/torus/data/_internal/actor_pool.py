@@ -29,8 +29,8 @@ class _MapActor:
     def ready(self) -> bool:
         return True
 
-    def map_block(self, block, input_files):
-        return transforms.run_chain(block, [self.spec], 1, input_files)
+    def map_blocks(self, input_files, *blocks):
+        return transforms.run_chain(blocks, [self.spec], 1, input_files)
 
 
 class _Actor:
@@ -81,6 +81,9 @@ class PoolStage(Stage):
     def can_launch(self) -> bool:
         if not self.inputs:
             return False
+        want = self._min_rows()
+        if want and not self.inputs_done and sum(b.meta.num_rows for b in self.inputs) < want:
+            return False
         if self._free_actor() is not None:
             return True
         starting = any(not a.ready for a in self.actors)
@@ -88,14 +91,24 @@ class PoolStage(Stage):
             self._add_actor()
         return False
 
+    def _min_rows(self) -> int:
+        size = self.spec.batch_size if self.spec.kind == "map_batches" else None
+        return transforms.DEFAULT_BATCH_SIZE if size == "default" else (size or 0)
+
     def launch(self) -> int:
-        b = self.inputs.popleft()
+        items = [self.inputs.popleft()]
+        rows, want = items[0].meta.num_rows, self._min_rows()
+        while rows < want and self.inputs:
+            items.append(self.inputs.popleft())
+            rows += items[-1].meta.num_rows
         a = self._free_actor()
         a.in_flight += 1
-        est = int(b.meta.size_bytes * self._ratio)
-        block_ref, meta_ref = a.handle.map_block.options(num_returns=2).remote(
-            b.ref, b.meta.input_files)
-        self._running.append((block_ref, meta_ref, a, est, b.meta.size_bytes, time.perf_counter()))
+        in_bytes = sum(b.meta.size_bytes for b in items)
+        est = int(in_bytes * self._ratio)
+        files = [f for b in items for f in (b.meta.input_files or [])]
+        block_ref, meta_ref = a.handle.map_blocks.options(num_returns=2).remote(
+            files, *[b.ref for b in items])
+        self._running.append((block_ref, meta_ref, a, est, in_bytes, time.perf_counter()))
         return est
 
     def waitables(self) -> List[Any]:

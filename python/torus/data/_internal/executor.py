@@ -66,7 +66,10 @@ def build_stages(plan: Plan, ctx) -> tuple:
     for op in plan.ops:
         if isinstance(op, MapSpec) and op.pool is None:
             last = stages[-1] if stages else None
-            fusable = (isinstance(last, TaskStage) and not op.ray_remote_args
+            # A map_batches with an explicit batch_size starts its own stage: its tasks combine
+            # the blocks before it into whole batches (fused, it would see one task's rows).
+            explicit = op.kind == "map_batches" and isinstance(op.batch_size, int)
+            fusable = (isinstance(last, TaskStage) and not op.ray_remote_args and not explicit
                        and not last.opts_custom() and op.concurrency is None)
             if fusable:
                 last.chain = last.chain + [op]

@@ -27,8 +27,8 @@ class Bundle:
 
 
 @torus.remote
-def _chain_task(source, chain, num_blocks, input_files):
-    return transforms.run_chain(source, chain, num_blocks, input_files)
+def _chain_task(chain, num_blocks, input_files, *sources):
+    return transforms.run_chain(sources, chain, num_blocks, input_files)
 
 
 class Stage:
@@ -112,23 +112,49 @@ class TaskStage(Stage):
             return int(item.size_bytes * self._ratio)
         return int(self._avg_out or self.target_block)
 
+    def _min_rows(self) -> int:
+        """Rows one map task should get: a first map_batches' batch_size, so that small
+        blocks are combined into whole batches (Ray bundles its inputs the same way)."""
+        if not self.chain or self.chain[0].kind != "map_batches":
+            return 0
+        size = self.chain[0].batch_size
+        return transforms.DEFAULT_BATCH_SIZE if size == "default" else (size or 0)
+
+    def _take_inputs(self) -> List[Any]:
+        """The inputs of the next task: a ReadTask, or blocks up to _min_rows() rows."""
+        first = self.inputs.popleft()
+        items = [first]
+        if isinstance(first, Bundle):
+            rows, want = first.meta.num_rows, self._min_rows()
+            while rows < want and self.inputs:
+                items.append(self.inputs.popleft())
+                rows += items[-1].meta.num_rows
+        return items
+
     def next_cost(self) -> int:
         return self._estimate(self.inputs[0]) if self.inputs else 0
 
     def can_launch(self) -> bool:
-        return bool(self.inputs) and len(self._running) < self.max_in_flight
+        if not self.inputs or len(self._running) >= self.max_in_flight:
+            return False
+        want = self._min_rows()
+        if not want or self.inputs_done or not isinstance(self.inputs[0], Bundle):
+            return True
+        return sum(b.meta.num_rows for b in self.inputs) >= want
 
     def launch(self) -> int:
-        item = self.inputs.popleft()
-        est = self._estimate(item)
-        if isinstance(item, Bundle):
-            src, files, k = item.ref, item.meta.input_files, 1
+        items = self._take_inputs()
+        est = sum(self._estimate(i) for i in items)
+        if isinstance(items[0], Bundle):
+            srcs = [b.ref for b in items]
+            files = [f for b in items for f in (b.meta.input_files or [])]
+            in_bytes, k = sum(b.meta.size_bytes for b in items), 1
         else:
-            src, files = item, item.input_files
-            k = max(1, math.ceil((item.size_bytes or 0) / self.target_block))
-        refs = _chain_task.options(num_returns=k + 1, **self.opts).remote(src, self.chain, k, files)
-        self._running.append((refs[:-1], refs[-1], est, time.perf_counter(),
-                              item.meta.size_bytes if isinstance(item, Bundle) else None))
+            srcs, files, in_bytes = items, items[0].input_files, None
+            k = max(1, math.ceil((items[0].size_bytes or 0) / self.target_block))
+        refs = _chain_task.options(num_returns=k + 1, **self.opts).remote(self.chain, k, files,
+                                                                          *srcs)
+        self._running.append((refs[:-1], refs[-1], est, time.perf_counter(), in_bytes))
         return est
 
     def waitables(self) -> List[Any]:

@@ -111,6 +111,10 @@ def split_rows(t: pa.Table, n: int) -> List[pa.Table]:
 def _source_tables(source: Any) -> Iterable[pa.Table]:
     if isinstance(source, pa.Table):
         return [source]
+    if isinstance(source, (list, tuple)):  # blocks, or one ReadTask
+        if len(source) == 1 and not isinstance(source[0], pa.Table):
+            return _source_tables(source[0])
+        return list(source)
     if callable(source):  # a ReadTask
         return source()
     raise TypeError(f"unexpected task input {type(source).__name__}")
@@ -124,8 +128,10 @@ def run_chain(source: Any, chain: List[MapSpec], num_blocks: int, input_files=No
         tables = apply(spec, tables)
     out = [t for t in tables]
     whole = B.concat(out) if out else pa.table({})
-    if not out and isinstance(source, pa.Table):
-        whole = source.schema.empty_table() if not chain else whole
+    if not out and not chain:
+        first = source[0] if isinstance(source, (list, tuple)) and source else source
+        if isinstance(first, pa.Table):
+            whole = first.schema.empty_table()
     pieces = split_rows(whole, num_blocks)
     dt = time.perf_counter() - t0
     metas = [B.BlockMetadata.of(p, input_files, dt / max(1, len(pieces))) for p in pieces]
