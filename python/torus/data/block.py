@@ -54,12 +54,54 @@ def concat(tables: List[pa.Table]) -> pa.Table:
         return tables[0]
     try:
         return pa.concat_tables(tables, promote_options="default")
-    except pa.ArrowInvalid:
-        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    # Tensor columns of different shapes (images of different sizes): variable-shaped.
+    names = {n for t in tables for n in t.column_names}
+    mixed = [n for n in names if len({str(t.schema.field(n).type) for t in tables
+                                      if n in t.column_names}) > 1
+             and any(_is_tensor(t.schema.field(n).type) or _is_ragged(t.schema.field(n).type)
+                     for t in tables if n in t.column_names)]
+    if mixed:
+        tables = [_with_ragged(t, mixed) for t in tables]
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _is_tensor(t: pa.DataType) -> bool:
     return isinstance(t, pa.FixedShapeTensorType)
+
+
+# A variable-shaped tensor column: per row, its values (flattened) and its shape.
+_RAGGED = ("__tensor_data", "__tensor_shape")
+
+
+def _is_ragged(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == list(_RAGGED)
+
+
+def ragged_column(arrays: List[np.ndarray]) -> pa.Array:
+    """Arrays of different shapes (one per row) as a variable-shaped tensor column."""
+    data = pa.array([np.ravel(a) for a in arrays])
+    shape = pa.array([list(a.shape) for a in arrays], type=pa.list_(pa.int64()))
+    return pa.StructArray.from_arrays([data, shape], names=list(_RAGGED))
+
+
+def _ragged_to_numpy(arr) -> np.ndarray:
+    out = np.empty(len(arr), dtype=object)
+    data = arr.field(_RAGGED[0])
+    shapes = arr.field(_RAGGED[1]).to_pylist()
+    for i, shp in enumerate(shapes):
+        out[i] = data[i].values.to_numpy(zero_copy_only=False).reshape(shp)
+    return out
+
+
+def _with_ragged(t: pa.Table, cols: List[str]) -> pa.Table:
+    for n in cols:
+        if n not in t.column_names or _is_ragged(t.schema.field(n).type):
+            continue
+        i = t.schema.get_field_index(n)
+        t = t.set_column(i, n, ragged_column(list(column_to_numpy(t.column(i)))))
+    return t
 
 
 def column_to_numpy(col: pa.ChunkedArray) -> np.ndarray:
@@ -71,6 +113,8 @@ def column_to_numpy(col: pa.ChunkedArray) -> np.ndarray:
         chunk = col.chunk(0)
     else:
         chunk = col.combine_chunks()
+    if _is_ragged(chunk.type):
+        return _ragged_to_numpy(chunk)
     if pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type):
         out = np.empty(len(chunk), dtype=object)
         for i, v in enumerate(chunk.to_pylist()):
@@ -92,13 +136,16 @@ def numpy_to_column(arr: Any) -> pa.Array:
                 shapes = {x.shape for x in arr}
                 if len(shapes) == 1:
                     return numpy_to_column(np.stack(arr))
+                return ragged_column(arr)
             return pa.array(arr)
     if arr.ndim > 1:
         return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(arr))
     if arr.dtype == object and len(arr) and isinstance(arr[0], np.ndarray):
-        shapes = {x.shape for x in arr if isinstance(x, np.ndarray)}
-        if len(shapes) == 1 and all(isinstance(x, np.ndarray) for x in arr):
-            return numpy_to_column(np.stack(list(arr)))
+        if all(isinstance(x, np.ndarray) for x in arr):
+            shapes = {x.shape for x in arr}
+            if len(shapes) == 1:
+                return numpy_to_column(np.stack(list(arr)))
+            return ragged_column(list(arr))
         return pa.array([x.tolist() if isinstance(x, np.ndarray) else x for x in arr])
     return pa.array(arr)
 
@@ -161,7 +208,8 @@ def rows(t: pa.Table) -> Iterator[Dict[str, Any]]:
     cols = []
     for i in range(t.num_columns):
         c = t.column(i)
-        cols.append(list(column_to_numpy(c)) if _is_tensor(c.type) else c.to_pylist())
+        tensor = _is_tensor(c.type) or _is_ragged(c.type)
+        cols.append(list(column_to_numpy(c)) if tensor else c.to_pylist())
     for r in range(t.num_rows):
         yield {n: col[r] for n, col in zip(names, cols)}
 
