@@ -3,8 +3,9 @@
 is constructed once per actor with fn_constructor_args/fn_constructor_kwargs and keeps its
 state across the batches it serves; concurrency=2 runs exactly two actors; concurrency=(1, 3)
 runs between one and three (more than one when the work is slow and plentiful), as does
-compute=ActorPoolStrategy(min_size=1, max_size=3); compute=ActorPoolStrategy(size=2) makes two; map, filter and flat_map take callable
-classes too; concurrency=N on a function bounds the tasks running at once to N."""
+compute=ActorPoolStrategy(min_size=1, max_size=3); compute=ActorPoolStrategy(size=2) makes
+two; map, filter and flat_map take callable classes too; concurrency=N on a function bounds
+the tasks running at once to N."""
 import os
 import time
 import uuid

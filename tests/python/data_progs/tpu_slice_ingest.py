@@ -21,10 +21,28 @@ from ray.train.v2.jax import JaxTrainer
 N, HOSTS, PER_HOST_BATCH, EPOCHS = 648, 4, 8, 2
 
 
-def loop(config):
+def setup_jax(rank: int, world: int):
+    """On a real TPU host the trainer has joined the JAX group already (as Ray does); on the
+    simulated hosts here CPU JAX stands in for each host's chips (two devices) and the loop
+    joins the group itself, from JAX_COORDINATOR_ADDRESS (examples/jax_train/train_mlp.py)."""
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=2").strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(num_processes=world, process_id=rank,
+                                   initialization_timeout=120)
+    except RuntimeError as e:
+        if "only be called once" not in str(e):
+            raise
+    return jax
 
-    rank = ray.train.get_context().get_world_rank()
+
+def loop(config):
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    jax = setup_jax(rank, ctx.get_world_size())
     shard = ray.train.get_dataset_shard("train")
     rec = {"devices": jax.device_count(), "local_devices": jax.local_device_count(),
            "processes": jax.process_count(), "epochs": [], "global_rows": []}
