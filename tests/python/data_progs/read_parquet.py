@@ -1,7 +1,8 @@
 """Parquet (Ray Data docs "Loading data" > Parquet; API ray.data.read_parquet): a directory, a
-list of files, a single file, file:// URIs and an explicit pyarrow LocalFileSystem read every row
-with the files' schema; column projection (select_columns, and the columns= argument) keeps only
-the named columns; a row filter given as an expression (filter(expr=col(...) ...)), which the
+list of files, a single file, file:// URIs, an explicit pyarrow LocalFileSystem and another
+pyarrow filesystem (SubTreeFileSystem, paths relative to its root) read every row with the
+files' schema; column projection (select_columns, and the columns= argument) keeps only the
+named columns; a row filter given as an expression (filter(expr=col(...) ...)), which the
 docs say is pushed down to the file scan, keeps exactly the matching rows; Hive-style partition
 directories (key=value) become string columns that filters can select on; include_paths adds the
 source path of each row."""
@@ -52,6 +53,10 @@ def check_paths(d: str):
     assert uri.count() == total
     fs = ray.data.read_parquet(d, filesystem=pyarrow.fs.LocalFileSystem())
     assert fs.count() == total
+    # Any pyarrow filesystem (as gs:// and s3:// resolve to one): paths are relative to it.
+    sub = pyarrow.fs.SubTreeFileSystem(os.path.dirname(d), pyarrow.fs.LocalFileSystem())
+    rel = ray.data.read_parquet(os.path.basename(d), filesystem=sub)
+    assert sorted(r["id"] for r in rel.take_all()) == list(range(total))
     with_paths = ray.data.read_parquet(files[0], include_paths=True)
     paths = {r["path"] for r in with_paths.take_all()}
     assert len(paths) == 1 and paths.pop().endswith("part-1.parquet"), paths

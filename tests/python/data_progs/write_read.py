@@ -1,8 +1,9 @@
 """Sinks (Ray Data docs "Saving data"; API write_parquet, write_csv, write_json, write_numpy):
 each writes files of its format into the directory given (created if missing; a file:// URI
-too) and reading them back with the matching reader gives the same rows and types; write_json
-writes JSON lines; write_numpy writes a tensor column as .npy files; the written files are
-ordinary files pyarrow, pandas and numpy read."""
+too, or a path relative to another pyarrow filesystem given as filesystem=) and reading them
+back with the matching reader gives the same rows and types; write_json writes JSON lines;
+write_numpy writes a tensor column as .npy files; the written files are ordinary files pyarrow,
+pandas and numpy read."""
 import glob
 import json
 import os
@@ -11,6 +12,7 @@ import tempfile
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.fs
 import pyarrow.parquet as pq
 
 import ray
@@ -40,6 +42,10 @@ def check_parquet(d, ds, expect):
     uri = os.path.join(d, "pq_uri")
     ds.write_parquet("file://" + uri)
     assert table_rows(ray.data.read_parquet(uri)) == expect
+    sub = pyarrow.fs.SubTreeFileSystem(d, pyarrow.fs.LocalFileSystem())
+    ds.write_parquet("pq_sub", filesystem=sub)   # relative to the filesystem's root
+    assert glob.glob(os.path.join(d, "pq_sub", "*.parquet"))
+    assert table_rows(ray.data.read_parquet("pq_sub", filesystem=sub)) == expect
 
 
 def check_csv(d, ds, expect):
