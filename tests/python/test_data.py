@@ -48,7 +48,7 @@ RAY_CANNOT = {
 NEEDS_JAX = {"iter_jax_batches.py"}
 
 # Text the program's output (stdout or stderr) must hold.
-OUTPUT_NAMES = {"progress.py": ["MapBatches(double_it)"]}
+OUTPUT_NAMES = {"progress.py": ["MapBatches(double_it)", "MapBatches(Tagger)"]}
 
 
 @functools.lru_cache(maxsize=None)
