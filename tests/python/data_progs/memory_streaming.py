@@ -5,11 +5,13 @@ is seen once with the right contents, the driver's resident memory grows by less
 the object store is never used beyond its size and nothing is spilled to disk. The store and
 spill figures come from what each system offers: on Torus `torus status` (object store
 used / capacity, bytes spilled now), on Ray memory_summary(stats_only=True) (plasma usage,
-bytes spilled so far), and on both the spill directory given to ray.init (no file ever in it).
-Prints the figures."""
+bytes spilled so far), and on both the spill directory given to ray.init: sampled, and watched
+with inotify (nothing is ever created in it). Prints the figures."""
+import ctypes
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,39 @@ def rss_kib() -> dict:
 
 def to_bytes(num: str, unit: str) -> int:
     return int(float(num) * UNITS[unit])
+
+
+class CreationWatch:
+    """Counts files and directories created under `root` (and its subdirectories existing
+    now) from now on, with inotify: a spill however brief leaves a creation event."""
+
+    IN_MOVED_TO, IN_CREATE = 0x80, 0x100
+
+    def __init__(self, root: str):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        assert self.fd >= 0, ctypes.get_errno()
+        for d, _, _ in os.walk(root):
+            wd = self.libc.inotify_add_watch(self.fd, d.encode(),
+                                             self.IN_CREATE | self.IN_MOVED_TO)
+            assert wd >= 0, (d, ctypes.get_errno())
+
+    def created(self) -> list:
+        names = []
+        while True:
+            try:
+                buf = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            off = 0
+            while off < len(buf):
+                _, _, _, size = struct.unpack_from("iIII", buf, off)
+                names.append(buf[off + 16:off + 16 + size].rstrip(b"\0").decode())
+                off += 16 + size
+        return names
+
+    def close(self):
+        os.close(self.fd)
 
 
 class StoreProbe:
@@ -102,6 +137,7 @@ def main():
     spill = tempfile.mkdtemp(prefix="spill-")
     ctx = ray.init(num_cpus=2, object_store_memory=STORE, object_spilling_directory=spill)
     probe = StoreProbe(ctx, spill)
+    watch = CreationWatch(spill)
     base = rss_kib()
     peak = dict(base)
     stop = threading.Event()
@@ -122,6 +158,8 @@ def main():
     stop.set()
     sampler.join(timeout=60)
     assert probe.error is None, repr(probe.error)
+    created = watch.created()
+    watch.close()
     gib = ROWS * ROW_FLOATS * 8 / (1 << 30)
     growth = (peak["VmRSS"] - base["VmRSS"]) << 10
     print(f"streamed {seen} rows, {gib:.2f} GiB through a {STORE >> 20} MiB store in "
@@ -131,12 +169,13 @@ def main():
           f"shmem {peak['RssShmem'] >> 10} MiB)")
     print(f"object store: capacity {probe.capacity >> 20} MiB, peak used "
           f"{max(probe.used) >> 20} MiB over {len(probe.used)} samples; spilled "
-          f"{probe.spilled} B; spill files {probe.spill_files}")
+          f"{probe.spilled} B; spill files seen {probe.spill_files}, created {len(created)}")
     assert seen == ROWS and id_sum == ROWS * (ROWS - 1) // 2, (seen, id_sum)
     assert growth < 1 << 30, growth
     assert len(probe.used) >= 3, probe.used
     assert probe.capacity <= STORE * 1.01 and max(probe.used) <= probe.capacity, probe.used
     assert probe.spilled == 0 and probe.spill_files == 0, (probe.spilled, probe.spill_files)
+    assert not created, created[:10]
     ray.shutdown()
     shutil.rmtree(spill, ignore_errors=True)
     print("OK")
