@@ -112,9 +112,9 @@ def test_shim_maps_ray_modules():
         "from ray.util import ActorPool\n"
         "assert ray is torus and ray.util is torus.util\n"
         "try:\n"
-        "    import ray.data\n"
+        "    import ray.rllib\n"
         "except ModuleNotFoundError as e:\n"
-        "    assert isinstance(e, NotImplementedError) and 'ray.data' in str(e)\n"
+        "    assert isinstance(e, NotImplementedError) and 'ray.rllib' in str(e)\n"
         "print('ok')\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.stdout.strip() == "ok", p.stderr

@@ -77,6 +77,11 @@ class ReportsMixin:
         elif any(x["status"] == "UPDATING" for x in deps.values()) or \
                 any(d.deleting for d in app.deployments.values()):
             status, msg = "DEPLOYING", ""
+        elif self._no_proxy_listening(app):
+            # Reported RUNNING only once it can be reached over HTTP: a deploy through the REST
+            # API or `serve deploy` (and KubeRay, which routes traffic on RUNNING) would
+            # otherwise see a refused connection right after RUNNING.
+            status, msg = "DEPLOYING", "waiting for the HTTP proxy to listen"
         elif any(x["status"] == "UNHEALTHY" for x in deps.values()):
             status = "UNHEALTHY"
             msg = "; ".join(f"Deployment '{n}': {x['message']}" for n, x in deps.items()
@@ -85,6 +90,12 @@ class ReportsMixin:
             status, msg = "RUNNING", ""
         return {"status": status, "message": msg, "last_deployed_time_s": app.deployed_at,
                 "deployments": deps}
+
+    def _no_proxy_listening(self, app: Application) -> bool:
+        loc = str(self._http_options.get("location") or "EveryNode").split(".")[-1]
+        if app.route_prefix is None or loc == "Disabled":
+            return False
+        return not any(p["state"] == "HEALTHY" for p in self._proxies.values())
 
     @staticmethod
     def _replica_counts(d: Deployment) -> Dict[str, int]:
