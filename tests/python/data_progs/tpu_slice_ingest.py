@@ -5,8 +5,8 @@ use_tpu=True and four workers, one per host; each host's get_dataset_shard("trai
 own shard: through iter_jax_batches the global jax.Arrays span every device of the group (a 1-D
 mesh), each host's addressable rows are its own and disjoint from the others', all hosts yield
 the same number of batches in an epoch, and the hosts together cover the dataset in each of
-two epochs; iter_batches on the same shard does the same. Needs TPU hosts: Ray 2.60 cannot run
-it here."""
+two epochs; iter_batches on the same shard does the same; the data tasks hold no TPU chip.
+Needs TPU hosts: Ray 2.60 cannot run it here."""
 import json
 import os
 import tempfile
@@ -19,6 +19,12 @@ from ray.train import RunConfig, ScalingConfig
 from ray.train.v2.jax import JaxTrainer
 
 N, HOSTS, PER_HOST_BATCH, EPOCHS = 648, 4, 8, 2
+
+
+def data_task(batch):
+    """A data task records the TPU chips it holds: none (the hosts' chips are the trainer's)."""
+    tpu = ray.get_runtime_context().get_assigned_resources().get("TPU", 0)
+    return {"id": batch["id"], "tpu": np.full(len(batch["id"]), tpu)}
 
 
 def setup_jax(rank: int, world: int):
@@ -56,7 +62,11 @@ def loop(config):
                 local.extend(np.asarray(s.data).reshape(-1).tolist())
             batches += 1
         rec["epochs"].append({"ids": local, "batches": batches})
-    rec["plain"] = [i for b in shard.iter_batches(batch_size=16) for i in b["id"].tolist()]
+    rec["plain"], rec["data_tpus"] = [], set()
+    for b in shard.iter_batches(batch_size=16):
+        rec["plain"].extend(b["id"].tolist())
+        rec["data_tpus"].update(b["tpu"].tolist())
+    rec["data_tpus"] = sorted(rec["data_tpus"])
     with open(os.path.join(config["out"], f"rank{rank}.json"), "w") as f:
         json.dump(rec, f)
 
@@ -65,8 +75,7 @@ def main():
     ray.init()
     with tempfile.TemporaryDirectory() as out:
         os.chmod(out, 0o777)
-        ds = ray.data.range(N, override_num_blocks=12).map_batches(
-            lambda b: {"id": b["id"], "x": b["id"].astype(np.float32)})
+        ds = ray.data.range(N, override_num_blocks=12).map_batches(data_task)
         sc = ScalingConfig(use_tpu=True, topology="4x4", accelerator_type="TPU-V6E",
                            num_workers=HOSTS)
         result = JaxTrainer(loop, train_loop_config={"out": out}, scaling_config=sc,
@@ -91,6 +100,7 @@ def main():
               f"{recs[0]['epochs'][e]['batches']}")
     assert max(recs[0]["global_rows"]) == PER_HOST_BATCH * HOSTS, recs[0]["global_rows"]
     plain = [i for r in recs for i in r["plain"]]
+    assert all(r["data_tpus"] == [0] for r in recs), [r["data_tpus"] for r in recs]
     assert len(plain) == len(set(plain)) and len(plain) > N - HOSTS
     ray.shutdown()
     print("OK")
