@@ -13,8 +13,13 @@ JaxTrainer ingest through get_dataset_shard, on a plain cluster and on a simulat
 The same programs run on real Ray 2.60 to check the programs themselves:
     DATA_TESTS_PYTHON=/work/main/.venv-ray/bin/python python -m pytest tests/python/test_data.py
 Programs that Ray 2.60 itself cannot pass are listed in RAY_CANNOT with the measured reason, and
-skipped in that mode only; programs needing JAX are skipped when that interpreter has none
-(.venv-ray has none: a venv over .venv-ray's and .venv-jax's site-packages runs them).
+skipped in that mode only; programs needing JAX are skipped when that interpreter has none.
+.venv-ray has none; a venv whose .pth adds .venv-ray's and .venv-jax's site-packages runs them:
+    python3.11 -m venv /tmp/venv-rayjax
+    printf '%s\n' $PWD/.venv-ray/lib/python3.11/site-packages \
+        $PWD/.venv-jax/lib/python3.11/site-packages \
+        > /tmp/venv-rayjax/lib/python3.11/site-packages/zz_shared.pth
+    DATA_TESTS_PYTHON=/tmp/venv-rayjax/bin/python python -m pytest tests/python/test_data.py
 """
 import functools
 import os
