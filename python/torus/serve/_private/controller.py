@@ -303,6 +303,12 @@ class ServeController(CheckpointMixin, ReplicasMixin, ProxiesMixin, ReportsMixin
             pass
         if self._loop_task is not None:
             self._loop_task.cancel()
+        # No details left behind: the next controller's first round would otherwise be
+        # preceded by this one's last text (an application RUNNING that is gone).
+        try:
+            _worker.core().kv_del(CHECKPOINT_NS, "details")
+        except Exception:
+            pass
 
     def _kick(self) -> None:
         if self._wake is not None:

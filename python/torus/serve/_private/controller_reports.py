@@ -132,7 +132,9 @@ class ReportsMixin:
 
     def _write_details(self) -> None:
         """Serve's details for GET /api/serve/applications/ and the dashboard, in the head's
-        KV store (written when they change)."""
+        KV store (written when they change; not while shutting down, which removes them)."""
+        if self._shutting_down:
+            return
         try:
             text = json.dumps(self._details_now(), default=str, sort_keys=True)
         except Exception:
