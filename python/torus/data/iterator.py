@@ -175,15 +175,17 @@ class DataIterator:
         for t in _prefetched(src, 0 if src.prefetches_itself else 1):
             yield from B.rows(t)
 
-    def iter_jax_batches(self, *, batch_size: int = 256, drop_last: bool = True,
-                         prefetch_batches: int = 1, local_shuffle_buffer_size=None,
-                         local_shuffle_seed=None, dtypes=None, sharding=None) -> Iterator[Dict]:
+    def iter_jax_batches(self, *, prefetch_batches: int = 1, batch_size: int = 256,
+                         dtypes=None, collate_fn=None, drop_last: bool = False,
+                         local_shuffle_buffer_size=None, local_shuffle_seed=None,
+                         synchronize_batches: bool = False, paddings=None,
+                         sharding=None) -> Iterator[Dict]:
         from torus.data._internal.jax_batches import jax_batches
         return jax_batches(self, batch_size=batch_size, drop_last=drop_last,
                            prefetch_batches=prefetch_batches,
                            local_shuffle_buffer_size=local_shuffle_buffer_size,
                            local_shuffle_seed=local_shuffle_seed, dtypes=dtypes,
-                           sharding=sharding)
+                           sharding=sharding, paddings=paddings, collate_fn=collate_fn)
 
     def materialize(self):
         from torus.data.dataset import MaterializedDataset

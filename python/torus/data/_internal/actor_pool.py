@@ -22,7 +22,9 @@ from torus.data._internal.stages import Bundle, Stage
 
 @torus.remote
 class _MapActor:
-    def __init__(self, spec: MapSpec):
+    def __init__(self, spec: MapSpec, ctx):
+        from torus.data.context import DataContext
+        DataContext._set_current(ctx)   # the driver's context, as in its tasks
         self.spec = spec
         transforms.udf_instance(spec)   # the constructor runs now: its errors surface at start
 
@@ -50,9 +52,12 @@ class PoolStage(Stage):
         self.min, self.max = spec.pool
         self.per_actor = max(1, ctx.max_tasks_in_flight_per_actor)
         self.idle_timeout = ctx.actor_pool_idle_timeout_s
+        self.ctx = ctx
         opts = dict(spec.ray_remote_args)
         opts.setdefault("num_cpus", 1)
-        opts.setdefault("max_restarts", 0)
+        # As Ray Data's pools: an actor whose process dies restarts and its calls run again.
+        opts.setdefault("max_restarts", -1)
+        opts.setdefault("max_task_retries", -1)
         self.opts = opts
         self.actors: List[_Actor] = []
         self._running: Deque[tuple] = collections.deque()  # (block ref, meta ref, actor, est)
@@ -62,7 +67,7 @@ class PoolStage(Stage):
             self._add_actor()
 
     def _add_actor(self) -> None:
-        h = _MapActor.options(**self.opts).remote(self.spec)
+        h = _MapActor.options(**self.opts).remote(self.spec, self.ctx)
         self.actors.append(_Actor(h, h.ready.remote()))
 
     def running(self) -> int:

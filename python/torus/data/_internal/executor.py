@@ -60,7 +60,7 @@ def build_stages(plan: Plan, ctx) -> tuple:
         first_inputs = list(src.tasks)
         limit = min(cap, src.concurrency) if src.concurrency else cap
         stages.append(TaskStage(src.name, [], src.ray_remote_args, limit,
-                                ctx.target_max_block_size, retries))
+                                ctx.target_max_block_size, retries, ctx))
     else:
         first_inputs = [Bundle(r, m) for r, m in zip(src.refs, src.metas)]
     for op in plan.ops:
@@ -77,7 +77,7 @@ def build_stages(plan: Plan, ctx) -> tuple:
             else:
                 limit = min(cap, op.concurrency) if op.concurrency else cap
                 st = TaskStage(_map_name(op), [op], op.ray_remote_args, limit,
-                               ctx.target_max_block_size, retries)
+                               ctx.target_max_block_size, retries, ctx)
                 stages.append(st)
         elif isinstance(op, MapSpec):
             stages.append(PoolStage(op, ctx))

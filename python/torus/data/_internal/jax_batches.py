@@ -4,8 +4,9 @@ mesh of every device of the (possibly multi-host) JAX program.
 Each host contributes its local batch (``batch_size`` rows of its shard) and the global array
 holds the batches of all hosts (``jax.make_array_from_process_local_data``). Every host must
 yield the same number of batches per epoch or the collective assembling them waits forever:
-shards from ``streaming_split(equal=True)`` (what Train gives each worker) have equal rows and
-``drop_last=True`` (the default here) drops the same partial batch everywhere.
+shards from ``streaming_split(equal=True)`` (what Train gives each worker) have equal rows, so
+every host's last batch is equally short (``drop_last=True`` drops it everywhere;
+``paddings=v`` fills it up to ``batch_size`` with ``v``).
 """
 from __future__ import annotations
 
@@ -20,9 +21,17 @@ def _default_sharding():
     return NamedSharding(mesh, PartitionSpec("batch"))
 
 
+def _pad(v, batch_size: int, paddings):
+    import numpy as np
+    if paddings is None or len(v) >= batch_size:
+        return v
+    fill = np.full((batch_size - len(v),) + v.shape[1:], paddings, dtype=v.dtype)
+    return np.concatenate([v, fill])
+
+
 def jax_batches(it, *, batch_size: int, drop_last: bool, prefetch_batches: int,
                 local_shuffle_buffer_size, local_shuffle_seed, dtypes=None,
-                sharding=None) -> Iterator[Dict[str, Any]]:
+                sharding=None, paddings=None, collate_fn=None) -> Iterator[Dict[str, Any]]:
     import jax
     import numpy as np
     shard = sharding if sharding is not None else _default_sharding()
@@ -34,8 +43,12 @@ def jax_batches(it, *, batch_size: int, drop_last: bool, prefetch_batches: int,
                                  prefetch_batches=prefetch_batches,
                                  local_shuffle_buffer_size=local_shuffle_buffer_size,
                                  local_shuffle_seed=local_shuffle_seed):
+        if collate_fn is not None:
+            batch = collate_fn(batch)
         out = {}
         for k, v in batch.items():
+            pad = paddings.get(k) if isinstance(paddings, dict) else paddings
+            v = _pad(v, batch_size, pad)
             if v.dtype == object:
                 raise TypeError(f"iter_jax_batches: column {k!r} is not numeric ({v.dtype}); "
                                 f"select or convert it first")

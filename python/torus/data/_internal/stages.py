@@ -27,7 +27,9 @@ class Bundle:
 
 
 @torus.remote
-def _chain_task(chain, num_blocks, input_files, *sources):
+def _chain_task(ctx, chain, num_blocks, input_files, *sources):
+    from torus.data.context import DataContext
+    DataContext._set_current(ctx)   # the driver's context reaches the UDFs (as Ray's does)
     return transforms.run_chain(sources, chain, num_blocks, input_files)
 
 
@@ -80,8 +82,9 @@ class TaskStage(Stage):
     """A read (inputs are ReadTasks) or maps (inputs are Bundles), fused: one task per input."""
 
     def __init__(self, name: str, chain: List[MapSpec], remote_args: dict, max_in_flight: int,
-                 target_block: int, retries: int):
+                 target_block: int, retries: int, ctx=None):
         super().__init__()
+        self.ctx = ctx
         self.name = name
         self.chain = chain
         self.max_in_flight = max_in_flight
@@ -152,8 +155,8 @@ class TaskStage(Stage):
         else:
             srcs, files, in_bytes = items, items[0].input_files, None
             k = max(1, math.ceil((items[0].size_bytes or 0) / self.target_block))
-        refs = _chain_task.options(num_returns=k + 1, **self.opts).remote(self.chain, k, files,
-                                                                          *srcs)
+        refs = _chain_task.options(num_returns=k + 1, **self.opts).remote(
+            self.ctx, self.chain, k, files, *srcs)
         self._running.append((refs[:-1], refs[-1], est, time.perf_counter(), in_bytes))
         return est
 
