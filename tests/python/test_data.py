@@ -97,8 +97,9 @@ def _kill_session(sid: int):
 
 def _leftovers(sid: int) -> list:
     """Whatever the program started must be gone once it has exited (the local cluster ends
-    with the driver); anything still there after a grace period is described and killed."""
-    deadline = time.monotonic() + 15
+    with the driver); anything still there after a grace period is described and killed.
+    Ray's agents can take longer than 15 s to go on a loaded machine: a minute there."""
+    deadline = time.monotonic() + (60 if RAY_PYTHON else 15)
     while _session_members(sid) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = []
