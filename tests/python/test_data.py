@@ -43,6 +43,13 @@ RAY_PYTHON = os.environ.get("DATA_TESTS_PYTHON")
 TIMEOUT_S = 300 if RAY_PYTHON else 120
 
 # Programs real Ray 2.60 fails, with the reason measured on it: what Torus should still do.
+# Programs Torus fails today, with the reason: each runs and must fail (strict xfail), so a
+# fix shows up as an unexpected pass and the entry goes.
+TORUS_CANNOT = {
+    "gpu_ids.py": "Torus assigns no GPU ids to tasks: ray.get_gpu_ids() is [] and "
+                  "CUDA_VISIBLE_DEVICES unset in a num_gpus=1 task (a core gap, not Data's)",
+}
+
 RAY_CANNOT = {
     "read_parquet_glob.py":
         "Ray 2.60's read_parquet does not expand glob patterns: read_parquet('dir/*.parquet') "
@@ -148,6 +155,7 @@ def test_programs_follow_the_conventions():
     assert PROGS, f"no programs in {PROGS_DIR}"
     names = set(PROGS) | SLICE_PROGS
     assert set(RAY_CANNOT) <= names and NEEDS_JAX <= names and set(OUTPUT_NAMES) <= names
+    assert set(TORUS_CANNOT) <= names
     for name in sorted(names):
         text = (PROGS_DIR / name).read_text()
         assert text.startswith('"""'), f"{name}: no docstring saying what it checks"
@@ -165,10 +173,15 @@ def _command(prog: Path) -> list:
 def test_data_program(name, tmp_path):
     if RAY_PYTHON and name in RAY_CANNOT:
         pytest.skip(f"Ray 2.60 cannot: {RAY_CANNOT[name]}")
+    request_xfail = TORUS_CANNOT.get(name) if not RAY_PYTHON else None
     if name in NEEDS_JAX:
         _require_jax(RAY_PYTHON or sys.executable)
     env = clean_env(PYTHONUNBUFFERED=1)
     rc, out, err, took = _run(_command(PROGS_DIR / name), env, tmp_path, TIMEOUT_S, name)
+    if request_xfail:
+        ok = rc == 0 and out.strip().splitlines()[-1:] == ["OK"]
+        assert not ok, f"{name} passes on Torus now: remove it from TORUS_CANNOT"
+        pytest.xfail(request_xfail)
     _check_ok(name, rc, out, err, took)
 
 

@@ -162,6 +162,15 @@ class Execution:
         with self._cv:
             return bool(self._out) or self.held_bytes > 0
 
+    def _cpu_room(self, s: Stage) -> bool:
+        """Whether one more unit of `s` fits resource_limits.cpu (always, with no limit or
+        nothing running)."""
+        limit = self.ctx.execution_options.resource_limits.cpu
+        if limit is None:
+            return True
+        used = sum(st.running() * st.cpus_per_unit() for st in self.stages)
+        return used == 0 or used + s.cpus_per_unit() <= limit
+
     def _launch(self) -> bool:
         launched = False
         for i in reversed(range(len(self.stages))):
@@ -171,6 +180,8 @@ class Execution:
                     s.launch()
                     launched = True
                     continue
+                if not self._cpu_room(s):
+                    break
                 used = self._used()
                 fits = used + s.next_cost() <= self.budget
                 if not fits and (s.running() or self._waiting_downstream(i)):

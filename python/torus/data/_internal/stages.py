@@ -69,6 +69,10 @@ class Stage:
     def running_bytes(self) -> int:
         return 0
 
+    def cpus_per_unit(self) -> float:
+        """CPUs one running unit of work holds (a task; a pool's actors are counted apart)."""
+        return 0.0
+
     def emit(self, b: Bundle) -> None:
         self.outputs.append(b)
         self.blocks_out += 1
@@ -101,6 +105,9 @@ class TaskStage(Stage):
 
     def opts_custom(self) -> bool:
         return self.custom
+
+    def cpus_per_unit(self) -> float:
+        return float(self.opts.get("num_cpus", 1))
 
     def running(self) -> int:
         return len(self._running)
