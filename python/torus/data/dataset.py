@@ -7,9 +7,8 @@ object store and re-reads them on every consumption.
 """
 from __future__ import annotations
 
-import builtins
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import pyarrow as pa
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 import torus
 from torus.data import block as B
-from torus.data.iterator import DataIterator, batches
+from torus.data.iterator import DataIterator
 
 
 class ConsumeMixin:

@@ -22,7 +22,7 @@ from typing import Iterator, List, Optional
 
 import torus
 from torus.data._internal import progress
-from torus.data._internal.plan import AllToAll, InputBlocks, Limit, MapSpec, Plan, Read
+from torus.data._internal.plan import AllToAll, Limit, MapSpec, Plan, Read
 from torus.data._internal.stages import BarrierStage, Bundle, LimitStage, Stage, TaskStage
 
 

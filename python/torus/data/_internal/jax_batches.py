@@ -10,7 +10,7 @@ every host's last batch is equally short (``drop_last=True`` drops it everywhere
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator
 
 
 def _default_sharding():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Deque, List, Optional
 
 import torus
 from torus.data import block as B
