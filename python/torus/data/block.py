@@ -115,12 +115,33 @@ def column_to_numpy(col: pa.ChunkedArray) -> np.ndarray:
         chunk = col.combine_chunks()
     if _is_ragged(chunk.type):
         return _ragged_to_numpy(chunk)
+    if pa.types.is_fixed_size_list(chunk.type):
+        dense = _fixed_lists_to_numpy(chunk)
+        if dense is not None:
+            return dense
     if pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type):
         out = np.empty(len(chunk), dtype=object)
         for i, v in enumerate(chunk.to_pylist()):
             out[i] = np.asarray(v) if v is not None else None
         return out
     return chunk.to_numpy(zero_copy_only=False)
+
+
+def _fixed_lists_to_numpy(chunk) -> Optional[np.ndarray]:
+    """Fixed-size lists (of fixed-size lists ...) of numbers without nulls as one array of
+    shape (rows, size, ...), zero-copy where Arrow allows (as Ray gives tensors stored so in
+    Parquet); None for anything else."""
+    shape = [len(chunk)]
+    arr = chunk
+    while pa.types.is_fixed_size_list(arr.type):
+        if arr.null_count:
+            return None
+        shape.append(arr.type.list_size)
+        arr = arr.flatten()
+    if arr.null_count or not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)
+                              or pa.types.is_boolean(arr.type)):
+        return None
+    return arr.to_numpy(zero_copy_only=False).reshape(shape)
 
 
 def numpy_to_column(arr: Any) -> pa.Array:
@@ -202,13 +223,20 @@ def _from_pandas(df) -> pa.Table:
     return pa.table(cols) if cols else pa.table({})
 
 
+def _plain(t: pa.DataType) -> bool:
+    return not (_is_tensor(t) or _is_ragged(t) or pa.types.is_fixed_size_list(t))
+
+
 def rows(t: pa.Table) -> Iterator[Dict[str, Any]]:
     """The block's rows as dicts (tensor cells as numpy arrays)."""
+    if all(_plain(f.type) for f in t.schema):
+        yield from t.to_pylist()   # Arrow's own conversion: several times faster per row
+        return
     names = t.column_names
     cols = []
     for i in range(t.num_columns):
         c = t.column(i)
-        tensor = _is_tensor(c.type) or _is_ragged(c.type)
+        tensor = not _plain(c.type)
         cols.append(list(column_to_numpy(c)) if tensor else c.to_pylist())
     for r in range(t.num_rows):
         yield {n: col[r] for n, col in zip(names, cols)}
@@ -223,6 +251,11 @@ def from_rows(items: Iterable[Any]) -> pa.Table:
         bad = next(r for r in items if not isinstance(r, Mapping))
         raise ValueError(f"Expected a dict for each row (as Ray Data's rows are), got "
                          f"{type(bad).__name__}: {bad!r:.200}")
+    if not any(isinstance(v, (np.ndarray, np.generic)) for v in items[0].values()):
+        try:  # plain Python values: Arrow's own conversion
+            return pa.Table.from_pylist(items)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
     names: List[str] = []
     for r in items:
         for k in r:
