@@ -2,7 +2,10 @@
 ``(min, max)`` with a callable class), as Ray Data's ActorPoolStrategy.
 
 Each actor constructs the UDF once and maps one block per call. Calls go to ready actors
-only, at most ``max_tasks_in_flight_per_actor`` each, the least loaded first. The pool starts
+only, at most ``max_tasks_in_flight_per_actor`` each, the least loaded first. A pool right
+after a read runs the read too (its inputs are the ReadTasks, and the maps fused into the
+read before it run first), as Ray does: the reads then run on every actor at once instead of
+waiting for CPUs the actors hold. The pool starts
 with ``min`` actors, adds one while inputs wait and every ready actor is full (up to ``max``,
 and only while no actor is still starting), and removes actors idle for
 ``actor_pool_idle_timeout_s`` beyond ``min``; all of them when the stage ends. Outputs keep the
@@ -22,17 +25,18 @@ from torus.data._internal.stages import Bundle, Stage
 
 @torus.remote
 class _MapActor:
-    def __init__(self, spec: MapSpec, ctx):
+    def __init__(self, spec: MapSpec, ctx, pre_chain=()):
         from torus.data.context import DataContext
         DataContext._set_current(ctx)   # the driver's context, as in its tasks
         self.spec = spec
+        self.chain = list(pre_chain) + [spec]
         transforms.udf_instance(spec)   # the constructor runs now: its errors surface at start
 
     def ready(self) -> bool:
         return True
 
-    def map_blocks(self, input_files, *blocks):
-        return transforms.run_chain(blocks, [self.spec], 1, input_files)
+    def map_blocks(self, input_files, *sources):
+        return transforms.run_chain(sources, self.chain, 1, input_files)
 
 
 class _Actor:
@@ -45,10 +49,11 @@ class _Actor:
 
 
 class PoolStage(Stage):
-    def __init__(self, spec: MapSpec, ctx):
+    def __init__(self, spec: MapSpec, ctx, pre_chain=(), name: str = ""):
         super().__init__()
         self.spec = spec
-        self.name = spec.name
+        self.pre_chain = list(pre_chain)
+        self.name = name or spec.name
         self.min, self.max = spec.pool
         self.per_actor = max(1, ctx.max_tasks_in_flight_per_actor)
         self.idle_timeout = ctx.actor_pool_idle_timeout_s
@@ -67,7 +72,7 @@ class PoolStage(Stage):
             self._add_actor()
 
     def _add_actor(self) -> None:
-        h = _MapActor.options(**self.opts).remote(self.spec, self.ctx)
+        h = _MapActor.options(**self.opts).remote(self.spec, self.ctx, self.pre_chain)
         self.actors.append(_Actor(h, h.ready.remote()))
 
     def running(self) -> int:
@@ -76,8 +81,14 @@ class PoolStage(Stage):
     def running_bytes(self) -> int:
         return sum(r[3] for r in self._running)
 
+    @staticmethod
+    def _bytes(item) -> int:
+        if isinstance(item, Bundle):
+            return item.meta.size_bytes
+        return item.size_bytes or 0   # a ReadTask's estimate
+
     def next_cost(self) -> int:
-        return int(self.inputs[0].meta.size_bytes * self._ratio) if self.inputs else 0
+        return int(self._bytes(self.inputs[0]) * self._ratio) if self.inputs else 0
 
     def _free_actor(self):
         ready = [a for a in self.actors if a.ready and a.in_flight < self.per_actor]
@@ -86,7 +97,7 @@ class PoolStage(Stage):
     def can_launch(self) -> bool:
         if not self.inputs:
             return False
-        want = self._min_rows()
+        want = self._min_rows() if isinstance(self.inputs[0], Bundle) else 0
         if want and not self.inputs_done and sum(b.meta.num_rows for b in self.inputs) < want:
             return False
         if self._free_actor() is not None:
@@ -102,17 +113,20 @@ class PoolStage(Stage):
 
     def launch(self) -> int:
         items = [self.inputs.popleft()]
-        rows, want = items[0].meta.num_rows, self._min_rows()
-        while rows < want and self.inputs:
-            items.append(self.inputs.popleft())
-            rows += items[-1].meta.num_rows
+        if isinstance(items[0], Bundle):
+            rows, want = items[0].meta.num_rows, self._min_rows()
+            while rows < want and self.inputs:
+                items.append(self.inputs.popleft())
+                rows += items[-1].meta.num_rows
+            files = [f for b in items for f in (b.meta.input_files or [])]
+            sources = [b.ref for b in items]
+        else:  # a ReadTask: the actor reads
+            files, sources = list(items[0].input_files), items
         a = self._free_actor()
         a.in_flight += 1
-        in_bytes = sum(b.meta.size_bytes for b in items)
+        in_bytes = sum(self._bytes(i) for i in items)
         est = int(in_bytes * self._ratio)
-        files = [f for b in items for f in (b.meta.input_files or [])]
-        block_ref, meta_ref = a.handle.map_blocks.options(num_returns=2).remote(
-            files, *[b.ref for b in items])
+        block_ref, meta_ref = a.handle.map_blocks.options(num_returns=2).remote(files, *sources)
         self._running.append((block_ref, meta_ref, a, est, in_bytes, time.perf_counter()))
         return est
 

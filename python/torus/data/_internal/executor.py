@@ -80,7 +80,13 @@ def build_stages(plan: Plan, ctx) -> tuple:
                                ctx.target_max_block_size, retries, ctx)
                 stages.append(st)
         elif isinstance(op, MapSpec):
-            stages.append(PoolStage(op, ctx))
+            last = stages[-1] if stages else None
+            if (len(stages) == 1 and isinstance(last, TaskStage) and isinstance(src, Read)
+                    and not last.opts_custom()):
+                # The pool reads too (Ray's fusion of a read into the actor pool after it).
+                stages[0] = PoolStage(op, ctx, last.chain, f"{last.name}->{_map_name(op)}")
+            else:
+                stages.append(PoolStage(op, ctx))
         elif isinstance(op, Limit):
             stages.append(LimitStage(op.n))
         elif isinstance(op, AllToAll):
