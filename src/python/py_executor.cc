@@ -147,6 +147,11 @@ void HoldResultRefs(nb::list ids, std::vector<std::string>* out) {
 
 // num_returns > 1: one value and one list of packed refs per return (the executor checked the
 // count).
+core::TaskOutput PiecesOutput(nb::handle value);
+
+// Each return value as bytes, or a large one in pieces, (size, parts): the first is written
+// straight into the store (one copy), the others are gathered into their string (one copy)
+// instead of being joined in Python first.
 core::TaskOutput MultiReturnOutput(nb::tuple result, int num_returns) {
   nb::list values = nb::cast<nb::list>(result[0]);
   nb::list nested = nb::cast<nb::list>(result[2]);
@@ -157,8 +162,23 @@ core::TaskOutput MultiReturnOutput(nb::tuple result, int num_returns) {
   output.more.reserve(num_returns - 1);
   output.nested.resize(num_returns);
   for (int i = 0; i < num_returns; ++i) {
-    nb::bytes v = nb::cast<nb::bytes>(values[i]);
-    (i == 0 ? output.value : output.more.emplace_back()).assign(v.c_str(), v.size());
+    nb::handle v = values[i];
+    if (nb::isinstance<nb::tuple>(v)) {
+      if (i == 0) {
+        core::TaskOutput first = PiecesOutput(v);
+        output.value_size = first.value_size;
+        output.write_value = std::move(first.write_value);
+      } else {
+        auto pieces = nb::cast<nb::tuple>(v);
+        auto parts = ValueParts::From(nb::cast<size_t>(pieces[0]), pieces[1]);
+        std::string& out = output.more.emplace_back();
+        out.resize(parts->size());
+        parts->WriteTo(out.data());
+      }
+    } else {
+      nb::bytes b = nb::cast<nb::bytes>(v);
+      (i == 0 ? output.value : output.more.emplace_back()).assign(b.c_str(), b.size());
+    }
     HoldResultRefs(nb::cast<nb::list>(nested[i]), &output.nested[i]);
   }
   return output;

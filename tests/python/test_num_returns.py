@@ -86,6 +86,20 @@ def test_large_and_nested_returns(torus_local):
     assert torus.get(inner, timeout=60) == "inside"
 
 
+def test_several_large_returns_each_arrive_whole(torus_local):
+    # Large returns go to the core in pieces (one copy each): the first written straight into
+    # the store, the others gathered; every one must arrive whole, in its place.
+    @torus.remote(num_returns=3)
+    def bigs():
+        return (np.arange(1 << 20, dtype=np.int64), {"b": np.full((512, 1024), 7, np.float32)},
+                np.arange(3 << 18, dtype=np.int32)[::-1].copy())
+
+    a, b, c = torus.get(list(bigs.remote()), timeout=60)
+    assert a.shape == (1 << 20,) and int(a[12345]) == 12345 and int(a[-1]) == (1 << 20) - 1
+    assert b["b"].shape == (512, 1024) and float(b["b"].min()) == float(b["b"].max()) == 7.0
+    assert c.shape == (3 << 18,) and int(c[0]) == (3 << 18) - 1 and int(c[-1]) == 0
+
+
 def test_wrong_count_is_the_tasks_error(torus_local):
     refs = split.options(num_returns=3).remote(2)
     for r in refs:

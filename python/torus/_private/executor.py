@@ -123,8 +123,10 @@ def _encode_result(value, xlang: bool = False):
                              f"value(s)")
         datas, nesteds = [], []
         for v in values:
-            data, nested = serialization.serialize_to_bytes(v)
-            datas.append(data)
+            size, parts, nested = serialization.serialize(v)
+            # Large values in pieces, as a single return's (the core copies them once).
+            datas.append((size, parts) if size >= serialization.INLINE_LIMIT
+                         else serialization.join(size, parts))
             nesteds.append(nested)
         return datas, STATUS_OK, nesteds, value
     size, parts, nested = serialization.serialize(value)
