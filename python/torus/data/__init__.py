@@ -12,11 +12,14 @@ through fused read/map tasks and actor pools within an object store budget. Unde
 from __future__ import annotations
 
 from torus.data.context import DataContext, ExecutionOptions, ExecutionResources
-from torus.data.dataset import Dataset, MaterializedDataset
-from torus.data.iterator import DataIterator
-from torus.data.schema import Schema
-from torus.data._internal.read_task import ReadTask
-from torus.data import aggregate  # noqa: F401
+
+# Imported on first use: a worker that runs a read or map task loads only what the task needs
+# (its start-up is paid by the first task it runs).
+_LAZY = {"Dataset": "torus.data.dataset", "MaterializedDataset": "torus.data.dataset",
+         "DataIterator": "torus.data.iterator", "Schema": "torus.data.schema",
+         "ReadTask": "torus.data._internal.read_task"}
+_SUBMODULES = ("aggregate", "expressions", "datasource", "block", "context", "dataset",
+               "iterator", "grouped_data", "read_api", "schema")
 
 
 class ActorPoolStrategy:
@@ -46,9 +49,13 @@ _READ_API = ("range", "range_tensor", "from_items", "from_numpy", "from_pandas",
 
 
 def __getattr__(name):
+    import importlib
     if name in _READ_API:
-        from torus.data import read_api
-        return getattr(read_api, name)
+        return getattr(importlib.import_module("torus.data.read_api"), name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"torus.data.{name}")
     raise AttributeError(f"module 'torus.data' has no attribute {name!r}")
 
 
