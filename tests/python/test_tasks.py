@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+from pathlib import Path
 
 import torus
 from torus import exceptions as exc
@@ -470,7 +471,15 @@ print("alive", flush=True)
         wait_until(lambda: "waiting" in out.read_text(), timeout=120, what="the driver to wait")
         time.sleep(0.5)
         p.send_signal(signal.SIGINT)
-        assert p.wait(timeout=60) == 0, out.read_text()
+        try:
+            rc = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            spy = Path(sys.executable).parent / "py-spy"
+            stacks = subprocess.run([str(spy), "dump", "--pid", str(p.pid)], capture_output=True,
+                                    text=True).stdout if spy.exists() else "(no py-spy)"
+            raise AssertionError(f"the driver did not end within 60 s of SIGINT; output:\n"
+                                 f"{out.read_text()}\nits stacks:\n{stacks}") from None
+        assert rc == 0, out.read_text()
     finally:
         if p.poll() is None:
             p.kill()
