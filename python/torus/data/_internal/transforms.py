@@ -34,27 +34,9 @@ def udf_instance(spec: MapSpec) -> Any:
 
 def rebatch(tables: Iterable[pa.Table], batch_size) -> Iterator[pa.Table]:
     """The stream of tables cut into tables of ``batch_size`` rows (the last may be short);
-    ``None``: one per input table."""
-    if batch_size is None:
-        for t in tables:
-            if t.num_rows:
-                yield t
-        return
-    pending: List[pa.Table] = []
-    have = 0
-    for t in tables:
-        if not t.num_rows:
-            continue
-        pending.append(t)
-        have += t.num_rows
-        while have >= batch_size:
-            whole = B.concat(pending)
-            yield whole.slice(0, batch_size)
-            rest = whole.slice(batch_size)
-            pending = [rest] if rest.num_rows else []
-            have = rest.num_rows
-    if have:
-        yield B.concat(pending)
+    ``None``: one per input table (the consumer's batching, iterator.iter_tables)."""
+    from torus.data.iterator import iter_tables
+    return iter_tables(iter(tables), batch_size, drop_last=False)
 
 
 def _outputs(result: Any) -> Iterator[Any]:
