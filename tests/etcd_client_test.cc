@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <iostream>
 #include <random>
 #include <string>
@@ -261,6 +262,23 @@ TEST_F(EtcdClientTest, LeaseNotKeptAliveExpires) {
     std::this_thread::sleep_for(300ms);
   }
   EXPECT_TRUE(Exists("/kept")) << "a lease kept alive expired";
+}
+
+TEST_F(EtcdClientTest, KeepAliveGivesUpAtItsDeadlineWhenEtcdHangs) {
+  // A leader must know by its step-down point whether it still leads: a renewal to an etcd that
+  // hangs (stopped, as by a partition) ends at the deadline given, not the client's 5 s timeout.
+  auto lease = client_->GrantLease(5);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_EQ(kill(etcd_.pid(), SIGSTOP), 0);
+  auto start = Clock::now();
+  auto left = client_->KeepAlive(*lease, std::chrono::system_clock::now() + 300ms);
+  const int64_t took = MsSince(start);
+  auto past = client_->KeepAlive(*lease, std::chrono::system_clock::now() - 1ms);
+  kill(etcd_.pid(), SIGCONT);
+  EXPECT_EQ(left.status().code(), StatusCode::kDeadlineExceeded) << left.status().ToString();
+  EXPECT_LT(took, 1500) << "the renewal outlasted its deadline";
+  EXPECT_EQ(past.status().code(), StatusCode::kDeadlineExceeded) << past.status().ToString();
+  EXPECT_TRUE(client_->KeepAlive(*lease).ok());  // etcd answers again
 }
 
 TEST_F(EtcdClientTest, WaitDeletedSeesADeletionByAnotherThread) {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <thread>
 
@@ -105,6 +106,30 @@ TEST_F(HeadElectionTest, ADeposedHeadsWritesAreFencedAndItIsTold) {
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 1u);
   EXPECT_EQ((*all)[0].second, "1");  // the deposed head's write did not land
+}
+
+TEST_F(HeadElectionTest, AnActiveHeadCutOffFromEtcdStepsDownBeforeItsLeaseCanExpire) {
+  // Fencing by time: etcd stops answering (a partition) at several points of the renewal cycle;
+  // each time the active head is told it lost the leadership within TTL - kStepDownMs (1.5 s)
+  // of its last renewal, so well before etcd could expire its 2 s lease and let another head in.
+  for (int phase_ms : {0, 250, 500}) {
+    auto a = Connect("127.0.0.1:300" + std::to_string(phase_ms / 250));
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(a->Campaign([](const std::string&) {}).ok());
+    std::atomic<int64_t> lost_at{0};
+    a->OnLost([&](const std::string&) { lost_at = Clock::now().time_since_epoch().count(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(700 + phase_ms));
+    ASSERT_EQ(kill(etcd_.pid(), SIGSTOP), 0);
+    const auto stopped = Clock::now();
+    while (lost_at.load() == 0 && Clock::now() - stopped < std::chrono::seconds(5)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    kill(etcd_.pid(), SIGCONT);
+    ASSERT_NE(lost_at.load(), 0) << "phase " << phase_ms << " ms: the cut-off head kept leading";
+    const auto took = Clock::time_point(Clock::duration(lost_at.load())) - stopped;
+    EXPECT_LT(took, std::chrono::milliseconds(1800)) << "phase " << phase_ms << " ms";
+    a.reset();  // revokes its lease (etcd answers again), so the next head leads at once
+  }
 }
 
 TEST_F(HeadElectionTest, ARecordTooLargeForEtcdIsRefusedNamingItsSize) {

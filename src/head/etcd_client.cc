@@ -130,9 +130,9 @@ StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::string& end
   return client;
 }
 
-std::unique_ptr<grpc::ClientContext> EtcdClient::Context() const {
+std::unique_ptr<grpc::ClientContext> EtcdClient::Context(std::chrono::system_clock::time_point by) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
+  ctx->set_deadline(std::min(by, std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_)));
   return ctx;
 }
 
@@ -269,13 +269,16 @@ StatusOr<int64_t> EtcdClient::GrantLease(int64_t ttl_s) {
   return rep.id();
 }
 
-StatusOr<int64_t> EtcdClient::KeepAlive(int64_t lease) {
+StatusOr<int64_t> EtcdClient::KeepAlive(int64_t lease, std::chrono::system_clock::time_point by) {
   pb::LeaseKeepAliveRequest req;
   req.set_id(lease);
   pb::LeaseKeepAliveResponse rep;
   std::string used;
   grpc::Status s = OnAny([&](Stubs& st) {
-    auto ctx = Context();
+    if (std::chrono::system_clock::now() >= by) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the renewal's time ran out");
+    }
+    auto ctx = Context(by);
     auto stream = st.lease->LeaseKeepAlive(ctx.get());
     bool replied = stream->Write(req) && stream->Read(&rep);
     stream->WritesDone();

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -88,7 +89,10 @@ class EtcdClient {
   // A new lease of `ttl_s` seconds (etcd may raise it to its minimum); returns its id.
   StatusOr<int64_t> GrantLease(int64_t ttl_s);
   // Renews the lease once; returns the seconds it has left, or kNotFound when it has expired.
-  StatusOr<int64_t> KeepAlive(int64_t lease);
+  // Gives up (kDeadlineExceeded) at `by` if that comes before the client's timeout, whichever
+  // members are left to try: a leader must know whether it still leads by a point in time.
+  StatusOr<int64_t> KeepAlive(int64_t lease,
+                              std::chrono::system_clock::time_point by = std::chrono::system_clock::time_point::max());
   Status RevokeLease(int64_t lease);
 
   // Blocks until `key` is deleted at a revision after `after_revision` (or is already absent),
@@ -100,8 +104,9 @@ class EtcdClient {
  private:
   struct Stubs;
   EtcdClient(std::string endpoint, int timeout_ms);
-  // A context whose deadline is timeout_ms from now.
-  std::unique_ptr<grpc::ClientContext> Context() const;
+  // A context whose deadline is timeout_ms from now, or `by` when that is sooner.
+  std::unique_ptr<grpc::ClientContext> Context(
+      std::chrono::system_clock::time_point by = std::chrono::system_clock::time_point::max()) const;
   // "etcd at <endpoint> (<call>)", the start of every error message (`used`: the member asked
   // last; empty: the whole list).
   std::string What(const char* call, const std::string& used = "") const;

@@ -192,14 +192,23 @@ std::optional<std::chrono::milliseconds> HeadElection::Renew() {
     why = "no renewal of its etcd lease succeeded for " + std::to_string(limit.count()) + " ms";
   } else {
     const auto sent = Clock::now();
-    auto left = renew_client_->KeepAlive(lease);
+    // A leader's renewal may not outlast its step-down point: one sent just before it would
+    // otherwise keep the head serving up to the client's timeout past it (and past the lease).
+    auto by = std::chrono::system_clock::time_point::max();
+    if (leading) {
+      by = std::chrono::system_clock::now() +
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(renewed + limit - sent);
+    }
+    auto left = renew_client_->KeepAlive(lease, by);
     if (left.ok()) {
       {
         MutexLock lock(mu_);
         renewed_ = sent;
       }
       ReadHeads(*renew_client_);
-      return period;
+      // The next renewal a period after this one was sent, however long the list took.
+      const auto next = std::chrono::duration_cast<std::chrono::milliseconds>(sent + period - Clock::now());
+      return std::clamp(next, std::chrono::milliseconds(1), period);
     }
     if (left.status().code() == StatusCode::kNotFound) {
       why = "its etcd lease expired";

@@ -7,7 +7,7 @@
 //   <prefix>/token           the cluster token, written once by the first head
 //   <prefix>/state/...       the durable records (head/etcd_store.h)
 // Each head holds one lease of ttl_s seconds and renews it every third of that (each renewal
-// may take a quarter of the TTL). The first head to create the leader key is active; the others
+// may take a quarter of the TTL, and an active head's never runs past its step-down point). The first head to create the leader key is active; the others
 // stand by, waiting (etcd's watch) for the key to go. An active head whose last successful
 // renewal was *sent* kStepDownMs before the TTL runs out ago has lost its leadership: on_lost
 // runs and the process must stop serving (the daemon exits). It steps down before etcd can
