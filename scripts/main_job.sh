@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-scripts/build.sh release
+scripts/build.sh release torus_cli example_basic   # only what this job runs: no tests, no benchmarks
 PY=$(scripts/python_env.sh .venv-py)   # pip install . (torus) into .venv-py, pinned deps
 scripts/jax_venv.sh .venv-py >/dev/null  # CPU JAX, pinned, into the same venv
 export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-main.XXXXXX)}"

@@ -17,8 +17,10 @@ export CXX="${CXX:-c++}"
 # Build isolation off: the pinned build requirements are installed here once, not per build.
 "$venv/bin/pip" install -q --disable-pip-version-check "scikit-build-core==1.1.2" "nanobind==3.1.0" >&2
 # Warnings are errors here as in scripts/build.sh (a developer and CI build), which also keeps
-# the compile commands identical to the release build's, so ccache serves its objects.
+# the compile commands identical to the release build's (unity or not, as scripts/build.sh), so
+# ccache serves its objects.
 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
-  --config-settings=cmake.define.TORUS_WERROR=ON . >&2
+  --config-settings=cmake.define.TORUS_WERROR=ON \
+  --config-settings=cmake.define.CMAKE_UNITY_BUILD="${TORUS_UNITY:-ON}" . >&2
 case "$venv" in /*) echo "$venv/bin/python" ;; *) echo "$PWD/$venv/bin/python" ;; esac

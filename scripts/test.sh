@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs dependencies, checks the layers' includes
-# and the size budget, builds the release, ASan+UBSan and ThreadSanitizer configurations once
-# each, checks the lock annotations with clang (tsa.sh), runs the unit tests in all three, the
-# object and borrowing multi-process tests under ASan+UBSan, the task, object, borrowing and
-# actor multi-process tests under TSan (any TSan report fails the stage; docs/threads.md says
-# what is left out and why, scripts/tsan.supp what is ignored), and every multi-process test in
-# the release build; then installs the Python package (`pip install .`, scripts/python_env.sh)
-# into .venv-py and the pinned Ray client into .venv-ray, and runs the pytest suite (tests/python)
-# against real clusters (Ray's own `ray job` CLI and SDK among the clients) and the KubeRay
-# conformance test (KubeRay's own operator code makes the pods; tests/kuberay_test.sh); last, builds the
-# container image (scripts/image.sh) and runs a head pod in it (tests/image_test.sh).
+# and the size budget, builds the release configuration; then, in the background at nice 19,
+# builds the ASan+UBSan and ThreadSanitizer configurations and checks the lock annotations with
+# clang (tsa.sh), while the foreground runs every unit and multi-process test of the release
+# build, installs the Python package (`pip install .`, scripts/python_env.sh) into .venv-py and
+# the pinned Ray client into .venv-ray, runs the pytest suite (tests/python) against real
+# clusters (Ray's own `ray job` CLI and SDK among the clients), the KubeRay conformance test
+# (KubeRay's own operator code makes the pods; tests/kuberay_test.sh), and builds the container
+# image (scripts/image.sh) and runs a head pod in it (tests/image_test.sh). Last, the unit tests
+# under both sanitizers, the object and borrowing multi-process tests under ASan+UBSan, and the
+# task, object, borrowing and actor multi-process tests under TSan (any TSan report fails the
+# stage; docs/threads.md says what is left out and why, scripts/tsan.supp what is ignored).
+# The tests mostly wait on their clusters, so the background compiles use what CPU they leave;
+# nice 19 gives the tests the CPU whenever they want it.
 # Every stage prints its duration when the suite ends (also on failure), and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 timings=()
 start_all=$(date +%s)
+bg_pid=""  # the background builds (below), ended with the suite
 report() {
   local rc=$? t
+  [ -z "$bg_pid" ] || kill -- "-$bg_pid" 2>/dev/null || true
   echo
   echo "== stage durations"
   for t in "${timings[@]}"; do echo "$t"; done
@@ -42,8 +47,42 @@ stage "dependencies" scripts/deps.sh
 stage "layers (#include order)" scripts/check_layers.sh
 stage "sizes (files <= 800 lines, functions <= 80)" scripts/check_sizes.sh
 stage "build release" scripts/build.sh release
-stage "build asan" scripts/build.sh asan
-stage "tsa (clang -Wthread-safety)" scripts/tsa.sh build
+
+# ---- in the background: the sanitizer builds and the lock analysis, each logged to $bg/, its
+# name, seconds and exit status appended to $bg/done (read by wait_background).
+bg=$(mktemp -d /tmp/torus-bg.XXXXXX)
+bg_job() {  # NAME LOG COMMAND...
+  local name=$1 log=$2 t0 rc=0
+  shift 2
+  t0=$(date +%s)
+  nice -n 19 "$@" >"$log" 2>&1 || rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" "$rc" "$log" >> "$bg/done"
+}
+set -m  # its own process group, so that stop_background ends every compiler it started
+(
+  set +e
+  bg_job "build asan" "$bg/asan.log" scripts/build.sh asan
+  bg_job "build tsan" "$bg/tsan.log" scripts/build.sh tsan
+  bg_job "tsa (clang -Wthread-safety)" "$bg/tsa.log" scripts/tsa.sh build
+) &
+bg_pid=$!
+set +m
+# Waits for the background jobs; each becomes a line of the stage durations. Fails when any did.
+wait_background() {
+  local name secs rc log failed=0
+  wait "$bg_pid" || true
+  bg_pid=""
+  while IFS=$'\t' read -r name secs rc log; do
+    timings+=("$(printf '  %-62s %3dm%02ds%s' "$name (background)" $((secs / 60)) $((secs % 60)) \
+                 "$([ "$rc" = 0 ] || echo "  FAILED")")")
+    if [ "$rc" = 0 ]; then
+      echo "-- $name: OK"; tail -n 2 "$log"
+    else
+      echo "-- $name: FAILED (exit $rc)"; tail -n 200 "$log"; failed=1
+    fi
+  done < "$bg/done"
+  return "$failed"
+}
 export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-test.XXXXXX)}"
 
 # TSan: every process (the test, the daemons it starts, their workers) writes its reports to
@@ -64,15 +103,6 @@ tsan() {
 }
 asan() { ASAN_OPTIONS=detect_leaks=0 "$@"; }
 
-stage "unit tests (ASan+UBSan)" asan ctest --test-dir build-asan -L unit --output-on-failure -j2
-stage "object and reference-counting multi-process tests (ASan+UBSan)" \
-  asan ctest --test-dir build-asan -L integration \
-  -R '^(BorrowTest|TaskTest|ObjectTest)\.' --output-on-failure -j1 --timeout 600
-stage "build tsan" scripts/build.sh tsan
-stage "unit tests (TSan)" tsan ctest --test-dir build-tsan -L unit --output-on-failure -j2
-stage "task, object, borrowing and actor multi-process tests (TSan)" \
-  tsan ctest --test-dir build-tsan -L integration \
-  -R '^(TaskTest|ObjectTest|BorrowTest|ActorTest)\.' --output-on-failure -j1 --timeout 600
 stage "unit and multi-process tests (release)" \
   ctest --test-dir build --output-on-failure -j1 --timeout 600
 # Python: `pip install .` into .venv-py (the CMake objects come from ccache: same flags as the
@@ -95,3 +125,14 @@ stage "KubeRay conformance (tests/kuberay_test.sh)" tests/kuberay_test.sh .venv-
 # The container image for KubeRay pods (scripts/image.sh: Debian rootfs by mmdebstrap, the wheel
 # of this tree), and a head pod run in it with KubeRay's command line and probes.
 stage "container image and a head pod in it (tests/image_test.sh)" tests/image_test.sh build-image
+
+# ---- the sanitizer configurations, built in the background meanwhile
+stage "background builds (asan, tsan, tsa): the wait for them" wait_background
+stage "unit tests (ASan+UBSan)" asan ctest --test-dir build-asan -L unit --output-on-failure -j2
+stage "object and reference-counting multi-process tests (ASan+UBSan)" \
+  asan ctest --test-dir build-asan -L integration \
+  -R '^(BorrowTest|TaskTest|ObjectTest)\.' --output-on-failure -j1 --timeout 600
+stage "unit tests (TSan)" tsan ctest --test-dir build-tsan -L unit --output-on-failure -j2
+stage "task, object, borrowing and actor multi-process tests (TSan)" \
+  tsan ctest --test-dir build-tsan -L integration \
+  -R '^(TaskTest|ObjectTest|BorrowTest|ActorTest)\.' --output-on-failure -j1 --timeout 600

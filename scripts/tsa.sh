@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# clang's thread-safety analysis over every src/ translation unit, compile only:
+# clang's thread-safety analysis over every src/ translation unit (unity batch), compile only:
 #   clang++ -fsyntax-only -Wthread-safety -Werror, with the flags of BUILD_DIR's
 #   compile_commands.json (default build/, from scripts/build.sh release) minus g++-only ones.
 # usage: scripts/tsa.sh [BUILD_DIR]   (JOBS=2 by default; TSA_FILTER=regex picks files)
@@ -14,9 +14,14 @@ python3 - "$db" "$PWD/src/" > "$build/tsa_commands.txt" <<'PY'
 import json, shlex, sys
 db, src = sys.argv[1], sys.argv[2]
 seen = set()
+def ours(f):
+    if "/Unity/unity_" in f:  # a unity batch (scripts/build.sh): ours when it includes src/ files
+        return ('#include "' + src) in open(f).read()
+    return f.startswith(src) and f.endswith(".cc")
+
 for entry in json.load(open(db)):
     f = entry["file"]
-    if not f.startswith(src) or not f.endswith(".cc") or f in seen:
+    if f in seen or not ours(f):
         continue
     seen.add(f)
     args = shlex.split(entry["command"])

@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -76,6 +77,18 @@ bool WaitUntil(const std::function<bool()>& pred,
                std::chrono::milliseconds timeout = std::chrono::seconds(20));
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
+// The port of "host:port".
+inline int PortOf(const std::string& address) {
+  return std::atoi(address.substr(address.rfind(':') + 1).c_str());
+}
+inline bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+// The node this process runs on (TORUS_NODE_ID, which a node gives its workers; "" elsewhere).
+inline std::string ThisNode() {
+  const char* v = std::getenv("TORUS_NODE_ID");
+  return v ? v : "";
+}
 
 // ------------------------------------------------------------------------------- the cluster
 

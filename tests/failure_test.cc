@@ -44,10 +44,7 @@ int CountAttempts(const std::string& dir) {
   return n;
 }
 
-std::string ThisNode() {
-  const char* v = std::getenv("TORUS_NODE_ID");
-  return v ? v : "";
-}
+using torus_test::ThisNode;
 
 }  // namespace
 

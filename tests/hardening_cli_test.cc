@@ -16,6 +16,7 @@
 
 #include "cluster_fixture.h"
 #include "proto/torus.grpc.pb.h"
+#include "raw_rpc.h"
 
 int HardeningPlus(int a, int b) { return a + b; }
 RAY_REMOTE(HardeningPlus);
@@ -49,12 +50,6 @@ namespace torus_test {
 namespace {
 
 namespace rpc = torus::rpc;
-constexpr int64_t kUnits = 10000;  // ResourceSet.units per whole resource (docs/wire.md)
-
-std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
-  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-}
-
 std::unique_ptr<grpc::ClientContext> Context(const std::string& token, int deadline_ms = 5000) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->AddMetadata("torus-token", token);
@@ -62,7 +57,6 @@ std::unique_ptr<grpc::ClientContext> Context(const std::string& token, int deadl
   return ctx;
 }
 
-bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // ------------------------------------------------------------------------------- without a cluster
 

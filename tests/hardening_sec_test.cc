@@ -35,11 +35,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace rpc = torus::rpc;
 
-int PortOf(const std::string& address) { return std::atoi(address.substr(address.rfind(':') + 1).c_str()); }
-
-bool Contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // A private directory (0700) under the cluster's tmpdir, for a second session root.
 std::string PrivateDir(const TestCluster& c, const std::string& name) {

@@ -21,10 +21,7 @@ namespace {
 using torus_test::Fnv;
 using torus_test::Pattern;
 
-std::string ThisNode() {
-  const char* v = std::getenv("TORUS_NODE_ID");
-  return v ? v : "";
-}
+using torus_test::ThisNode;
 
 }  // namespace
 

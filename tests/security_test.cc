@@ -26,6 +26,7 @@
 
 #include "cluster_fixture.h"
 #include "proto/torus.grpc.pb.h"
+#include "raw_rpc.h"
 
 int SecPlus(int a, int b) { return a + b; }
 
@@ -60,22 +61,11 @@ namespace torus_test {
 namespace {
 
 namespace rpc = torus::rpc;
-constexpr int64_t kUnits = 10000;  // ResourceSet.units per whole resource (docs/wire.md)
 
 struct Endpoint {
   std::string what;     // "head", "node <id>", "worker <id>", "driver"
   std::string address;  // host:port
 };
-
-int PortOf(const std::string& address) {
-  return std::atoi(address.substr(address.rfind(':') + 1).c_str());
-}
-
-std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
 
 // A client context with the given token (none when `token` is null) and a deadline.
 std::unique_ptr<grpc::ClientContext> Context(const char* token, int deadline_ms = 5000) {

@@ -60,7 +60,7 @@ struct Conn {
   std::unique_ptr<rpc::Jobs::Stub> jobs;
 };
 
-Conn Connect(const Args& a) {
+Conn JobConnect(const Args& a) {
   Conn c;
   c.address = ResolveAddress(a);
   if (c.address.empty()) Die("no cluster: pass --address, set TORUS_ADDRESS, or run torus start --head");
@@ -175,7 +175,7 @@ void WarnIfNoSuchSlice(Conn& c, const rpc::JobSubmitRequest& job) {
 
 int Submit(const Args& a) {
   if (a.after_dashes.empty()) Die("job submit needs a command after --\n" + std::string(kJobUsage));
-  Conn c = Connect(a);
+  Conn c = JobConnect(a);
   rpc::JobSubmitRequest req;
   for (const auto& s : a.after_dashes) req.add_entrypoint(s);
   std::string wd = a.flags.count("working-dir") ? a.flags.at("working-dir") : std::filesystem::current_path().string();
@@ -214,9 +214,9 @@ int Submit(const Args& a) {
   return ExitCodeOf(r);
 }
 
-int Status_(const Args& a) {
+int JobStatus(const Args& a) {
   if (a.positional.size() < 2) Die("usage: torus job status ID [--format json]");
-  Conn c = Connect(a);
+  Conn c = JobConnect(a);
   rpc::JobRecord r = Get(c, a.positional[1]);
   if (a.flags.count("format") && a.flags.at("format") == "json") {
     std::cout << ToJson(r).dump(2) << std::endl;
@@ -233,9 +233,9 @@ int Status_(const Args& a) {
   return 0;
 }
 
-int Stop(const Args& a) {
+int JobStop(const Args& a) {
   if (a.positional.size() < 2) Die("usage: torus job stop ID");
-  Conn c = Connect(a);
+  Conn c = JobConnect(a);
   rpc::JobIdRequest req;
   req.set_job_id(a.positional[1]);
   rpc::JobReply reply;
@@ -256,7 +256,7 @@ int Stop(const Args& a) {
 
 int Delete(const Args& a) {
   if (a.positional.size() < 2) Die("usage: torus job delete ID");
-  Conn c = Connect(a);
+  Conn c = JobConnect(a);
   rpc::JobIdRequest req;
   req.set_job_id(a.positional[1]);
   rpc::JobDeleteReply reply;
@@ -268,8 +268,8 @@ int Delete(const Args& a) {
   return 0;
 }
 
-int List(const Args& a) {
-  Conn c = Connect(a);
+int JobList(const Args& a) {
+  Conn c = JobConnect(a);
   rpc::JobListReply reply;
   auto ctx = NewContext(c.token, 10000);
   auto st = c.jobs->ListJobs(ctx.get(), rpc::Empty(), &reply);
@@ -316,16 +316,16 @@ int RunJobCommand(int argc, char** argv) {
     return 0;
   }
   if (sub == "submit") return Submit(a);
-  if (sub == "status") return Status_(a);
+  if (sub == "status") return JobStatus(a);
   if (sub == "logs") {
     if (a.positional.size() < 2) Die("usage: torus job logs ID [--follow]");
-    Conn c = Connect(a);
+    Conn c = JobConnect(a);
     StreamLogs(c, a.positional[1], a.flags.count("follow") > 0);
     return 0;
   }
-  if (sub == "stop") return Stop(a);
+  if (sub == "stop") return JobStop(a);
   if (sub == "delete") return Delete(a);
-  if (sub == "list") return List(a);
+  if (sub == "list") return JobList(a);
   if (!sub.empty()) std::cerr << "torus job: unknown subcommand '" << sub << "'\n";
   std::cerr << kJobUsage;
   return 2;

@@ -82,7 +82,7 @@ using launcher::Trim;
 using Flags = Args;
 
 // The flags of up/down/supervise that take no value.
-const std::set<std::string> kBoolFlags = {"wait", "netns", "no-atomic-restart", "help"};
+const std::set<std::string> kUpBoolFlags = {"wait", "netns", "no-atomic-restart", "help"};
 
 // ------------------------------------------------------------------------------- state
 
@@ -746,7 +746,7 @@ int RunUp(const Flags& f) {
 }  // namespace
 
 int RunLauncherCommand(const std::string& cmd, int argc, char** argv) {
-  Flags f = ParseArgs(argc, argv, 2, kBoolFlags);
+  Flags f = ParseArgs(argc, argv, 2, kUpBoolFlags);
   if (cmd == "up") {
     RequireKnownFlags(cmd, f.flags, {"wait", "timeout", "port", "netns", "no-atomic-restart", "restart",
                                      "max-hosts", "kill-host", "signal", "session-dir", "help"});

@@ -32,7 +32,7 @@ std::string Exchange(int port, const std::string& raw) {
   return out;
 }
 
-int StatusOf(const std::string& answer) {
+int AnswerStatus(const std::string& answer) {
   auto sp = answer.find(' ');
   return sp == std::string::npos ? 0 : std::atoi(answer.c_str() + sp + 1);
 }
@@ -76,51 +76,51 @@ class HttpServerTest : public ::testing::Test {
 
 TEST_F(HttpServerTest, PublicRouteNeedsNoToken) {
   auto a = Get(port_, "/api/healthz");
-  EXPECT_EQ(StatusOf(a), 200);
+  EXPECT_EQ(AnswerStatus(a), 200);
   EXPECT_EQ(BodyOf(a), "success");
 }
 
 TEST_F(HttpServerTest, TokenRouteRefusesMissingAndWrongTokens) {
   auto none = Get(port_, "/api/jobs/j1");
-  EXPECT_EQ(StatusOf(none), 401);
+  EXPECT_EQ(AnswerStatus(none), 401);
   EXPECT_NE(BodyOf(none).find("Bearer"), std::string::npos);
-  EXPECT_EQ(StatusOf(Get(port_, "/api/jobs/j1", "Authorization: Bearer wrong\r\n")), 403);
+  EXPECT_EQ(AnswerStatus(Get(port_, "/api/jobs/j1", "Authorization: Bearer wrong\r\n")), 403);
   auto ok = Get(port_, "/api/jobs/j1?x=a%20b", "Authorization: Bearer s3cret\r\n");
-  EXPECT_EQ(StatusOf(ok), 200);
+  EXPECT_EQ(AnswerStatus(ok), 200);
   EXPECT_EQ(BodyOf(ok), R"({"id":"j1","q":"a b"})");
-  EXPECT_EQ(StatusOf(Get(port_, "/api/jobs/j1", "Cookie: a=b; torus_token=s3cret\r\n")), 200);
+  EXPECT_EQ(AnswerStatus(Get(port_, "/api/jobs/j1", "Cookie: a=b; torus_token=s3cret\r\n")), 200);
 }
 
 TEST_F(HttpServerTest, UnknownPathsAndMethods) {
-  EXPECT_EQ(StatusOf(Get(port_, "/nope")), 404);
-  EXPECT_EQ(StatusOf(Exchange(port_, "DELETE /api/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
+  EXPECT_EQ(AnswerStatus(Get(port_, "/nope")), 404);
+  EXPECT_EQ(AnswerStatus(Exchange(port_, "DELETE /api/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
 }
 
 TEST_F(HttpServerTest, BodyLimitAndThrowingHandlerKeepServing) {
   std::string small(10, 'a');
   auto ok = Exchange(port_, "POST /api/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer s3cret\r\n"
                             "Content-Length: 10\r\n\r\n" + small);
-  EXPECT_EQ(StatusOf(ok), 200) << ok;
+  EXPECT_EQ(AnswerStatus(ok), 200) << ok;
   EXPECT_EQ(BodyOf(ok), "got 10");
   std::string big(2000, 'a');
   auto refused = Exchange(port_, "POST /api/jobs/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer s3cret\r\n"
                                  "Content-Length: 2000\r\n\r\n" + big);
-  EXPECT_EQ(StatusOf(refused), 413);
+  EXPECT_EQ(AnswerStatus(refused), 413);
   auto boom = Get(port_, "/boom");
-  EXPECT_EQ(StatusOf(boom), 500);
+  EXPECT_EQ(AnswerStatus(boom), 500);
   EXPECT_NE(BodyOf(boom).find("kaput"), std::string::npos);
   auto garbled = Exchange(port_, "\x01\x02 garbage\r\n\r\n");
-  EXPECT_NE(StatusOf(garbled), 200);
-  EXPECT_EQ(StatusOf(Get(port_, "/api/healthz")), 200);  // still serving
+  EXPECT_NE(AnswerStatus(garbled), 200);
+  EXPECT_EQ(AnswerStatus(Get(port_, "/api/healthz")), 200);  // still serving
 }
 
 TEST_F(HttpServerTest, WebSocketStreamsTextThenCloses) {
   std::string upgrade = "GET /api/tail/abc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
   auto refused = Exchange(port_, upgrade + "\r\n");
-  EXPECT_EQ(StatusOf(refused), 401);
+  EXPECT_EQ(AnswerStatus(refused), 401);
   auto a = Exchange(port_, upgrade + "Authorization: Bearer s3cret\r\n\r\n");
-  EXPECT_EQ(StatusOf(a), 101) << a;
+  EXPECT_EQ(AnswerStatus(a), 101) << a;
   EXPECT_NE(a.find("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), std::string::npos);  // RFC 6455's example accept key
   // Unmasked server frames: 0x81 <len> <text>, then a close frame 0x88.
   std::string frames = BodyOf(a);

@@ -12,11 +12,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
 
 namespace torus {
+
+// `j` as compact text for an answer: invalid UTF-8 in strings is replaced, never thrown on.
+inline std::string JsonText(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 // Deepest nesting of arrays and objects accepted anywhere (a scalar is depth 0, `{}` and `[1]`
 // are depth 1, `{"a": [1]}` is depth 2). docs/http.md documents it.

@@ -20,7 +20,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // A whole-number query parameter in [0, max]; `fallback` when absent or not a number.
 size_t QueryNumber(const HttpRequest& req, const std::string& name, size_t fallback, size_t max) {
@@ -53,7 +52,7 @@ HttpResponse Page(std::vector<Json> all, const HttpRequest& req) {
   size_t limit = QueryNumber(req, "limit", 100, 500);
   Json out = {{"total", all.size()}, {"offset", offset}, {"rows", Json::array()}};
   for (size_t i = offset; i < all.size() && i < offset + limit; ++i) out["rows"].push_back(std::move(all[i]));
-  return HttpResponse::Json(Dump(out));
+  return HttpResponse::Json(JsonText(out));
 }
 
 HttpResponse Unavailable503(const Status& s) { return HttpResponse::Text(s.message(), 503); }
@@ -94,7 +93,7 @@ HttpResponse Nodes(const DashboardSource& src, const HttpRequest& req) {
                            {"available", Resources(n.available())},
                            {"labels", labels}});
   }
-  return HttpResponse::Json(Dump(out));
+  return HttpResponse::Json(JsonText(out));
 }
 
 HttpResponse Overview(const DashboardSource& src) {
@@ -118,7 +117,7 @@ HttpResponse Overview(const DashboardSource& src) {
               {"actors", actors},
               {"placement_groups", groups},
               {"drivers", list->jobs_size()}};
-  return HttpResponse::Json(Dump(out));
+  return HttpResponse::Json(JsonText(out));
 }
 
 HttpResponse Slices(const DashboardSource& src) {
@@ -138,7 +137,7 @@ HttpResponse Slices(const DashboardSource& src) {
                     {"holder", s.holder()},
                     {"node_ids", Json(std::vector<std::string>(s.node_ids().begin(), s.node_ids().end()))}});
   }
-  return HttpResponse::Json(Dump({{"total", rows.size()}, {"rows", rows}}));
+  return HttpResponse::Json(JsonText({{"total", rows.size()}, {"rows", rows}}));
 }
 
 HttpResponse PlacementGroups(const DashboardSource& src, const HttpRequest& req) {
@@ -229,7 +228,7 @@ HttpResponse Tasks(const DashboardSource& src, const HttpRequest& req) {
                            {"worker_id", t.worker_id()},
                            {"submitted_ms", t.submitted_ms()}});
   }
-  return HttpResponse::Json(Dump(out));
+  return HttpResponse::Json(JsonText(out));
 }
 
 // The token from a sign-in: JSON {"token": ...} or a form body token=...

@@ -23,7 +23,6 @@ constexpr size_t kMaxLogBytes = 64u << 20;     // one /logs answer (the start of
 constexpr size_t kTailChunk = 256u << 10;      // one websocket message (aiohttp takes <= 4 MiB)
 constexpr int kMaxTails = 24;                  // of the server's 64 websocket threads
 
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 HttpResponse Error(const Status& s) {
   int code = 500;
@@ -195,7 +194,7 @@ Status ReadRuntimeEnv(const Json& env, rpc::JobSubmitRequest& req) {
                              "install what the job needs on the hosts");
     }
   }
-  req.set_runtime_env_json(Dump(env));
+  req.set_runtime_env_json(JsonText(env));
   return Status::Ok();
 }
 
@@ -331,7 +330,7 @@ void RegisterJobsHttp(HttpServer& server, JobManager& jobs, JobsHttpInfo info) {
                 {"ray_commit", "torus"},
                 {"session_name", info.session_name},
                 {"torus_version", TORUS_VERSION}};
-      return HttpResponse::Json(Dump(j));
+      return HttpResponse::Json(JsonText(j));
     });
   }
   server.Handle("POST", "/api/jobs/", A::kToken, [&jobs](const HttpRequest& req) {
@@ -339,33 +338,33 @@ void RegisterJobsHttp(HttpServer& server, JobManager& jobs, JobsHttpInfo info) {
     if (!parsed.ok()) return Error(parsed.status());
     auto rec = jobs.Submit(*parsed);
     if (!rec.ok()) return Error(rec.status());
-    return HttpResponse::Json(Dump({{"job_id", rec->job_id()}, {"submission_id", rec->job_id()}}));
+    return HttpResponse::Json(JsonText({{"job_id", rec->job_id()}, {"submission_id", rec->job_id()}}));
   });
   server.Handle("GET", "/api/jobs/", A::kToken, [&jobs](const HttpRequest&) {
     Json list = Json::array();
     for (const auto& r : jobs.List()) list.push_back(Details(r));
-    return HttpResponse::Json(Dump(list));
+    return HttpResponse::Json(JsonText(list));
   });
   server.Handle("GET", "/api/jobs/{}", A::kToken, [&jobs](const HttpRequest& req) {
     auto rec = jobs.Get(req.params[0]);
     if (!rec.ok()) return NoJob(req.params[0]);
-    return HttpResponse::Json(Dump(Details(*rec)));
+    return HttpResponse::Json(JsonText(Details(*rec)));
   });
   server.Handle("GET", "/api/jobs/{}/logs", A::kToken, [&jobs](const HttpRequest& req) {
     auto got = jobs.ReadLog(req.params[0], 0, kMaxLogBytes);
     if (!got.ok()) return NoJob(req.params[0]);
-    return HttpResponse::Json(Dump({{"logs", got->data}}));
+    return HttpResponse::Json(JsonText({{"logs", got->data}}));
   });
   server.Handle("POST", "/api/jobs/{}/stop", A::kToken, [&jobs](const HttpRequest& req) {
     auto rec = jobs.RequestStop(req.params[0]);
     if (!rec.ok()) return NoJob(req.params[0]);
-    return HttpResponse::Json(Dump({{"stopped", !IsTerminal(rec->state())}}));
+    return HttpResponse::Json(JsonText({{"stopped", !IsTerminal(rec->state())}}));
   });
   server.Handle("DELETE", "/api/jobs/{}", A::kToken, [&jobs](const HttpRequest& req) {
     auto s = jobs.Delete(req.params[0]);
     if (s.code() == StatusCode::kNotFound) return NoJob(req.params[0]);
     if (!s.ok()) return Error(s);
-    return HttpResponse::Json(Dump({{"deleted", true}}));
+    return HttpResponse::Json(JsonText({{"deleted", true}}));
   });
   // A tail holds a thread of its own while it is open: at most kMaxTails at once.
   auto tails = std::make_shared<std::atomic<int>>(0);

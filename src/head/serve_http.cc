@@ -27,7 +27,6 @@ constexpr const char* kDetailsKey = "details";
 constexpr const char* kBootstrapMetadata = "torus.serve";  // = "rest_bootstrap" on its jobs
 constexpr const char* kShutdownConfig = R"({"_shutdown":true,"applications":[]})";
 
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // Ray's rule (ServeApplicationSchema.import_path): "module:attribute" with one colon, or
 // "module.attribute" with the last dot splitting them; neither side empty.
@@ -45,7 +44,7 @@ Status CheckApplication(const Json& app, const std::string& where) {
   if (!app.is_object()) return InvalidArgument(where + " must be an object");
   auto it = app.find("import_path");
   if (it == app.end() || !it->is_string() || !ImportPathOk(it->get<std::string>())) {
-    std::string got = it == app.end() ? "missing" : "got " + Dump(*it);
+    std::string got = it == app.end() ? "missing" : "got " + JsonText(*it);
     if (got.size() > 200) got = got.substr(0, 200) + "...";
     return InvalidArgument(where + ".import_path must be a non-empty string \"module:attribute\" (" + got + ")");
   }
@@ -56,7 +55,7 @@ Status CheckApplication(const Json& app, const std::string& where) {
     const std::string p = r->is_string() ? r->get<std::string>() : "";
     if (p.empty() || p[0] != '/' || (p != "/" && p.back() == '/') || p.find_first_of("{}") != std::string::npos) {
       return InvalidArgument(where + ".route_prefix must be null or a path starting with '/' (not ending in '/' "
-                                     "unless it is \"/\", no '{' '}'), not " + Dump(*r));
+                                     "unless it is \"/\", no '{' '}'), not " + JsonText(*r));
     }
   }
   for (const char* key : {"args", "runtime_env"}) {
@@ -168,7 +167,7 @@ StatusOr<std::string> ValidateServeDeployConfig(std::string_view body) {
       }
     }
   }
-  return Dump(j);
+  return JsonText(j);
 }
 
 std::string ServeBootstrapCommand(std::string_view python) {
@@ -243,7 +242,7 @@ StatusOr<std::string> ServeApi::Details(std::string_view api_type) {
     bool keep = it->is_object() && it->value("source", Json()) == source;
     it = keep ? std::next(it) : apps.erase(it);
   }
-  return Dump(*parsed);
+  return JsonText(*parsed);
 }
 
 std::string ServeApi::Metrics() {

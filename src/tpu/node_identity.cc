@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 
+#include "common/text.h"
 #include "common/thread_annotations.h"
 #include "tpu/chip_visibility.h"
 
@@ -26,18 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return out;
-}
 
 std::optional<int> ParseNonNegativeInt(std::string_view s) {
   s = Trim(s);
