@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs dependencies, checks the layers' includes
-# and the size budget, builds the release configuration; then, in the background at nice 19,
+# and the size budget, builds the release configuration; then, in the background on idle CPU,
 # builds the ASan+UBSan and ThreadSanitizer configurations and checks the lock annotations with
 # clang (tsa.sh), while the foreground runs every unit and multi-process test of the release
 # build, installs the Python package (`pip install .`, scripts/python_env.sh) into .venv-py and
@@ -11,18 +11,19 @@
 # under both sanitizers, the object and borrowing multi-process tests under ASan+UBSan, and the
 # task, object, borrowing and actor multi-process tests under TSan (any TSan report fails the
 # stage; docs/threads.md says what is left out and why, scripts/tsan.supp what is ignored).
-# The tests mostly wait on their clusters, so the background compiles use what CPU they leave;
-# nice 19 gives the tests the CPU whenever they want it.
+# The tests mostly wait on their clusters, so the background compiles use the CPU they leave
+# (SCHED_IDLE: scripts/background_builds.sh).
 # Every stage prints its duration when the suite ends (also on failure), and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 timings=()
 start_all=$(date +%s)
-bg_pid=""  # the background builds (below), ended with the suite
+bg_pid=""
 report() {
   local rc=$? t
-  [ -z "$bg_pid" ] || kill -- "-$bg_pid" 2>/dev/null || true
+  # The background builds' session (below): every compiler it started ends with the suite.
+  [ -z "$bg_pid" ] || [ ! -s "$bg/pgid" ] || kill -- "-$(cat "$bg/pgid")" 2>/dev/null || true
   echo
   echo "== stage durations"
   for t in "${timings[@]}"; do echo "$t"; done
@@ -48,25 +49,13 @@ stage "layers (#include order)" scripts/check_layers.sh
 stage "sizes (files <= 800 lines, functions <= 80)" scripts/check_sizes.sh
 stage "build release" scripts/build.sh release
 
-# ---- in the background: the sanitizer builds and the lock analysis, each logged to $bg/, its
-# name, seconds and exit status appended to $bg/done (read by wait_background).
+# ---- in the background: the sanitizer builds and the lock analysis (scripts/background_builds.sh:
+# a session of its own at the lowest priority; each job's name, seconds, status and log go to
+# $bg/done, read by wait_background).
 bg=$(mktemp -d /tmp/torus-bg.XXXXXX)
-bg_job() {  # NAME LOG COMMAND...
-  local name=$1 log=$2 t0 rc=0
-  shift 2
-  t0=$(date +%s)
-  nice -n 19 "$@" >"$log" 2>&1 || rc=$?
-  printf '%s\t%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" "$rc" "$log" >> "$bg/done"
-}
-set -m  # its own process group, so that stop_background ends every compiler it started
-(
-  set +e
-  bg_job "build asan" "$bg/asan.log" scripts/build.sh asan
-  bg_job "build tsan" "$bg/tsan.log" scripts/build.sh tsan
-  bg_job "tsa (clang -Wthread-safety)" "$bg/tsa.log" scripts/tsa.sh build
-) &
+touch "$bg/done"
+setsid -w scripts/background_builds.sh "$bg" &
 bg_pid=$!
-set +m
 # Waits for the background jobs; each becomes a line of the stage durations. Fails when any did.
 wait_background() {
   local name secs rc log failed=0
@@ -81,6 +70,7 @@ wait_background() {
       echo "-- $name: FAILED (exit $rc)"; tail -n 200 "$log"; failed=1
     fi
   done < "$bg/done"
+  [ "$(wc -l < "$bg/done")" -eq 3 ] || { echo "-- background builds: not all three ran"; failed=1; }
   return "$failed"
 }
 export TORUS_TMPDIR="${TORUS_TMPDIR:-$(mktemp -d /tmp/torus-test.XXXXXX)}"
@@ -117,7 +107,8 @@ ray_client() {
 }
 stage "ray client (pip install -r python/requirements-ray-client.txt into .venv-ray)" ray_client
 export TORUS_TEST_ARTIFACTS="${TORUS_TEST_ARTIFACTS:-$PWD/build/test-artifacts}"  # the dashboard's screenshot
-stage "python tests (pytest)" .venv-py/bin/python -m pytest tests/python -q -x --timeout=600 -p no:cacheprovider
+stage "python tests (pytest)" .venv-py/bin/python -m pytest tests/python -q -x --timeout=600 -p no:cacheprovider \
+  --durations=20
 # KubeRay v1.5.0's own operator code makes the pods of the example RayClusters; they run as a
 # kubelet would run them, become ready by KubeRay's probes, run a Ray program, and a killed
 # worker pod recreated by the operator rejoins (tests/kuberay_test.sh, docs/kuberay.md).
