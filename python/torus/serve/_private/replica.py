@@ -193,8 +193,12 @@ class ServeReplica:
         """Waits (graceful_shutdown_timeout_s at most) for running requests to end, then runs
         the user's `__del__`."""
         self._shutting_down = True
-        wait_loop = self._config.get("graceful_shutdown_wait_loop_s", 2.0)
+        wait_loop = max(0.0, float(self._config.get("graceful_shutdown_wait_loop_s", 2.0)))
         deadline = time.monotonic() + self._config.get("graceful_shutdown_timeout_s", 20.0)
+        # As Ray: wait one loop first, however idle the replica looks. The controller has just
+        # told the routers to stop sending here, and a request a router picked this replica for
+        # before it heard may still be on its way; an idle moment is not the end of the work.
+        await asyncio.sleep(max(0.0, min(wait_loop, deadline - time.monotonic())))
         while (self._ongoing > 0 or any(not s.done for s in self._streams.values())) and \
                 time.monotonic() < deadline:
             await asyncio.sleep(min(wait_loop, 0.05) if wait_loop > 0 else 0.05)
