@@ -80,10 +80,12 @@ def requests_counted(head):
 
 
 def rows(d, table):
-    """The cells' texts of each row of `table` (By is imported lazily with selenium)."""
-    from selenium.webdriver.common.by import By
-    return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-            for tr in d.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")]
+    """The cells' texts of each row of `table`, read in one script: the page redraws its tables
+    every few seconds, and cells read one by one can belong to a table already replaced."""
+    return d.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(tr => "
+        "Array.from(tr.querySelectorAll('td')).map(td => td.innerText.trim()));",
+        f"#{table} tbody tr")
 
 
 def test_serve_on_the_dashboard(head):
