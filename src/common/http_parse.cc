@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/text.h"
+
 namespace torus {
 
 namespace {
@@ -15,13 +17,8 @@ bool IsTokenChar(unsigned char c) {
   return std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
-
-std::string_view Trim(std::string_view s) {
+// Without the optional whitespace (spaces and tabs, RFC 9110) around a header value.
+std::string_view TrimOws(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
@@ -31,7 +28,7 @@ std::string_view Trim(std::string_view s) {
 bool HasToken(std::string_view value, std::string_view token) {
   while (!value.empty()) {
     size_t comma = value.find(',');
-    std::string_view part = Trim(value.substr(0, comma));
+    std::string_view part = TrimOws(value.substr(0, comma));
     if (Lower(part) == token) return true;
     if (comma == std::string_view::npos) break;
     value.remove_prefix(comma + 1);
@@ -88,7 +85,7 @@ ParseResult ApplyHeaders(HttpHead* head, int* status, std::string* why) {
   std::string te = get("transfer-encoding");
   std::string cl = get("content-length");
   if (!te.empty()) {
-    if (Lower(Trim(te)) != "chunked") return Fail(501, "Transfer-Encoding other than chunked", status, why);
+    if (Lower(TrimOws(te)) != "chunked") return Fail(501, "Transfer-Encoding other than chunked", status, why);
     if (!cl.empty()) return Fail(400, "both Transfer-Encoding and Content-Length", status, why);
     head->chunked = true;
   } else if (!cl.empty()) {
@@ -98,7 +95,7 @@ ParseResult ApplyHeaders(HttpHead* head, int* status, std::string* why) {
     }
     head->content_length = std::stoull(cl);
   }
-  head->expect_continue = Lower(Trim(get("expect"))) == "100-continue";
+  head->expect_continue = Lower(TrimOws(get("expect"))) == "100-continue";
   head->upgrade_websocket = HasToken(get("upgrade"), "websocket") && HasToken(connection, "upgrade");
   return ParseResult::kDone;
 }
@@ -157,7 +154,7 @@ ParseResult ParseHttpHead(std::string_view buf, const HttpLimits& limits, HttpHe
     if (!std::all_of(name.begin(), name.end(), [](unsigned char c) { return IsTokenChar(c); })) {
       return Fail(400, "malformed header name", status, why);
     }
-    std::string_view value = Trim(line.substr(colon + 1));
+    std::string_view value = TrimOws(line.substr(colon + 1));
     if (std::any_of(value.begin(), value.end(), [](unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; })) {
       return Fail(400, "a control character in a header value", status, why);
     }
@@ -198,7 +195,7 @@ ParseResult ChunkedDecoder::Feed(std::string& in, std::string* body, int* status
         result = ParseResult::kDone;
       }
     } else {  // kSize: hex digits, then optional extensions after ';'
-      line = Trim(line.substr(0, line.find(';')));
+      line = TrimOws(line.substr(0, line.find(';')));
       uint64_t n = 0;
       if (line.empty() || line.size() > 15) {
         result = Fail(400, "malformed chunk size", status, why);
