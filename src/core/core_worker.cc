@@ -135,6 +135,12 @@ Status CoreWorker::Connect() {
   req.set_address(address_);
   req.set_pid(getpid());
   req.set_is_driver(opts_.is_driver);
+  if (opts_.is_driver && opts_.warm_workers > 0 && !opts_.python_worker_command.empty()) {
+    req.set_job_id(opts_.job_id);
+    for (const auto& a : python_command_) req.add_warm_command(a);
+    for (const auto& [k, v] : opts_.job_env_vars) (*req.mutable_warm_env_vars())[k] = v;
+    req.set_warm_workers(opts_.warm_workers);
+  }
   rpc::RegisterWorkerReply reply;
   auto ctx = NewContext(opts_.token, 10000);
   auto st = node_->RegisterWorker(ctx.get(), req, &reply);

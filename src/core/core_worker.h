@@ -89,6 +89,9 @@ struct CoreWorkerOptions {
   // tasks and actors this process submits; empty: TORUS_PYTHON_WORKER_COMMAND (a JSON list)
   // or `python3 -m torus._private.worker_main`.
   std::vector<std::string> python_worker_command;
+  // Drivers with a python_worker_command: how many idle workers of this job their node keeps
+  // ready (RegisterWorkerRequest.warm_workers); 0: none.
+  int warm_workers = 0;
   // Workers: the language executor to run tasks with; null: the C++ one (RAY_REMOTE).
   std::function<std::unique_ptr<Executor>()> make_executor;
   // Called once connected, before any pushed work runs (workers publish the runtime here, so the

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/session.h"
+#include "common/text.h"
 #include "core/core_worker.h"
 #include "core/embedded_cluster.h"
 #include "torus/api/exceptions.h"
@@ -109,6 +111,23 @@ std::string FindNodeToAttach(const std::string& address, const std::string& toke
   return node_address;
 }
 
+// DriverOptions::warm_workers resolved: `given` when set, else the environment's, else 3 (a
+// Serve application's controller, proxy and first replica; a program's first three tasks).
+int WarmWorkers(int given) {
+  if (given >= 0) return given;
+  if (const char* ray = std::getenv("RAY_prestart_worker_first_driver"); ray) {
+    std::string v = Lower(ray);
+    if (v == "0" || v == "false") return 0;
+  }
+  if (const char* n = std::getenv("TORUS_PRESTART_WORKERS"); n && *n) {
+    char* end = nullptr;
+    long v = std::strtol(n, &end, 10);
+    if (*end == '\0' && v >= 0) return static_cast<int>(std::min<long>(v, 1000));
+    std::fprintf(stderr, "torus: ignoring TORUS_PRESTART_WORKERS=%s: not a count\n", n);
+  }
+  return 3;
+}
+
 }  // namespace
 
 void InitDriver(const DriverOptions& o) {
@@ -150,6 +169,7 @@ void InitDriver(const DriverOptions& o) {
   opts.ray_namespace = o.ray_namespace.empty() ? RandomHex(8) : o.ray_namespace;
   opts.code_search_path = o.code_search_path;
   opts.python_worker_command = o.python_worker_command;
+  opts.warm_workers = o.python_worker_command.empty() ? 0 : WarmWorkers(o.warm_workers);
   if (const char* b = std::getenv("TORUS_BIND_HOST"); b && *b) opts.bind_host = b;
   auto cw = CoreWorker::Create(opts);
   if (!cw.ok()) {

@@ -31,6 +31,10 @@ struct DriverOptions {
   bool default_detached = false;
   std::vector<std::string> code_search_path;
   std::vector<std::string> python_worker_command;  // see CoreWorkerOptions
+  // Idle Python workers the driver's node keeps ready for this job (CoreWorkerOptions); -1:
+  // TORUS_PRESTART_WORKERS, default 3 for a Python driver, none when Ray's
+  // RAY_prestart_worker_first_driver is 0 or false.
+  int warm_workers = -1;
   std::vector<std::string> head_args;  // the private cluster's node flags
   std::string logs_dir;                // the private cluster's logs directory
   std::string log_component = "driver";

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "common/env_key.h"
+#include "common/logging.h"
 #include "common/rpc.h"
 
 namespace torus {
@@ -60,6 +61,7 @@ void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply
     w->actor_id = req.creation().actor_id();
     w->actor_ready = false;
     w->hold = std::move(hold);
+    st_.pool.WarmTaken();  // it may have been a warm one: the node's heartbeat refills
     worker_id = w->id;
     worker_address = w->address;
   }
@@ -69,6 +71,9 @@ void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply
 Worker* ActorStarter::WorkerLocked(MutexLock& lock, const rpc::StartActorRequest& req,
                                    const std::string& key, Hold& hold, rpc::StartActorReply* reply) {
   if (Worker* w = st_.pool.FindIdle(key)) return w;
+  if (Worker* w = st_.pool.ClaimStarting(key, req.creation().actor_id())) {
+    return WaitRegistered(lock, w->id, hold, reply);
+  }
   // A worker started for this actor alone: task leases never take it meanwhile.
   WorkerSpawn spawn;
   spawn.job_id = req.creation().job_id();
@@ -81,7 +86,11 @@ Worker* ActorStarter::WorkerLocked(MutexLock& lock, const rpc::StartActorRequest
   spawn.env_vars = &req.creation().env_vars();
   auto started = st_.pool.Start(key, spawn);
   if (!started.ok()) return Fail(hold, reply, StatusCode::kInternal, started.status().message());
-  const std::string id = (*started)->id;
+  return WaitRegistered(lock, (*started)->id, hold, reply);
+}
+
+Worker* ActorStarter::WaitRegistered(MutexLock& lock, std::string id, Hold& hold,
+                                     rpc::StartActorReply* reply) {
   auto deadline = Clock::now() + std::chrono::seconds(60);
   while (true) {
     Worker* w = st_.pool.Find(id);  // the worker may exit (and leave the pool) while we wait

@@ -1,7 +1,8 @@
 // ActorStarter: starts an actor on this node (Node.StartActor, called by the head): reserves
 // its resources from the ledger or its placement-group bundle (none are held while it lives
-// when it asked for none), takes an idle worker of its key or starts one dedicated to it
-// (task leases never take that one meanwhile) and waits up to 60 s for it to register, then
+// when it asked for none), takes an idle worker of its key, else a warm one still starting
+// (WorkerPool::ClaimStarting; the node starts warm workers again later), else starts one dedicated
+// to it (task leases never take that one meanwhile) and waits up to 60 s for it to register, then
 // runs the constructor over a PushTasks stream and answers with the worker's address. A
 // constructor that fails kills the worker (its resources come back through the reaper).
 //
@@ -42,6 +43,10 @@ class ActorStarter {
   // its worker is alive and its constructor returned; false when there is no such worker (or it
   // ended), so the actor is started anew. Waits while that constructor runs.
   bool AnswerFromExistingLocked(MutexLock& lock, const std::string& actor_id, rpc::StartActorReply* reply)
+      REQUIRES(st_.mu);
+  // Waits (up to 60 s) for worker `id`, reserved for this actor, to register; null with reply's
+  // error set (its hold given back) when it exits or does not register in time.
+  Worker* WaitRegistered(MutexLock& lock, std::string id, Hold& hold, rpc::StartActorReply* reply)
       REQUIRES(st_.mu);
   // Gives `hold` back and sets reply's error; null.
   Worker* Fail(Hold& hold, rpc::StartActorReply* reply, StatusCode code, const std::string& why)

@@ -357,6 +357,19 @@ grpc::Status Node::RegisterWorker(grpc::ServerContext* ctx, const rpc::RegisterW
     MutexLock lock(st_.mu);
     if (req->is_driver()) {
       st_.pool.AddDriver(req->worker_id(), req->pid(), req->address());
+      if (req->warm_workers() > 0 && req->warm_command_size() > 0 && !req->job_id().empty()) {
+        // The same key as the driver's leases and actors without runtime_env of their own.
+        WorkerSpawn spawn;
+        spawn.job_id = req->job_id();
+        spawn.command.assign(req->warm_command().begin(), req->warm_command().end());
+        spawn.env_vars = &req->warm_env_vars();
+        st_.pool.SetWarm(WorkerPool::JobKey(req->job_id(), CommandKey(req->warm_command()) +
+                                                               EnvVarsKey(req->warm_env_vars())),
+                         spawn, req->warm_workers());
+        if (auto s = st_.pool.Refill(); !s.ok()) {
+          TORUS_LOG(WARNING) << "cannot start warm workers for job " << req->job_id() << ": " << s.message();
+        }
+      }
     } else if (!st_.pool.Registered(req->worker_id(), req->address())) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           "worker " + req->worker_id() + " was not started by this node");
@@ -450,8 +463,10 @@ void Node::HandleWorkerExit(pid_t pid, int status) {
     if (w.state == WorkerState::kStarting && !intentional) {
       TORUS_LOG(ERROR) << "worker " << w.id << " (pid " << pid << ") " << desc
                        << " before registering; see its log in " << cfg_.session_dir << "/logs";
-    } else if (!intentional) {
+    } else if (!intentional && status != 0) {
       TORUS_LOG(WARNING) << "worker " << w.id << " (pid " << pid << ") " << desc;
+    } else if (!intentional) {  // an actor that ended itself (out of scope, exit_actor)
+      TORUS_LOG(DEBUG) << "worker " << w.id << " (pid " << pid << ") " << desc;
     }
     leases_.AssertHeld();  // NodeState::mu
     if (!w.lease_id.empty()) leases_.ForgetLeaseLocked(w.lease_id);
@@ -528,6 +543,7 @@ bool Node::FillHeartbeat(rpc::HeartbeatRequest* req) {
     leases_.AssertHeld();  // NodeState::mu
     leases_.FillHeartbeatLocked(req);
     to_kill = IdleToStopLocked();
+    if (auto s = st_.pool.Refill(); !s.ok()) TORUS_LOG(WARNING) << "cannot start warm workers: " << s.message();
   }
   for (pid_t p : to_kill) kill(p, SIGTERM);
   return true;

@@ -1,5 +1,6 @@
 #include "node/worker_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -141,6 +142,61 @@ Worker* WorkerPool::FindIdle(const std::string& key) {
   return best;
 }
 
+void WorkerPool::SetWarm(const std::string& key, const WorkerSpawn& spawn, int count) {
+  count = std::min(count, kMaxWarmWorkers);
+  if (count <= 0 || IsFinished(spawn.job_id)) {
+    warm_.erase(key);
+    return;
+  }
+  Warm& w = warm_[key];
+  w.job_id = spawn.job_id;
+  w.command = spawn.command;
+  w.env_vars.clear();
+  if (spawn.env_vars) w.env_vars.insert(spawn.env_vars->begin(), spawn.env_vars->end());
+  w.count = count;
+}
+
+void WorkerPool::WarmTaken() { warm_taken_at_ = Clock::now(); }
+
+Status WorkerPool::Refill() {
+  Status first = Status::Ok();
+  if (warm_.empty() || Clock::now() - warm_taken_at_ < kWarmRefillDelay) return first;
+  for (const auto& [key, warm] : warm_) {
+    // Workers leased to tasks come back: only those actors took are replaced.
+    int have = Starting(key);
+    for (const auto& [id, w] : workers_) {
+      have += (w->state == WorkerState::kIdle || w->state == WorkerState::kLeased) &&
+              w->runtime_key == key && !w->kill_requested && w->reserved_for.empty();
+    }
+    google::protobuf::Map<std::string, std::string> env(warm.env_vars.begin(), warm.env_vars.end());
+    WorkerSpawn spawn;
+    spawn.job_id = warm.job_id;
+    spawn.command = warm.command;
+    spawn.env_vars = &env;
+    for (; have < warm.count; ++have) {
+      auto started = Start(key, spawn);
+      if (!started.ok()) {
+        if (first.ok()) first = started.status();
+        break;
+      }
+    }
+  }
+  return first;
+}
+
+Worker* WorkerPool::ClaimStarting(const std::string& key, const std::string& actor_id) {
+  if (!warm_.count(key)) return nullptr;
+  for (auto& [id, w] : workers_) {
+    if (w->state == WorkerState::kStarting && w->runtime_key == key && w->reserved_for.empty() &&
+        !w->kill_requested && w->pid > 0) {
+      w->reserved_for = actor_id;
+      if (--starting_by_key_[key] <= 0) starting_by_key_.erase(key);
+      return w.get();
+    }
+  }
+  return nullptr;
+}
+
 Worker* WorkerPool::Find(const std::string& id) {
   auto it = workers_.find(id);
   return it == workers_.end() ? nullptr : it->second.get();
@@ -153,8 +209,21 @@ int WorkerPool::Starting(const std::string& key) const {
 
 std::vector<pid_t> WorkerPool::PickIdleToStop(int keep, std::chrono::milliseconds keep_for) {
   std::vector<pid_t> out;
+  // Up to each warm key's count of its idle workers stay (warm_ has no finished job's key).
+  std::map<std::string, int> warm_left;
+  for (const auto& [key, warm] : warm_) warm_left[key] = warm.count;
+  std::set<const Worker*> warm;
   int idle = 0;
-  for (auto& [id, w] : workers_) idle += w->state == WorkerState::kIdle;
+  for (auto& [id, w] : workers_) {
+    if (w->state != WorkerState::kIdle) continue;
+    auto it = warm_left.find(w->runtime_key);
+    if (it != warm_left.end() && it->second > 0 && w->reserved_for.empty() && !w->kill_requested) {
+      --it->second;
+      warm.insert(w.get());
+    } else {
+      ++idle;
+    }
+  }
   if (!finished_.empty()) {
     for (auto& [id, w] : workers_) {
       if (w->state == WorkerState::kIdle && !w->kill_requested && finished_.count(w->job_id)) {
@@ -167,7 +236,8 @@ std::vector<pid_t> WorkerPool::PickIdleToStop(int keep, std::chrono::millisecond
   auto now = Clock::now();
   for (auto& [id, w] : workers_) {
     if (idle <= keep) break;
-    if (w->state == WorkerState::kIdle && !w->kill_requested && now - w->idle_since > keep_for) {
+    if (w->state == WorkerState::kIdle && !w->kill_requested && !warm.count(w.get()) &&
+        now - w->idle_since > keep_for) {
       w->kill_requested = true;
       out.push_back(w->pid);
       --idle;
@@ -178,6 +248,9 @@ std::vector<pid_t> WorkerPool::PickIdleToStop(int keep, std::chrono::millisecond
 
 void WorkerPool::JobFinished(const std::string& job_id) {
   if (!finished_.insert(job_id).second) return;
+  for (auto it = warm_.begin(); it != warm_.end();) {
+    it = it->second.job_id == job_id ? warm_.erase(it) : std::next(it);
+  }
   finished_order_.push_back(job_id);
   if (finished_order_.size() > 1024) {
     finished_.erase(finished_order_.front());

@@ -5,6 +5,11 @@
 // recently used first), picks long idle ones and those of finished jobs to stop, and remembers
 // how the last 10,000 ended (GetWorkerExit).
 //
+// Warm workers: for a Python driver the pool keeps a few idle workers of the driver's job key
+// ready (SetWarm at the driver's registration; Refill after an actor takes one), so that the
+// driver's first actors and tasks find an interpreter already started and imported. They are
+// never stopped for being idle, and go with the job (JobFinished).
+//
 // It decides nothing about resources (the Ledger's) or leases (the Node's): a Worker's `hold`
 // and lease fields are written by the node.
 //
@@ -108,6 +113,9 @@ class WorkerPool {
   static std::string JobKey(const std::string& job_id, const std::string& runtime_key) {
     return job_id + "|" + runtime_key;
   }
+  // At most this many warm workers per job key (RegisterWorkerRequest.warm_workers).
+  static constexpr int kMaxWarmWorkers = 16;
+
   // Worker key for work holding `chips`: workers are started with their chips' env.
   static std::string ChipKey(const std::string& key, const std::vector<int>& chips);
 
@@ -118,6 +126,23 @@ class WorkerPool {
   void AddDriver(const std::string& id, pid_t pid, const std::string& address);
   // The most recently idle worker of `key` that is free for leases, or null.
   Worker* FindIdle(const std::string& key);
+  // Keep `count` (capped at kMaxWarmWorkers; 0 = none) idle workers of `key` ready, started as
+  // `spawn` (its job, command and env_vars; no chips, bundle or reservation) until that job
+  // finishes. Call Refill to start them.
+  void SetWarm(const std::string& key, const WorkerSpawn& spawn, int count);
+  // Starts workers of the warm keys that have fewer than their count idle, leased to tasks or
+  // starting; returns the first failure (the others are still tried). Does nothing until
+  // kWarmRefillDelay after the last WarmTaken: a burst of actors (a Serve application's
+  // controller, proxy and replicas) takes the warm workers without new interpreters starting
+  // beside it on the same cores.
+  Status Refill();
+  // An actor took a worker (perhaps a warm one): Refill waits kWarmRefillDelay from now.
+  void WarmTaken();
+  static constexpr std::chrono::milliseconds kWarmRefillDelay{500};
+  // A warm key's worker still starting, now reserved for `actor_id` (task leases never take it;
+  // it idles for that actor once registered), or null. Only warm keys' workers are claimed; a
+  // lease that counted on the one taken starts another when the next worker registers.
+  Worker* ClaimStarting(const std::string& key, const std::string& actor_id);
   Worker* Find(const std::string& id);
   // Workers of `key` being started for leases.
   int Starting(const std::string& key) const;
@@ -150,6 +175,14 @@ class WorkerPool {
   std::unordered_map<std::string, std::unique_ptr<Worker>> workers_;  // by worker id
   std::unordered_map<pid_t, std::string> by_pid_;
   std::map<std::string, int> starting_by_key_;
+  struct Warm {
+    std::string job_id;
+    std::vector<std::string> command;
+    std::map<std::string, std::string> env_vars;
+    int count = 0;
+  };
+  std::map<std::string, Warm> warm_;  // by worker key (SetWarm)
+  std::chrono::steady_clock::time_point warm_taken_at_;  // WarmTaken
   std::set<std::string> finished_;        // jobs that ended (JobFinished)
   std::deque<std::string> finished_order_;  // the same, oldest first (bounds finished_)
   std::map<std::string, std::string> exits_;  // worker id -> how it ended
