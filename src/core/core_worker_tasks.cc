@@ -349,7 +349,11 @@ void CoreWorker::PumpQueue(SchedulingQueue& q, Outbox* outbox) {
       c->Flush(/*direct=*/false);
     }
   }
-  if (!q.tasks.empty() && q.lease_requests < kMaxLeaseRequestsInFlight) RequestLease(q);
+  // Never more requests out than tasks waiting: a request beyond them could only win a task from
+  // one already out (a SPREAD task spilled to another node would lose it to a warm local worker).
+  if (q.lease_requests < std::min<int64_t>(kMaxLeaseRequestsInFlight, static_cast<int64_t>(q.tasks.size()))) {
+    RequestLease(q);
+  }
 }
 
 void CoreWorker::RequestLease(SchedulingQueue& q) {

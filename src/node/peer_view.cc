@@ -15,6 +15,20 @@ void PeerView::Put(const rpc::NodeRecord& rec) {
   NodeEntry fresh;
   SetFromRecord(names_, rec, &fresh);
   fresh.alive = true;
+  if (auto c = charges_.find(rec.node_id()); c != charges_.end()) {
+    // Leases sent there lately may not be in this view of it yet: still charged.
+    auto now = std::chrono::steady_clock::now();
+    auto& held = c->second;
+    held.erase(std::remove_if(held.begin(), held.end(), [&](const HeldCharge& h) { return h.until <= now; }),
+               held.end());
+    if (held.empty()) {
+      charges_.erase(c);
+    } else {
+      ResourceMap avail = ToResourceMap(names_, fresh.Available());
+      for (const auto& h : held) Subtract(avail, h.res);
+      SetAvailable(names_, avail, &fresh);
+    }
+  }
   auto [it, added] = nodes_.try_emplace(rec.node_id());
   // Out first when its labels or totals change (the index reads the entry to take it out);
   // totals are interned, so the same pointer means the same totals.
@@ -26,6 +40,7 @@ void PeerView::Put(const rpc::NodeRecord& rec) {
 }
 
 void PeerView::Drop(const std::string& id) {
+  charges_.erase(id);
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return;
   index_.Remove(it->second);
@@ -102,6 +117,7 @@ void PeerView::Charge(const std::string& node_id, const ResourceMap& res) {
   Subtract(avail, res);
   SetAvailable(names_, avail, &it->second);
   index_.Upsert(it->first, it->second);
+  charges_[node_id].push_back({res, std::chrono::steady_clock::now() + kChargeHold});
 }
 
 }  // namespace torus

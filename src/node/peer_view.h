@@ -10,9 +10,11 @@
 // Thread-compatible: the lease scheduler guards it with its mutex.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/labels.h"
 #include "common/node_table.h"
@@ -46,16 +48,25 @@ class PeerView {
                                     const ResourceMap& local) const;
   // Whether another node's totals could ever hold the request.
   bool AnyCouldFit(const ResourceMap& res, const LabelSelectorTerms& selector) const;
-  // Takes `res` off the node's available resources until the head's next view of it (so that a
-  // burst of spillbacks spreads out).
+  // Takes `res` off the node's available resources for kChargeHold, also across the head's
+  // views of it meanwhile (a view in flight describes the node before the lease sent there was
+  // granted), so that a burst of spillbacks spreads out.
   void Charge(const std::string& node_id, const ResourceMap& res);
+  // Longer than a node's heartbeat (100 ms) plus the head's view reaching this node (one more).
+  static constexpr std::chrono::milliseconds kChargeHold{500};
   size_t size() const { return index_.size(); }
 
  private:
   void Put(const rpc::NodeRecord& rec);  // indexes it (alive), or drops it
   void Drop(const std::string& id);
 
+  struct HeldCharge {
+    ResourceMap res;
+    std::chrono::steady_clock::time_point until;
+  };
+
   const std::string self_;
+  std::map<std::string, std::vector<HeldCharge>> charges_;  // by node id (Charge)
   NamePool names_;
   size_t totals_live_ = 0;  // names_'s totals after the last SweepTotals
   std::map<std::string, NodeEntry> nodes_;  // keys and entries stay put while indexed

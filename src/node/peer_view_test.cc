@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace torus {
 namespace {
 
@@ -83,6 +85,30 @@ TEST(PeerViewTest, DeltasReplaceDropAndRelabelNodesAndASnapshotForgetsTheRest) {
   v.ApplySnapshot(only_c);
   EXPECT_EQ(v.size(), 1u);
   EXPECT_EQ(Pick(v, 1), "c@c:7000");
+}
+
+TEST(PeerViewTest, AChargeOutlivesAViewOfTheNodeFromBeforeTheLeaseWasGranted) {
+  PeerView v("self");
+  rpc::HeartbeatReply delta;
+  *delta.add_nodes() = Record("a", 4, 4);
+  *delta.add_nodes() = Record("b", 4, 4);
+  v.ApplyDelta(delta);
+  auto roomier = [&](double local_free) {
+    auto t = v.PickRoomier({{"CPU", 1}}, {}, {{"CPU", local_free}});
+    return t ? t->node_id : "";
+  };
+  EXPECT_EQ(roomier(3), "a");
+  v.Charge("a", {{"CPU", 1}});
+  v.ApplyDelta(delta);  // a's state as the head had it before the spilled lease got there
+  EXPECT_EQ(roomier(3), "b");  // a: 3 free, charged still; b: 4
+  v.Charge("b", {{"CPU", 1}});
+  EXPECT_EQ(roomier(3), "");
+  std::this_thread::sleep_for(PeerView::kChargeHold + std::chrono::milliseconds(20));
+  rpc::HeartbeatReply later;  // the head's views after both grants
+  *later.add_nodes() = Record("a", 4, 3);
+  *later.add_nodes() = Record("b", 4, 3);
+  v.ApplyDelta(later);
+  EXPECT_NE(roomier(2), "");  // the charges expired: each grant counted once, not twice
 }
 
 }  // namespace
