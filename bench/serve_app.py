@@ -1,11 +1,12 @@
 """One round of the Serve benchmark, as a plain Ray program (bench/serve_bench.py runs it on Ray
 with Ray's interpreter and on Torus with `python -m torus.ray`). Prints one JSON line of figures.
 
-Phases: `serve.run` (Serve not started before) to the first HTTP answer; HTTP no-op load with
+Phases: `ray.init`; `serve.run` (Serve not started before) to the first HTTP answer, from
+`serve.run` and from `ray.init`; HTTP no-op load with
 wrk at 1 and 2 replicas (requests/s, p50, p99); handle calls from the driver (sequential and
 100 in flight); the time from SIGKILL of the only replica to the first answer from its
 replacement; and the time from the start of a load that needs a second replica to that replica
-running (autoscaling).
+running (autoscaling); last, `serve.run` to the first answer again, 2 s after `serve.shutdown`.
 """
 import json
 import os
@@ -54,6 +55,15 @@ def http_get(url, timeout=5.0):
         return r.status, r.read()
 
 
+def first_answer():
+    while True:
+        try:
+            if http_get(URL)[0] == 200:
+                return
+        except OSError:
+            time.sleep(0.001)
+
+
 def wrk(url):
     out = subprocess.run(["wrk", "-t1", f"-c{CONNS}", f"-d{SECONDS:.0f}s", "--latency", url],
                          capture_output=True, text=True, check=True).stdout
@@ -71,16 +81,14 @@ def wrk(url):
 
 def main():
     res = {}
+    t_init = time.perf_counter()
     ray.init()
     t0 = time.perf_counter()
+    res["init_s"] = t0 - t_init
     serve.run(Noop.bind(), name="noop", route_prefix="/")
-    while True:
-        try:
-            if http_get(URL)[0] == 200:
-                break
-        except OSError:
-            time.sleep(0.001)
+    first_answer()
     res["run_to_first_answer_s"] = time.perf_counter() - t0
+    res["init_and_run_to_first_answer_s"] = time.perf_counter() - t_init
     http_get(URL)
     res["http_1"] = wrk(URL)
     serve.run(Noop.options(num_replicas=2).bind(), name="noop", route_prefix="/")
@@ -141,6 +149,13 @@ def main():
     stop.set()
     for th in threads:
         th.join()
+    # Serve started again in the same program, on a cluster that has settled.
+    serve.shutdown()
+    time.sleep(2)
+    t = time.perf_counter()
+    serve.run(Noop.bind(), name="noop", route_prefix="/")
+    first_answer()
+    res["rerun_to_first_answer_s"] = time.perf_counter() - t
     serve.shutdown()
     ray.shutdown()
     print("RESULT " + json.dumps(res), flush=True)

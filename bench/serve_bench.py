@@ -29,7 +29,11 @@ ROWS = [  # (label, key path, higher is better)
     ("HTTP no-op, 2 replicas: p99 ms", ("http_2", "p99_ms"), False),
     ("handle calls/s, one at a time", ("handle_seq_per_s",), True),
     ("handle calls/s, 100 in flight", ("handle_100_inflight_per_s",), True),
-    ("serve.run to first answer, s", ("run_to_first_answer_s",), False),
+    ("ray.init, s", ("init_s",), False),
+    ("serve.run to first answer (right after ray.init), s", ("run_to_first_answer_s",), False),
+    ("ray.init + serve.run to first answer, s", ("init_and_run_to_first_answer_s",), False),
+    ("serve.run to first answer (2 s after serve.shutdown), s", ("rerun_to_first_answer_s",),
+     False),
     ("SIGKILLed replica to first answer of its replacement, s", ("replace_killed_s",), False),
     ("autoscaling: load start to 2nd replica running, s", ("autoscale_up_s",), False),
 ]

@@ -96,6 +96,7 @@ class ProxiesMixin:
         try:
             p["port"] = await asyncio.wait_for(_await_ref(p["actor"].ready.remote()), 60)
             p["state"] = "HEALTHY"
+            self._kick()  # applications waiting for a listening proxy are RUNNING now
         except Exception as e:
             logger.error("serve: the HTTP proxy on node %s failed to start: %s", node_id,
                          _error_text(e))
