@@ -103,7 +103,8 @@ class RuntimeContext:
 
     def get_runtime_env_string(self) -> str:
         import json
-        return json.dumps({"env_vars": dict(worker._job_env)}) if worker._job_env else "{}"
+        from torus._private.runtime_env import describe
+        return json.dumps(describe(worker._job_env)) if worker._job_env else "{}"
 
     @property
     def runtime_env(self):

@@ -113,3 +113,58 @@ def test_bad_config_files_are_refused_with_their_reason(cluster, tmp_path):
         p.stderr, p.stderr
     p = serve_cmd(cluster, "deploy", str(tmp_path / "missing.yaml"), check=False)
     assert p.returncode != 0 and "no such config file" in p.stderr, p.stderr
+
+
+WD_APP = '''
+import os
+from ray import serve
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class Reader:
+    def __call__(self, request):
+        # Relative to the replica's working directory: the application's working_dir.
+        with open("message.txt") as f:
+            return f.read().strip() + " from " + os.path.basename(os.getcwd())
+
+app = Reader.bind()
+'''
+
+
+def test_an_applications_working_dir_holds_its_code_and_files(cluster, tmp_path):
+    """runtime_env working_dir in a config file, as Ray's docs write it: a path relative to the
+    config file. Its module is on no one's import path; the replicas import it from the
+    working_dir and run in it. `serve deploy` (REST) and `serve run` both take it."""
+    proj = tmp_path / "project"
+    (proj / "code").mkdir(parents=True)
+    (proj / "code" / "wd_app.py").write_text(textwrap.dedent(WD_APP))
+    (proj / "code" / "message.txt").write_text("shipped")
+    for how in ("deploy", "run"):
+        port = free_port()
+        cfg = {"http_options": {"host": "127.0.0.1", "port": port},
+               "applications": [{"name": "wd", "route_prefix": "/", "import_path": "wd_app:app",
+                                 "runtime_env": {"working_dir": "./code"}}]}
+        path = proj / "serve.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        if how == "deploy":
+            serve_cmd(cluster, "deploy", str(path))
+            deadline = time.time() + 90
+            while time.time() < deadline:
+                st = yaml.safe_load(serve_cmd(cluster, "status").stdout)
+                if st["applications"].get("wd", {}).get("status") in ("RUNNING",
+                                                                      "DEPLOY_FAILED"):
+                    break
+                time.sleep(0.5)
+            assert st["applications"]["wd"]["status"] == "RUNNING", st
+        else:
+            p = serve_cmd(cluster, "run", "--non-blocking", str(path), cwd=str(tmp_path))
+            assert "Deployed" in p.stdout, p.stdout + p.stderr
+        text = get(port)
+        assert text.startswith("shipped from "), text
+        serve_cmd(cluster, "shutdown", "-y")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                get(port)
+            except OSError:
+                break
+            time.sleep(0.3)

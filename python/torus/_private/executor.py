@@ -14,6 +14,7 @@ import threading
 import traceback
 from typing import Any, Dict, List, Tuple
 
+from torus._private import runtime_env as _runtime_env
 from torus._private import serialization
 
 KIND_FUNCTION, KIND_CREATE, KIND_METHOD = 0, 1, 2
@@ -224,6 +225,8 @@ def _execute(kind: int, name: str, actor_id, args, max_concurrency: int):
     actor = None
     prev_actor = getattr(_tls, "actor_id", None)
     try:
+        if not _runtime_env._applied:  # working_dir, py_modules: before any user code loads
+            _runtime_env.ensure_applied()
         if kind == KIND_FUNCTION:
             fn = _load(name)
             fname = _LazyName(fn, name)

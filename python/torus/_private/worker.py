@@ -186,7 +186,9 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
                 runtime_env = job_config.runtime_env
             if namespace is None and job_config.ray_namespace:
                 namespace = job_config.ray_namespace
-        env_vars = _runtime_env_vars(runtime_env, "torus.init")
+        from torus._private import runtime_env as _renv
+        resolved = _renv.resolve(runtime_env, "torus.init")
+        env_vars = resolved.env
         cmd = worker_command()
         # Python workers are started with `cmd` and submit nested work with the command their
         # node started them with (TORUS_PYTHON_WORKER_COMMAND, set by the node): the same.
@@ -201,6 +203,12 @@ def init(address: Optional[str] = None, *, num_cpus=None, num_gpus=None, resourc
                 raise ConnectionError(f"Could not connect to the Torus cluster at "
                                       f"'{address}': {e}") from None
             raise mapped from None
+        if resolved.packages:  # before any work that needs them can be submitted
+            try:
+                resolved.upload()
+            except Exception:
+                core().shutdown()
+                raise
         _namespace = namespace
         _job_env = env_vars
         exported.clear()
@@ -242,26 +250,14 @@ def release_ref(object_id, gen: int) -> None:
         _core_mod.remove_ref(object_id)
 
 
-def _runtime_env_vars(runtime_env, where: str) -> Dict[str, str]:
-    if not runtime_env:
-        return {}
-    if hasattr(runtime_env, "to_dict"):
-        runtime_env = runtime_env.to_dict()
-    unsupported = [k for k in runtime_env if k not in ("env_vars", "config")]
-    if unsupported:
-        raise NotImplementedError(
-            f"{where}: runtime_env field(s) {sorted(unsupported)} are not implemented by Torus "
-            "(only env_vars is)")
-    env = runtime_env.get("env_vars") or {}
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                            for k, v in env.items()):
-        raise TypeError("runtime_env['env_vars'] must be a dict of str to str")
-    return dict(env)
-
-
 def runtime_env_json(runtime_env, where: str) -> str:
-    env = _runtime_env_vars(runtime_env, where)
-    return json.dumps({"env_vars": env}) if env else ""
+    """A task's or actor's runtime_env as the core carries it (its variables, package URIs
+    included: _private/runtime_env.py), its packages uploaded."""
+    from torus._private import runtime_env as _renv
+    r = _renv.resolve(runtime_env, where)
+    if r.packages:
+        r.upload()
+    return json.dumps({"env_vars": r.env}) if r.env else ""
 
 
 # ------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import os
 import time
 from typing import Dict, Optional, Union
 
+from torus.serve._private.app_builder import packed_runtime_env
 from torus.serve._private.payload import dumps as _payload_dumps
 
 import torus
@@ -154,6 +155,7 @@ def deploy_app(target: Application, name: str, route_prefix: Optional[str],
             if ov.get("autoscaling_config") is not None and "num_replicas" not in ov:
                 opts.pop("num_replicas", None)
             opts.update(ov)
+        packed_runtime_env(opts, d.name)
         payload = _payload(d)
         if not opts.get("version"):
             opts["version"] = _code_version(d, payload, opts)

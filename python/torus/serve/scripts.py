@@ -86,8 +86,53 @@ def _load_config(path: str) -> Dict[str, Any]:
     return cfg
 
 
+def _absolute_paths(cfg: Dict[str, Any], base: str) -> Dict[str, Any]:
+    """The config with its applications' local working_dir / py_modules paths made absolute,
+    relative to the config file's directory (the controller packs them where it runs)."""
+    def fix(p):
+        if not isinstance(p, str) or "://" in p or os.path.isabs(os.path.expanduser(p)):
+            return p
+        return os.path.normpath(os.path.join(base, p))
+    for app in cfg.get("applications") or []:
+        env = app.get("runtime_env")
+        if isinstance(env, dict):
+            if "working_dir" in env:
+                env["working_dir"] = fix(env["working_dir"])
+            if isinstance(env.get("py_modules"), list):
+                env["py_modules"] = [fix(m) for m in env["py_modules"]]
+    return cfg
+
+
+def _local_working_dir(env) -> Optional[str]:
+    wd = (env or {}).get("working_dir")
+    return wd if isinstance(wd, str) and "://" not in wd and os.path.isdir(wd) else None
+
+
+def _flag_runtime_env(a) -> Dict[str, Any]:
+    """`serve run`'s --runtime-env (a YAML file), --runtime-env-json and --working-dir."""
+    import yaml
+    env: Dict[str, Any] = {}
+    if a.runtime_env:
+        try:
+            with open(a.runtime_env) as f:
+                env = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError) as e:
+            sys.exit(f"serve: cannot read --runtime-env {a.runtime_env}: {e}")
+    if a.runtime_env_json:
+        try:
+            env = json.loads(a.runtime_env_json)
+        except ValueError as e:
+            sys.exit(f"serve: --runtime-env-json is not valid JSON: {e}")
+    if not isinstance(env, dict):
+        sys.exit("serve: the runtime_env must be a mapping")
+    if a.working_dir:
+        env["working_dir"] = a.working_dir
+    return env
+
+
 def cmd_deploy(a) -> int:
-    cfg = _load_config(a.config_file)
+    cfg = _absolute_paths(_load_config(a.config_file),
+                          os.path.dirname(os.path.abspath(a.config_file)))
     status, body = _rest("PUT", a.address, json.dumps(cfg).encode())
     if status != 200:
         sys.exit(f"serve: deploy failed ({status}): {body.decode(errors='replace')}")
@@ -188,10 +233,13 @@ def cmd_run(a) -> int:
     sys.path.insert(0, a.app_dir)
     if a.address:
         os.environ["RAY_ADDRESS"] = a.address
-    torus.init(address=a.address or None)
     target = a.config_or_import_path
+    env = _flag_runtime_env(a)
+    if _local_working_dir(env) and a.app_dir == ".":
+        sys.path.insert(0, os.path.abspath(env["working_dir"]))  # the app is imported here too
+    torus.init(address=a.address or None, runtime_env=env or None)
     if target.endswith((".yaml", ".yml")):
-        cfg = _load_config(target)
+        cfg = _absolute_paths(_load_config(target), os.path.dirname(os.path.abspath(target)))
         http = cfg.get("http_options") or {}
         if a.host or a.port:
             http = {**http, **({"host": a.host} if a.host else {}),
@@ -204,8 +252,15 @@ def cmd_run(a) -> int:
         from torus.serve.api import _controller_or_raise, _wait_running
         from torus.serve.schema import ServeDeploySchema
         c = _controller_or_raise()
+        from torus._private import runtime_env as _renv
         for app in ServeDeploySchema(**cfg).applications:
             app_cfg = app.model_dump(exclude_none=True)
+            wd = _local_working_dir(app_cfg.get("runtime_env"))
+            if wd and wd not in sys.path:
+                sys.path.insert(0, wd)  # its import_path is imported here
+            if app_cfg.get("runtime_env"):
+                app_cfg["runtime_env"] = _renv.with_uris(app_cfg["runtime_env"],
+                                                         f"application '{app.name}'")
             ingress, items = build_from_config(app_cfg)
             torus.get(c.deploy_application.remote(app.name, app.route_prefix, ingress, items,
                                                   app_cfg))
@@ -243,6 +298,9 @@ def main(argv=None) -> int:
     r.add_argument("--name", default="default")
     r.add_argument("--route-prefix", default="/")
     r.add_argument("--app-dir", "-d", default=".")
+    r.add_argument("--runtime-env", default=None, help="a YAML file holding a runtime_env")
+    r.add_argument("--runtime-env-json", default=None)
+    r.add_argument("--working-dir", default=None)
     r.add_argument("--blocking", dest="blocking", action="store_true", default=True)
     r.add_argument("--non-blocking", dest="blocking", action="store_false")
     r.set_defaults(fn=cmd_run)

@@ -68,6 +68,16 @@ _OVERRIDE_KEYS = ("num_replicas", "max_ongoing_requests", "max_queued_requests",
                   "placement_group_strategy", "max_replicas_per_node", "version")
 
 
+def packed_runtime_env(opts: Dict[str, Any], deployment: str) -> None:
+    """Packs a deployment's local working_dir / py_modules once, here, into URIs (its code
+    version then changes with their content), rather than on every replica start."""
+    rao = opts.get("ray_actor_options")
+    if isinstance(rao, dict) and rao.get("runtime_env"):
+        from torus._private import runtime_env as _renv
+        opts["ray_actor_options"] = dict(rao, runtime_env=_renv.with_uris(
+            rao["runtime_env"], f"deployment '{deployment}'"))
+
+
 def build_from_config(app_cfg: Dict[str, Any]) -> Tuple[str, List[Tuple[str, bytes, dict]]]:
     """(ingress name, [(deployment name, payload, options)]) of one config-file application."""
     from torus.serve.deployment import build_app
@@ -84,14 +94,22 @@ def build_from_config(app_cfg: Dict[str, Any]) -> Tuple[str, List[Tuple[str, byt
     base = json.dumps({k: app_cfg.get(k) for k in ("import_path", "runtime_env", "args")},
                       sort_keys=True, default=str)
     out = []
+    app_env = app_cfg.get("runtime_env") or {}
     for d in deployments:
         opts = dict(d.options)
         ov = overrides.get(d.name, {})
+        if app_env:
+            # The application's runtime_env is each deployment's default, field by field.
+            from torus._private import runtime_env as _renv
+            rao = dict(ov.get("ray_actor_options") or opts.get("ray_actor_options") or {})
+            rao["runtime_env"] = _renv.merge(app_env, rao.get("runtime_env"))
+            ov = dict(ov, ray_actor_options=rao)
         if ov.get("num_replicas") is not None and "autoscaling_config" not in ov:
             opts.pop("autoscaling_config", None)
         if ov.get("autoscaling_config") is not None and "num_replicas" not in ov:
             opts.pop("num_replicas", None)
         opts.update(ov)
+        packed_runtime_env(opts, d.name)
         if not opts.get("version"):
             # Same config, same code version: a redeploy of an unchanged config keeps the
             # replicas; a changed user_config reconfigures them in place (as Ray does).

@@ -173,6 +173,7 @@ class ReportsMixin:
         with the application's runtime_env); returns build errors by application name, which
         also become the applications' DEPLOY_FAILED status."""
         from torus.serve.schema import ServeDeploySchema
+        from torus._private import runtime_env as _renv
         if cfg.get("_shutdown"):
             await self.shutdown()
             try:
@@ -192,10 +193,13 @@ class ReportsMixin:
             app_cfg = a.model_dump(exclude_none=True)  # Ray leaves unset fields out
             from torus.serve._private.app_builder import build_from_config
             opts = {"num_cpus": 0}
-            env = {k: v for k, v in (a.runtime_env or {}).items() if k == "env_vars"}
-            if env:
-                opts["runtime_env"] = env
             try:
+                # Local working_dir / py_modules are packed here, once: the build task and every
+                # replica get their URIs (a path must exist on the controller's machine).
+                env = _renv.with_uris(a.runtime_env, f"application '{a.name}'")
+                if env:
+                    opts["runtime_env"] = env
+                    app_cfg["runtime_env"] = env
                 ingress, items = await _await_ref(
                     torus.remote(build_from_config).options(**opts).remote(app_cfg))
                 await self.deploy_application(a.name, a.route_prefix, ingress, items, app_cfg)

@@ -1,0 +1,337 @@
+"""runtime_env on Torus: `env_vars`, and the code fields `working_dir`, `py_modules` and
+`excludes`, with Ray's meaning.
+
+Driver side (`resolve`): a local directory (or `.zip` file) becomes a package: a zip made the same
+way every time from the same files (sorted, fixed timestamps), named by its SHA-1, stored once in
+the head's KV store (namespace "pkg") and named by the URI `kv://_torus_pkg_<sha1>.zip`. `kv://`
+and `https://` URIs are taken as given. A directory leaves out `.git`, the `excludes` patterns
+and the patterns of its top-level `.gitignore` and `.rayignore` (fnmatch patterns on the path
+relative to the directory and on each of its parts; a trailing `/` matches directories).
+An uploaded package is limited to 64 MiB (the head's KV store's largest value; Ray allows 512
+MiB), one fetched from https:// to 512 MiB. The URIs travel as environment variables of the
+work (TORUS_WORKING_DIR, TORUS_PY_MODULES), so they are part of the worker pool's key (a worker
+only ever runs work of one working_dir and one set of py_modules) and a task's own fields
+override the job's field by field, as in Ray.
+
+Worker side (`ensure_applied`, before the first task of the process runs): each package is
+fetched and unpacked once per node into <session_dir>/runtime_resources/<sha1> (unpacked beside
+it, then renamed into place, so concurrent workers never see half a tree); the worker changes
+into its working_dir and puts it, then each py_module's root, first on sys.path. A package that
+cannot be had fails the task with RuntimeEnvSetupError naming it.
+
+`pip`, `uv`, `conda`, `container` and `image_uri` are refused with NotImplementedError.
+
+Threading: `resolve` runs on the caller's thread; `ensure_applied` takes a lock (an actor's
+first calls may run on several threads).
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+MAX_PACKAGE_BYTES = 64 * 1024 * 1024  # KvStore::kMaxValueBytes
+MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024
+KV_NAMESPACE = "pkg"
+URI_PREFIX = "kv://_torus_pkg_"
+WORKING_DIR_VAR = "TORUS_WORKING_DIR"
+PY_MODULES_VAR = "TORUS_PY_MODULES"
+SUPPORTED = ("env_vars", "config", "working_dir", "py_modules", "excludes")
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+class Resolved:
+    """What `resolve` made of a runtime_env: the variables of the work and the packages the
+    head does not have yet (uploaded by `upload`, once connected)."""
+
+    def __init__(self, env: Dict[str, str], packages: Dict[str, bytes]):
+        self.env = env
+        self.packages = packages
+
+    def upload(self) -> None:
+        from torus._private import worker
+        for key, data in self.packages.items():
+            # Content-addressed: a package already there is the same package.
+            worker.core().kv_put(KV_NAMESPACE, key, data, False)
+
+
+def resolve(runtime_env, where: str) -> Resolved:
+    """The env vars (user variables plus package URIs) of `runtime_env`; raises ValueError,
+    TypeError or NotImplementedError naming what is wrong."""
+    if not runtime_env:
+        return Resolved({}, {})
+    if hasattr(runtime_env, "to_dict"):
+        runtime_env = runtime_env.to_dict()
+    if not isinstance(runtime_env, dict):
+        raise TypeError(f"{where}: runtime_env must be a dict, got {type(runtime_env).__name__}")
+    unsupported = sorted(k for k, v in runtime_env.items() if k not in SUPPORTED and v)
+    if unsupported:
+        raise NotImplementedError(
+            f"{where}: runtime_env field(s) {unsupported} are not implemented by Torus (it "
+            f"supports {', '.join(SUPPORTED[:1] + SUPPORTED[2:])}); install the packages into "
+            "the cluster's image instead")
+    env = runtime_env.get("env_vars") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in env.items()):
+        raise TypeError("runtime_env['env_vars'] must be a dict of str to str")
+    env = dict(env)
+    excludes = runtime_env.get("excludes") or []
+    if not isinstance(excludes, (list, tuple)) or not all(isinstance(e, str) for e in excludes):
+        raise TypeError("runtime_env['excludes'] must be a list of str")
+    packages: Dict[str, bytes] = {}
+    wd = runtime_env.get("working_dir")
+    if wd is not None:
+        if not isinstance(wd, (str, os.PathLike)):
+            raise TypeError("runtime_env['working_dir'] must be a str (a local directory, a "
+                            f".zip file or a URI), got {type(wd).__name__}")
+        env[WORKING_DIR_VAR] = _package_uri(os.fspath(wd), list(excludes), packages,
+                                            "working_dir", top_level=False)
+    mods = runtime_env.get("py_modules")
+    if mods is not None:
+        if not isinstance(mods, (list, tuple)):
+            raise TypeError("runtime_env['py_modules'] must be a list of local directories, "
+                            ".zip files, URIs or imported modules")
+        uris = []
+        for m in mods:
+            if hasattr(m, "__file__") and hasattr(m, "__name__"):  # an imported module
+                m = os.path.dirname(m.__file__) if m.__file__.endswith("__init__.py") \
+                    else m.__file__
+            if not isinstance(m, (str, os.PathLike)):
+                raise TypeError(f"runtime_env['py_modules'] entries must be str or modules, "
+                                f"got {type(m).__name__}")
+            uris.append(_package_uri(os.fspath(m), list(excludes), packages, "py_modules",
+                                     top_level=True))
+        env[PY_MODULES_VAR] = json.dumps(uris)
+    return Resolved(env, packages)
+
+
+def _package_uri(path: str, excludes: List[str], packages: Dict[str, bytes], field: str,
+                 top_level: bool) -> str:
+    if "://" in path:
+        scheme = path.split("://", 1)[0]
+        if path.startswith(URI_PREFIX) or scheme in ("https", "http"):
+            if not path.endswith(".zip"):
+                raise ValueError(f"runtime_env['{field}']: {path}: a URI must name a .zip file")
+            return path
+        raise NotImplementedError(f"runtime_env['{field}']: {path}: Torus fetches packages from "
+                                  f"kv:// and https:// URIs, not {scheme}://")
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"runtime_env['{field}']: {path} does not exist")
+    if p.is_file() and p.suffix == ".zip":
+        data = p.read_bytes()
+    elif p.is_dir():
+        data = _zip_dir(p, excludes, top_level)
+    elif p.is_file() and p.suffix == ".py" and top_level:  # a single module
+        data = _zip_files([(p, p.name)])
+    else:
+        raise ValueError(f"runtime_env['{field}']: {path} is neither a directory nor a .zip "
+                         "file")
+    if len(data) > MAX_PACKAGE_BYTES:
+        raise ValueError(f"runtime_env['{field}']: the package of {path} is "
+                         f"{len(data) / 2**20:.1f} MiB, over the limit of "
+                         f"{MAX_PACKAGE_BYTES // 2**20} MiB; leave large files out with "
+                         "'excludes', .gitignore or .rayignore")
+    digest = hashlib.sha1(data).hexdigest()
+    packages[f"{digest}.zip"] = data
+    return f"{URI_PREFIX}{digest}.zip"
+
+
+def _ignore_patterns(root: Path, excludes: List[str]) -> List[str]:
+    pats = [".git/"] + list(excludes)
+    for name in (".gitignore", ".rayignore"):
+        f = root / name
+        if f.is_file():
+            for line in f.read_text(errors="replace").splitlines():
+                line = line.strip()
+                if line and not line.startswith("#") and not line.startswith("!"):
+                    pats.append(line)
+    return pats
+
+
+def _excluded(rel: str, is_dir: bool, pats: List[str]) -> bool:
+    parts = rel.split("/")
+    for pat in pats:
+        dir_only = pat.endswith("/")
+        pat = pat.strip("/")
+        if not pat or (dir_only and not is_dir):
+            continue
+        if fnmatch.fnmatchcase(rel, pat) or fnmatch.fnmatchcase(parts[-1], pat):
+            return True
+    return False
+
+
+def _zip_dir(root: Path, excludes: List[str], top_level: bool) -> bytes:
+    pats = _ignore_patterns(root, excludes)
+    files: List[Tuple[Path, str]] = []
+    prefix = root.name + "/" if top_level else ""
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        rel_dir = d.relative_to(root).as_posix()
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        dirnames[:] = sorted(n for n in dirnames
+                             if not _excluded(rel_dir + n, True, pats) and n != "__pycache__")
+        for n in sorted(filenames):
+            if not _excluded(rel_dir + n, False, pats):
+                files.append((d / n, prefix + rel_dir + n))
+    return _zip_files(files)
+
+
+def _zip_files(files: List[Tuple[Path, str]]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+        for path, arc in files:
+            info = zipfile.ZipInfo(arc, date_time=_ZIP_TIME)
+            info.external_attr = (os.stat(path).st_mode & 0o777) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with open(path, "rb") as f:
+                z.writestr(info, f.read())
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------ worker side
+
+_lock = threading.Lock()
+_applied = False
+
+
+def ensure_applied() -> None:
+    """Fetches, unpacks and applies this worker's packages once (no-op without any)."""
+    global _applied
+    if _applied:
+        return
+    with _lock:
+        if _applied:
+            return
+        wd = os.environ.get(WORKING_DIR_VAR)
+        mods = os.environ.get(PY_MODULES_VAR)
+        if wd or mods:
+            _apply(wd, json.loads(mods) if mods else [])
+        _applied = True
+
+
+def _apply(working_dir: Optional[str], py_modules: List[str]) -> None:
+    from torus.exceptions import RuntimeEnvSetupError
+    try:
+        roots = [_local_dir(uri) for uri in py_modules]
+        wd = _local_dir(working_dir) if working_dir else None
+    except Exception as e:
+        raise RuntimeEnvSetupError(f"Failed to set up the runtime_env: {e}") from None
+    for r in reversed(roots):
+        sys.path.insert(0, r)
+    if wd:
+        os.chdir(wd)
+        sys.path.insert(0, wd)
+
+
+def _resources_dir() -> Path:
+    from torus._private import worker
+    session = ""
+    try:
+        session = worker.core().context().get("session_dir", "")
+    except Exception:
+        pass
+    session = session or os.environ.get("TORUS_SESSION_DIR") or tempfile.gettempdir()
+    return Path(session) / "runtime_resources"
+
+
+def _local_dir(uri: str) -> str:
+    """The node-local directory of package `uri`, fetched and unpacked on first use."""
+    name = uri.rsplit("/", 1)[-1]
+    digest = hashlib.sha1(uri.encode()).hexdigest() if not uri.startswith(URI_PREFIX) \
+        else uri[len(URI_PREFIX):-len(".zip")]
+    base = _resources_dir()
+    dest = base / digest
+    if dest.is_dir():
+        return str(dest)
+    data = _fetch(uri, name)
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=base))
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            for member in z.infolist():
+                target = (tmp / member.filename).resolve()
+                if not str(target).startswith(str(tmp.resolve()) + os.sep) and \
+                        target != tmp.resolve():
+                    raise ValueError(f"{uri}: member {member.filename!r} leaves the package")
+                z.extract(member, tmp)
+                mode = (member.external_attr >> 16) & 0o777
+                if mode and not member.is_dir():
+                    os.chmod(target, mode)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not dest.is_dir():  # not another worker's copy: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(dest)
+
+
+def _fetch(uri: str, name: str) -> bytes:
+    if uri.startswith(URI_PREFIX):
+        from torus._private import worker
+        data = worker.core().kv_get(KV_NAMESPACE, uri[len(URI_PREFIX):])
+        if not data:
+            raise ValueError(f"package {uri} is not in the head's KV store (was it uploaded "
+                             "by a driver of this cluster?)")
+        return bytes(data)
+    import urllib.request
+    with urllib.request.urlopen(uri, timeout=60) as r:
+        data = r.read(MAX_DOWNLOAD_BYTES + 1)
+    if len(data) > MAX_DOWNLOAD_BYTES:
+        raise ValueError(f"{uri} is over {MAX_DOWNLOAD_BYTES // 2**20} MiB")
+    return data
+
+
+def describe(env: Dict[str, str]) -> Dict[str, Any]:
+    """The runtime_env fields these variables stand for (for get_runtime_context)."""
+    out: Dict[str, Any] = {}
+    if env.get(WORKING_DIR_VAR):
+        out["working_dir"] = env[WORKING_DIR_VAR]
+    if env.get(PY_MODULES_VAR):
+        out["py_modules"] = json.loads(env[PY_MODULES_VAR])
+    user = {k: v for k, v in env.items() if k not in (WORKING_DIR_VAR, PY_MODULES_VAR)}
+    if user:
+        out["env_vars"] = user
+    return out
+
+
+def with_uris(runtime_env, where: str) -> Dict[str, Any]:
+    """`runtime_env` with local `working_dir` and `py_modules` uploaded and replaced by their
+    packages' URIs (and `excludes` applied), so that it can be passed on and used many times
+    without packing the directories again. Needs a connected runtime."""
+    if not runtime_env:
+        return {}
+    if hasattr(runtime_env, "to_dict"):
+        runtime_env = runtime_env.to_dict()
+    r = resolve(runtime_env, where)
+    r.upload()
+    out = {k: v for k, v in runtime_env.items() if k != "excludes"}
+    if WORKING_DIR_VAR in r.env:
+        out["working_dir"] = r.env[WORKING_DIR_VAR]
+    if PY_MODULES_VAR in r.env:
+        out["py_modules"] = json.loads(r.env[PY_MODULES_VAR])
+    return out
+
+
+def merge(parent: Optional[Dict[str, Any]], child: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """`child` over `parent` field by field, their env_vars merged (the child's win): how a
+    Serve deployment's runtime_env inherits its application's."""
+    out = dict(parent or {})
+    for k, v in (child or {}).items():
+        if k == "env_vars" and isinstance(v, dict):
+            out["env_vars"] = {**(out.get("env_vars") or {}), **v}
+        else:
+            out[k] = v
+    return out
