@@ -104,6 +104,22 @@ class gRPCOptions(BaseModel):
 
 # Options of a deployment that a new value of changes how replicas run, not what they run:
 # these never restart a replica.
+def _max_replicas_per_node(v, pg_bundles) -> Optional[int]:
+    """Ray's rules: None or an int in [1, 100], and never with placement_group_bundles."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"Get invalid type '{type(v)}' for max_replicas_per_node. Expected None "
+                        "or an integer in the range of [1, 100].")
+    if not 1 <= v <= 100:
+        raise ValueError(f"Invalid max_replicas_per_node {v}. Valid values are None or an "
+                         "integer in the range of [1, 100].")
+    if pg_bundles is not None:
+        raise ValueError("Setting max_replicas_per_node is not allowed when "
+                         "placement_group_bundles is provided.")
+    return v
+
+
 LIGHTWEIGHT_OPTIONS = ("num_replicas", "autoscaling_config", "user_config",
                        "max_ongoing_requests", "max_queued_requests", "graceful_shutdown_timeout_s",
                        "graceful_shutdown_wait_loop_s", "health_check_period_s",
@@ -201,6 +217,8 @@ def deployment_config(opts: Dict[str, Any]) -> Dict[str, Any]:
         "placement_group_bundles": pg_bundles,
         "placement_group_strategy": pg_strategy or ("PACK" if pg_bundles else None),
         "version": opts.get("version"),
+        "max_replicas_per_node": _max_replicas_per_node(opts.get("max_replicas_per_node"),
+                                                        pg_bundles),
     }
     for k in ("health_check_period_s", "health_check_timeout_s", "graceful_shutdown_timeout_s"):
         if out[k] <= 0:

@@ -25,7 +25,7 @@ DEPLOYMENT_OPTIONS = (
 # Accepted and kept, with no effect here (logging and routing policy plug-ins).
 _NO_EFFECT = ("logging_config", "request_router_config", "backpressure_config",
               "rolling_update_percentage", "max_surge_percent",
-              "placement_group_bundle_label_selector", "max_replicas_per_node")
+              "placement_group_bundle_label_selector")
 
 
 class Deployment:

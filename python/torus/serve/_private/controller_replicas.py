@@ -95,15 +95,52 @@ class ReplicasMixin:
             d.status = "UPSCALING" if len(running) < d.target else "DOWNSCALING"
         self._publish_replicas(d)
 
+    def _node_below_cap(self, d: Deployment, rao: Dict[str, Any]) -> Optional[str]:
+        """For `max_replicas_per_node`: the live node with the fewest of `d`'s replicas, below
+        the cap, whose resources could hold one (a replica waits, pending, when none is)."""
+        cap = d.config["max_replicas_per_node"]
+        counts: Dict[str, int] = {}
+        for r in self._active(d):
+            if r.node_id:
+                counts[r.node_id] = counts.get(r.node_id, 0) + 1
+        need = dict(rao.get("resources") or {})
+        for key, res in (("num_cpus", "CPU"), ("num_gpus", "GPU"), ("memory", "memory")):
+            if rao.get(key):
+                need[res] = rao[key]
+        best = None
+        cached = getattr(self, "_nodes_seen", None)
+        if cached is None or time.monotonic() - cached[0] > 1.0:  # one head call a second
+            cached = self._nodes_seen = (time.monotonic(), torus.nodes())
+        for n in cached[1]:
+            nid, total = n.get("NodeID"), n.get("Resources") or {}
+            if not n.get("Alive") or counts.get(nid, 0) >= cap:
+                continue
+            if any(total.get(k, 0) < v for k, v in need.items()):
+                continue
+            if best is None or counts.get(nid, 0) < counts.get(best, 0):
+                best = nid
+        return best
+
     def _start(self, d: Deployment) -> None:
         from torus.serve._private.replica import ServeReplica
-        from torus.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from torus.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
+                                                      PlacementGroupSchedulingStrategy)
+        cfg = d.config
+        rao = dict(cfg.get("ray_actor_options") or {})
+        node = None
+        if cfg.get("max_replicas_per_node"):
+            node = self._node_below_cap(d, rao)
+            if node is None:
+                msg = (f"A replica cannot be placed: every node that could hold one has "
+                       f"max_replicas_per_node={cfg['max_replicas_per_node']} of them.")
+                if d.message != msg:
+                    logger.warning("serve: deployment %s: %s", d.name, msg)
+                    d.message = msg
+                return
         rid = uuid.uuid4().hex[:8]
         r = Replica(rid, d.version, d.config_version)
         r.actor_name = f"SERVE_REPLICA::{d.app}#{d.name}#{rid}"
         d.replicas.append(r)
-        cfg = d.config
-        rao = dict(cfg.get("ray_actor_options") or {})
         opts = {"name": r.actor_name, "namespace": "serve", "lifetime": "detached",
                 "max_restarts": 0,
                 "max_concurrency": max(100, cfg["max_ongoing_requests"] * 4 + 16)}
@@ -111,6 +148,9 @@ class ReplicasMixin:
                   "label_selector", "scheduling_strategy", "accelerator_type"):
             if rao.get(k) is not None:
                 opts[k] = rao[k]
+        if node is not None:
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+            r.node_id = node  # counted against the cap while it starts
         bundles = cfg.get("placement_group_bundles")
         world = 1
         if bundles:
