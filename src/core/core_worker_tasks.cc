@@ -349,11 +349,8 @@ void CoreWorker::PumpQueue(SchedulingQueue& q, Outbox* outbox) {
       c->Flush(/*direct=*/false);
     }
   }
-  // Never more requests out than tasks waiting: a request beyond them could only win a task from
-  // one already out (a SPREAD task spilled to another node would lose it to a warm local worker).
-  if (q.lease_requests < std::min<int64_t>(kMaxLeaseRequestsInFlight, static_cast<int64_t>(q.tasks.size()))) {
-    RequestLease(q);
-  }
+  // No more requests out than tasks waiting (one more would only take a task from one already out).
+  if (q.lease_requests < std::min<int64_t>(kMaxLeaseRequestsInFlight, int64_t(q.tasks.size()))) RequestLease(q);
 }
 
 void CoreWorker::RequestLease(SchedulingQueue& q) {

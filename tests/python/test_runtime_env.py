@@ -69,7 +69,9 @@ def test_bad_runtime_envs_are_refused_with_their_reason_and_the_job_goes_on(tmp_
             return 1
 
         for env in ({{"working_dir": {str(tmp_path / "missing")!r}}},
-                    {{"pip": ["requests"]}},
+                    {{"conda": {{"dependencies": ["numpy"]}}}},
+                    {{"pip": ["requests"], "uv": ["requests"]}},
+                    {{"pip": {str(tmp_path / "no-requirements.txt")!r}}},
                     {{"working_dir": "s3://bucket/code.zip"}},
                     {{"py_modules": "notalist"}}):
             try:
@@ -82,7 +84,69 @@ def test_bad_runtime_envs_are_refused_with_their_reason_and_the_job_goes_on(tmp_
     out = run_python(code, shim=True).stdout
     assert "ACCEPTED" not in out, out
     assert "REFUSED ValueError runtime_env['working_dir']: " in out and "does not exist" in out
-    assert "REFUSED NotImplementedError" in out and "['pip']" in out, out
+    assert "REFUSED NotImplementedError" in out and "['conda']" in out, out
+    assert "REFUSED ValueError runtime_env: 'pip' and 'uv' cannot both be given" in out, out
+    assert "is not a requirements file" in out, out
     assert "s3://" in out, out
     assert "REFUSED TypeError runtime_env['py_modules'] must be a list" in out, out
     assert "STILL 1" in out, out
+
+
+def _wheel(where, name="torus_pip_probe", version="0.1", value=7):
+    """A minimal pure-Python wheel, built here (no network, no build backend)."""
+    import base64
+    import hashlib
+    import zipfile
+    files = {f"{name}/__init__.py": f"VALUE = {value}\n",
+             f"{name}-{version}.dist-info/METADATA":
+                 f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/WHEEL":
+                 "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{name}-{version}.dist-info/RECORD"] = "\n".join(
+        record + [f"{name}-{version}.dist-info/RECORD,,"]) + "\n"
+    path = where / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, text in files.items():
+            z.writestr(p, text)
+    return path
+
+
+def test_pip_installs_once_per_node_for_the_work_that_asks_and_a_failure_names_pip(tmp_path):
+    wheel = _wheel(tmp_path)
+    code = textwrap.dedent(f"""
+        import ray
+        from ray.exceptions import RuntimeEnvSetupError
+        ray.init(address="local")
+        env = {{"pip": {{"packages": [{str(wheel)!r}], "pip_install_options": ["--no-index"]}}}}
+
+        @ray.remote
+        def probe():
+            import torus_pip_probe
+            return torus_pip_probe.VALUE, "runtime_resources/pip/" in torus_pip_probe.__file__
+
+        @ray.remote
+        def plain():
+            try:
+                import torus_pip_probe  # noqa: F401
+                return "importable"
+            except ImportError:
+                return "not importable"
+
+        print("PIP", ray.get([probe.options(runtime_env=env).remote() for _ in range(3)]))
+        print("PLAIN", ray.get(plain.remote()))
+        bad = {{"pip": {{"packages": [{str(tmp_path / "missing-0.1-py3-none-any.whl")!r}],
+                        "pip_install_options": ["--no-index"]}}}}
+        try:
+            ray.get(probe.options(runtime_env=bad).remote())
+        except RuntimeEnvSetupError as e:
+            print("FAILED", "installing" in str(e), "missing-0.1" in str(e))
+        print("CTX", sorted(ray.get_runtime_context().runtime_env))
+    """)
+    out = run_python(code, shim=True, cwd=str(tmp_path)).stdout
+    assert "PIP [(7, True), (7, True), (7, True)]" in out, out
+    assert "PLAIN not importable" in out, out
+    assert "FAILED True True" in out, out

@@ -19,7 +19,13 @@ it, then renamed into place, so concurrent workers never see half a tree); the w
 into its working_dir and puts it, then each py_module's root, first on sys.path. A package that
 cannot be had fails the task with RuntimeEnvSetupError naming it.
 
-`pip`, `uv`, `conda`, `container` and `image_uri` are refused with NotImplementedError.
+`pip` and `uv` (a list of requirements, a requirements file, or Ray's dict form): installed
+once per node, by the first worker that needs them, with `pip install --target` (or `uv pip
+install --target` when `uv` is on PATH) into <session_dir>/runtime_resources/pip/<sha1>, which
+then comes first on sys.path; the worker's interpreter and installed packages stay (as Ray's
+virtualenv inherits them). The variable TORUS_PIP keys the workers. A failed install fails the
+task with RuntimeEnvSetupError and pip's last lines. `conda`, `container` and `image_uri` are
+refused with NotImplementedError.
 
 Threading: `resolve` runs on the caller's thread; `ensure_applied` takes a lock (an actor's
 first calls may run on several threads).
@@ -45,7 +51,9 @@ KV_NAMESPACE = "pkg"
 URI_PREFIX = "kv://_torus_pkg_"
 WORKING_DIR_VAR = "TORUS_WORKING_DIR"
 PY_MODULES_VAR = "TORUS_PY_MODULES"
-SUPPORTED = ("env_vars", "config", "working_dir", "py_modules", "excludes")
+PIP_VAR = "TORUS_PIP"
+PIP_TIMEOUT_S = 900
+SUPPORTED = ("env_vars", "config", "working_dir", "py_modules", "excludes", "pip", "uv")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
@@ -77,8 +85,8 @@ def resolve(runtime_env, where: str) -> Resolved:
     if unsupported:
         raise NotImplementedError(
             f"{where}: runtime_env field(s) {unsupported} are not implemented by Torus (it "
-            f"supports {', '.join(SUPPORTED[:1] + SUPPORTED[2:])}); install the packages into "
-            "the cluster's image instead")
+            f"supports {', '.join(SUPPORTED[:1] + SUPPORTED[2:])}); put them into the "
+            "cluster's image instead")
     env = runtime_env.get("env_vars") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                             for k, v in env.items()):
@@ -111,7 +119,43 @@ def resolve(runtime_env, where: str) -> Resolved:
             uris.append(_package_uri(os.fspath(m), list(excludes), packages, "py_modules",
                                      top_level=True))
         env[PY_MODULES_VAR] = json.dumps(uris)
+    if runtime_env.get("pip") and runtime_env.get("uv"):
+        raise ValueError("runtime_env: 'pip' and 'uv' cannot both be given")
+    for field in ("pip", "uv"):
+        if runtime_env.get(field):
+            env[PIP_VAR] = json.dumps(_pip_spec(runtime_env[field], field), sort_keys=True)
     return Resolved(env, packages)
+
+
+def _pip_spec(spec, field: str) -> Dict[str, Any]:
+    """Ray's forms of `pip`/`uv`: a list of requirements, the path of a requirements file, or
+    {"packages": list or path, "pip_install_options"/"uv_pip_install_options": [...],
+    "pip_check", "pip_version"}; the requirements are read here (on the driver)."""
+    options: List[str] = []
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - {"packages", "pip_check", "pip_version",
+                                      "pip_install_options", "uv_version",
+                                      "uv_check", "uv_pip_install_options"})
+        if unknown:
+            raise ValueError(f"runtime_env['{field}']: unknown key(s) {unknown}")
+        options = list(spec.get("pip_install_options") or spec.get("uv_pip_install_options")
+                       or [])
+        if not all(isinstance(o, str) for o in options):
+            raise TypeError(f"runtime_env['{field}'] install options must be a list of str")
+        spec = spec.get("packages")
+    if isinstance(spec, (str, os.PathLike)):
+        path = Path(os.fspath(spec)).expanduser()
+        if not path.is_file():
+            raise ValueError(f"runtime_env['{field}']: {spec} is not a requirements file (give a "
+                             "list of requirements, or the path of a file that holds them)")
+        spec = [l.strip() for l in path.read_text().splitlines()
+                if l.strip() and not l.strip().startswith("#")]
+    if not isinstance(spec, (list, tuple)) or not spec or \
+            not all(isinstance(p, str) and p.strip() for p in spec):
+        raise TypeError(f"runtime_env['{field}'] must be a non-empty list of requirements, a "
+                        "requirements file or a dict with 'packages'")
+    return {"packages": [p.strip() for p in spec], "options": options,
+            "installer": "uv" if field == "uv" else "pip"}
 
 
 def _package_uri(path: str, excludes: List[str], packages: Dict[str, bytes], field: str,
@@ -202,20 +246,30 @@ def _zip_files(files: List[Tuple[Path, str]]) -> bytes:
 
 _lock = threading.Lock()
 _applied = False
+_failure: Optional[BaseException] = None  # this worker's setup failed: every task fails so
 
 
 def ensure_applied() -> None:
     """Fetches, unpacks and applies this worker's packages once (no-op without any)."""
-    global _applied
+    global _applied, _failure
     if _applied:
         return
     with _lock:
         if _applied:
             return
-        wd = os.environ.get(WORKING_DIR_VAR)
-        mods = os.environ.get(PY_MODULES_VAR)
-        if wd or mods:
-            _apply(wd, json.loads(mods) if mods else [])
+        if _failure is not None:
+            raise _failure
+        try:
+            wd = os.environ.get(WORKING_DIR_VAR)
+            mods = os.environ.get(PY_MODULES_VAR)
+            pip = os.environ.get(PIP_VAR)
+            if pip:
+                _apply_pip(json.loads(pip))
+            if wd or mods:
+                _apply(wd, json.loads(mods) if mods else [])
+        except BaseException as e:
+            _failure = e
+            raise
         _applied = True
 
 
@@ -231,6 +285,47 @@ def _apply(working_dir: Optional[str], py_modules: List[str]) -> None:
     if wd:
         os.chdir(wd)
         sys.path.insert(0, wd)
+
+
+def _apply_pip(spec: Dict[str, Any]) -> None:
+    """Installs the requirements once per node into <resources>/pip/<sha1> (pip --target: the
+    worker's own interpreter and packages, these first on sys.path), under a file lock, so the
+    node's other workers of the same requirements wait for that one install."""
+    import fcntl
+    import subprocess
+    from torus.exceptions import RuntimeEnvSetupError
+    key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    base = _resources_dir() / "pip"
+    dest = base / key
+    if not dest.is_dir():
+        base.mkdir(parents=True, exist_ok=True)
+        with open(base / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not dest.is_dir():
+                tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=base))
+                uv = shutil.which("uv") if spec.get("installer") == "uv" else None
+                cmd = ([uv, "pip", "install", "--python", sys.executable, "--target", str(tmp)]
+                       if uv else
+                       [sys.executable, "-m", "pip", "install", "--target", str(tmp),
+                        "--disable-pip-version-check", "--no-input",
+                        "--no-warn-script-location"])
+                cmd += list(spec.get("options") or []) + list(spec["packages"])
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True,
+                                       timeout=PIP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise RuntimeEnvSetupError(
+                        f"Failed to set up the runtime_env: installing {spec['packages']} took "
+                        f"over {PIP_TIMEOUT_S} s") from None
+                if p.returncode != 0:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-15:])
+                    raise RuntimeEnvSetupError(
+                        f"Failed to set up the runtime_env: installing {spec['packages']} "
+                        f"failed (exit {p.returncode}):\n{tail}")
+                os.rename(tmp, dest)
+    sys.path.insert(0, str(dest))
 
 
 def _resources_dir() -> Path:
@@ -301,7 +396,10 @@ def describe(env: Dict[str, str]) -> Dict[str, Any]:
         out["working_dir"] = env[WORKING_DIR_VAR]
     if env.get(PY_MODULES_VAR):
         out["py_modules"] = json.loads(env[PY_MODULES_VAR])
-    user = {k: v for k, v in env.items() if k not in (WORKING_DIR_VAR, PY_MODULES_VAR)}
+    if env.get(PIP_VAR):
+        spec = json.loads(env[PIP_VAR])
+        out[spec.get("installer", "pip")] = spec["packages"]
+    user = {k: v for k, v in env.items() if k not in (WORKING_DIR_VAR, PY_MODULES_VAR, PIP_VAR)}
     if user:
         out["env_vars"] = user
     return out
