@@ -4,7 +4,8 @@
 Driver side (`resolve`): a local directory (or `.zip` file) becomes a package: a zip made the same
 way every time from the same files (sorted, fixed timestamps), named by its SHA-1, stored once in
 the head's KV store (namespace "pkg") and named by the URI `kv://_torus_pkg_<sha1>.zip`. `kv://`
-and `https://` URIs are taken as given. A directory leaves out `.git`, the `excludes` patterns
+and `http(s)://` URIs of .zip files are taken as given (a downloaded archive whose only entry is
+one directory is that directory, as in Ray). A directory leaves out `.git`, the `excludes` patterns
 and the patterns of its top-level `.gitignore` and `.rayignore` (fnmatch patterns on the path
 relative to the directory and on each of its parts; a trailing `/` matches directories).
 An uploaded package is limited to 64 MiB (the head's KV store's largest value; Ray allows 512
@@ -20,10 +21,11 @@ into its working_dir and puts it, then each py_module's root, first on sys.path.
 cannot be had fails the task with RuntimeEnvSetupError naming it.
 
 `pip` and `uv` (a list of requirements, a requirements file, or Ray's dict form): installed
-once per node, by the first worker that needs them, with `pip install --target` (or `uv pip
-install --target` when `uv` is on PATH) into <session_dir>/runtime_resources/pip/<sha1>, which
-then comes first on sys.path; the worker's interpreter and installed packages stay (as Ray's
-virtualenv inherits them). The variable TORUS_PIP keys the workers. A failed install fails the
+once per node, by the first worker that needs them, with `pip install --target -r` (for `uv`,
+`uv pip install` when uv is on PATH, else pip) into <session_dir>/runtime_resources/pip/<sha1>,
+which then comes first on sys.path. The worker's interpreter stays; unlike Ray's virtualenv,
+which inherits the installed packages, pip installs the requirements' dependencies into that
+directory again, and they take precedence there. The variable TORUS_PIP keys the workers. A failed install fails the
 task with RuntimeEnvSetupError and pip's last lines. `conda`, `container` and `image_uri` are
 refused with NotImplementedError.
 
@@ -110,9 +112,12 @@ def resolve(runtime_env, where: str) -> Resolved:
                             ".zip files, URIs or imported modules")
         uris = []
         for m in mods:
-            if hasattr(m, "__file__") and hasattr(m, "__name__"):  # an imported module
-                m = os.path.dirname(m.__file__) if m.__file__.endswith("__init__.py") \
-                    else m.__file__
+            if hasattr(m, "__name__") and hasattr(m, "__spec__"):  # an imported module
+                f = getattr(m, "__file__", None)
+                if not f:
+                    raise TypeError(f"runtime_env['py_modules']: module {m.__name__} has no "
+                                    "file (a namespace package?): give its directory")
+                m = os.path.dirname(f) if f.endswith("__init__.py") else f
             if not isinstance(m, (str, os.PathLike)):
                 raise TypeError(f"runtime_env['py_modules'] entries must be str or modules, "
                                 f"got {type(m).__name__}")
@@ -167,8 +172,8 @@ def _package_uri(path: str, excludes: List[str], packages: Dict[str, bytes], fie
                 raise ValueError(f"runtime_env['{field}']: {path}: a URI must name a .zip file")
             return path
         raise NotImplementedError(f"runtime_env['{field}']: {path}: Torus fetches packages from "
-                                  f"kv:// and https:// URIs, not {scheme}://")
-    p = Path(path).expanduser()
+                                  f"kv://, https:// and http:// URIs, not {scheme}://")
+    p = Path(path).expanduser().resolve()  # "." has a name once resolved
     if not p.exists():
         raise ValueError(f"runtime_env['{field}']: {path} does not exist")
     if p.is_file() and p.suffix == ".zip":
@@ -267,9 +272,11 @@ def ensure_applied() -> None:
                 _apply_pip(json.loads(pip))
             if wd or mods:
                 _apply(wd, json.loads(mods) if mods else [])
-        except BaseException as e:
-            _failure = e
-            raise
+        except Exception as e:
+            from torus.exceptions import RuntimeEnvSetupError
+            _failure = e if isinstance(e, RuntimeEnvSetupError) else \
+                RuntimeEnvSetupError(f"{type(e).__name__}: {e}")
+            raise _failure from None
         _applied = True
 
 
@@ -279,7 +286,7 @@ def _apply(working_dir: Optional[str], py_modules: List[str]) -> None:
         roots = [_local_dir(uri) for uri in py_modules]
         wd = _local_dir(working_dir) if working_dir else None
     except Exception as e:
-        raise RuntimeEnvSetupError(f"Failed to set up the runtime_env: {e}") from None
+        raise RuntimeEnvSetupError(str(e)) from None
     for r in reversed(roots):
         sys.path.insert(0, r)
     if wd:
@@ -292,8 +299,6 @@ def _apply_pip(spec: Dict[str, Any]) -> None:
     worker's own interpreter and packages, these first on sys.path), under a file lock, so the
     node's other workers of the same requirements wait for that one install."""
     import fcntl
-    import subprocess
-    from torus.exceptions import RuntimeEnvSetupError
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()
     base = _resources_dir() / "pip"
     dest = base / key
@@ -303,29 +308,38 @@ def _apply_pip(spec: Dict[str, Any]) -> None:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not dest.is_dir():
                 tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=base))
-                uv = shutil.which("uv") if spec.get("installer") == "uv" else None
-                cmd = ([uv, "pip", "install", "--python", sys.executable, "--target", str(tmp)]
-                       if uv else
-                       [sys.executable, "-m", "pip", "install", "--target", str(tmp),
-                        "--disable-pip-version-check", "--no-input",
-                        "--no-warn-script-location"])
-                cmd += list(spec.get("options") or []) + list(spec["packages"])
                 try:
-                    p = subprocess.run(cmd, capture_output=True, text=True,
-                                       timeout=PIP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise RuntimeEnvSetupError(
-                        f"Failed to set up the runtime_env: installing {spec['packages']} took "
-                        f"over {PIP_TIMEOUT_S} s") from None
-                if p.returncode != 0:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-15:])
-                    raise RuntimeEnvSetupError(
-                        f"Failed to set up the runtime_env: installing {spec['packages']} "
-                        f"failed (exit {p.returncode}):\n{tail}")
-                os.rename(tmp, dest)
+                    _pip_install(spec, tmp)
+                    os.rename(tmp, dest)
+                finally:
+                    if tmp.exists():
+                        shutil.rmtree(tmp, ignore_errors=True)
     sys.path.insert(0, str(dest))
+
+
+def _pip_install(spec: Dict[str, Any], target: Path) -> None:
+    """`pip install -r` (a requirements file, as Ray writes one: options and comments in it
+    work) into `target`; `uv pip install` for the `uv` field when uv is on PATH."""
+    import subprocess
+    from torus.exceptions import RuntimeEnvSetupError
+    reqs = target.parent / f"{target.name}.requirements.txt"
+    reqs.write_text("\n".join(spec["packages"]) + "\n")
+    uv = shutil.which("uv") if spec.get("installer") == "uv" else None
+    cmd = ([uv, "pip", "install", "--python", sys.executable, "--target", str(target)] if uv
+           else [sys.executable, "-m", "pip", "install", "--target", str(target),
+                 "--disable-pip-version-check", "--no-input", "--no-warn-script-location"])
+    cmd += list(spec.get("options") or []) + ["-r", str(reqs)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeEnvSetupError(f"installing {spec['packages']} took over {PIP_TIMEOUT_S} s"
+                                   ) from None
+    finally:
+        reqs.unlink(missing_ok=True)
+    if p.returncode != 0:
+        tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-15:])
+        raise RuntimeEnvSetupError(f"installing {spec['packages']} failed (exit "
+                                   f"{p.returncode}):\n{tail}")
 
 
 def _resources_dir() -> Path:
@@ -342,8 +356,10 @@ def _resources_dir() -> Path:
 def _local_dir(uri: str) -> str:
     """The node-local directory of package `uri`, fetched and unpacked on first use."""
     name = uri.rsplit("/", 1)[-1]
-    digest = hashlib.sha1(uri.encode()).hexdigest() if not uri.startswith(URI_PREFIX) \
-        else uri[len(URI_PREFIX):-len(".zip")]
+    remote = not uri.startswith(URI_PREFIX)
+    digest = hashlib.sha1(uri.encode()).hexdigest() if remote else uri[len(URI_PREFIX):-len(".zip")]
+    if len(digest) != 40 or any(ch not in "0123456789abcdef" for ch in digest):
+        raise ValueError(f"{uri} is not a package URI (kv://_torus_pkg_<40 hex digits>.zip)")
     base = _resources_dir()
     dest = base / digest
     if dest.is_dir():
@@ -362,8 +378,12 @@ def _local_dir(uri: str) -> str:
                 mode = (member.external_attr >> 16) & 0o777
                 if mode and not member.is_dir():
                     os.chmod(target, mode)
+        inner = list(tmp.iterdir())
+        src = inner[0] if remote and len(inner) == 1 and inner[0].is_dir() else tmp
+        # A downloaded archive with one top-level directory (GitHub's) is that directory, as
+        # in Ray.
         try:
-            os.rename(tmp, dest)
+            os.rename(src, dest)
         except OSError:
             if not dest.is_dir():  # not another worker's copy: a real failure
                 raise

@@ -102,8 +102,6 @@ class gRPCOptions(BaseModel):
     grpc_servicer_functions: List[str] = Field(default_factory=list)
 
 
-# Options of a deployment that a new value of changes how replicas run, not what they run:
-# these never restart a replica.
 def _max_replicas_per_node(v, pg_bundles) -> Optional[int]:
     """Ray's rules: None or an int in [1, 100], and never with placement_group_bundles."""
     if v is None:
@@ -120,6 +118,8 @@ def _max_replicas_per_node(v, pg_bundles) -> Optional[int]:
     return v
 
 
+# Options of a deployment that a new value of changes how replicas run, not what they run:
+# these never restart a replica.
 LIGHTWEIGHT_OPTIONS = ("num_replicas", "autoscaling_config", "user_config",
                        "max_ongoing_requests", "max_queued_requests", "graceful_shutdown_timeout_s",
                        "graceful_shutdown_wait_loop_s", "health_check_period_s",

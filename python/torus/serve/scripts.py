@@ -118,6 +118,8 @@ def _flag_runtime_env(a) -> Dict[str, Any]:
                 env = yaml.safe_load(f) or {}
         except (OSError, yaml.YAMLError) as e:
             sys.exit(f"serve: cannot read --runtime-env {a.runtime_env}: {e}")
+    if a.runtime_env and a.runtime_env_json:
+        sys.exit("serve: give --runtime-env or --runtime-env-json, not both")
     if a.runtime_env_json:
         try:
             env = json.loads(a.runtime_env_json)

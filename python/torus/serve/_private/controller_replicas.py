@@ -110,7 +110,11 @@ class ReplicasMixin:
         best = None
         cached = getattr(self, "_nodes_seen", None)
         if cached is None or time.monotonic() - cached[0] > 1.0:  # one head call a second
-            cached = self._nodes_seen = (time.monotonic(), torus.nodes())
+            try:
+                cached = self._nodes_seen = (time.monotonic(), torus.nodes())
+            except Exception as e:  # the head is away: try again next round
+                logger.warning("serve: cannot list the nodes for max_replicas_per_node: %s", e)
+                return None
         for n in cached[1]:
             nid, total = n.get("NodeID"), n.get("Resources") or {}
             if not n.get("Alive") or counts.get(nid, 0) >= cap:
@@ -130,6 +134,12 @@ class ReplicasMixin:
         node = None
         if cfg.get("max_replicas_per_node"):
             node = self._node_below_cap(d, rao)
+            old = [r for r in self._active(d) if r.version != d.version and r.node_id]
+            if node is None and old:
+                # A rollout with every node at the cap: an old replica makes room first (as
+                # Ray stops old replicas before it starts new ones).
+                self._stop(d, sorted(old, key=lambda r: r.state != "STARTING")[0])
+                return
             if node is None:
                 msg = (f"A replica cannot be placed: every node that could hold one has "
                        f"max_replicas_per_node={cfg['max_replicas_per_node']} of them.")
