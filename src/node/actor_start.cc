@@ -53,7 +53,7 @@ void ActorStarter::Start(const rpc::StartActorRequest& req, rpc::StartActorReply
       SetError(reply->mutable_error(), s.code(), s.message());
       return;
     }
-    key = WorkerPool::ChipKey(key, hold.chips);
+    key = WorkerPool::HoldKey(key, hold);
     if (hold.bundle >= 0) key = st_.ledger.BundleEnvKey(key, hold.pg_id, hold.bundle);
     Worker* w = WorkerLocked(lock, req, key, hold, reply);
     if (!w) return;
@@ -81,6 +81,7 @@ Worker* ActorStarter::WorkerLocked(MutexLock& lock, const rpc::StartActorRequest
   spawn.command.assign(req.worker_command().begin(), req.worker_command().end());
   spawn.code_path.assign(req.code_search_path().begin(), req.code_search_path().end());
   spawn.chips = hold.chips;
+  spawn.gpus = Ledger::GpuIds(hold);
   spawn.reserved_for = req.creation().actor_id();
   if (hold.bundle >= 0) spawn.bundle = st_.ledger.FindBundle(hold.pg_id, hold.bundle);
   spawn.env_vars = &req.creation().env_vars();

@@ -179,7 +179,7 @@ bool LeaseScheduler::HoldResourcesLocked(PendingLease& p, bool* answered) {
 }
 
 std::string LeaseScheduler::LeaseWorkerKey(const PendingLease& p) const {
-  std::string k = WorkerPool::ChipKey(Key(p.req), p.hold.chips);
+  std::string k = WorkerPool::HoldKey(Key(p.req), p.hold);
   return p.hold.bundle >= 0 ? st_.ledger.BundleEnvKey(k, p.hold.pg_id, p.hold.bundle) : k;
 }
 
@@ -209,6 +209,7 @@ bool LeaseScheduler::StartNeededWorkersLocked(const std::map<std::string, Worker
     spawn.command.assign(e.req.worker_command().begin(), e.req.worker_command().end());
     spawn.code_path.assign(e.req.code_search_path().begin(), e.req.code_search_path().end());
     spawn.chips = e.hold.chips;
+    spawn.gpus = Ledger::GpuIds(e.hold);
     if (e.hold.bundle >= 0) spawn.bundle = st_.ledger.FindBundle(e.hold.pg_id, e.hold.bundle);
     spawn.env_vars = &e.req.env_vars();
     for (int i = st_.pool.Starting(key); i < n.count; ++i) {

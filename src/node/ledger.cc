@@ -1,5 +1,6 @@
 #include "node/ledger.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/env_key.h"
@@ -7,14 +8,60 @@
 
 namespace torus {
 
+namespace {
+// One instance per whole GPU of `total`.
+std::vector<ResourceAmount> GpuInstances(const ResourceMap& total) {
+  auto it = total.find("GPU");
+  int n = it == total.end() ? 0 : static_cast<int>(it->second.Whole());
+  return std::vector<ResourceAmount>(static_cast<size_t>(std::max(n, 0)), ResourceAmount(1.0));
+}
+}  // namespace
+
 Ledger::Ledger(std::string node_id, ResourceMap total)
-    : node_id_(std::move(node_id)), total_(std::move(total)), available_(total_) {}
+    : node_id_(std::move(node_id)), total_(std::move(total)), available_(total_),
+      gpu_free_(GpuInstances(total_)) {}
 
 void Ledger::Reset(ResourceMap total, const std::vector<int>& chip_ids) {
   total_ = std::move(total);
   available_ = total_;
   free_chips_ = std::set<int>(chip_ids.begin(), chip_ids.end());
+  gpu_free_ = GpuInstances(total_);
   bundles_.clear();
+}
+
+bool Ledger::PickGpus(const ResourceMap& res, std::vector<std::pair<int, ResourceAmount>>* out) const {
+  out->clear();
+  auto it = res.find("GPU");
+  if (it == res.end() || !it->second.Positive() || gpu_free_.empty()) return true;
+  const ResourceAmount want = it->second;
+  const ResourceAmount one(1.0);
+  if (want < one) {
+    // A share of one GPU: the fullest instance that still has room (keeps whole ones free).
+    int best = -1;
+    for (size_t i = 0; i < gpu_free_.size(); ++i) {
+      if (want <= gpu_free_[i] && (best < 0 || gpu_free_[i] < gpu_free_[best])) best = static_cast<int>(i);
+    }
+    if (best < 0) return false;
+    out->emplace_back(best, want);
+    return true;
+  }
+  // Whole GPUs (a fractional rest above 1 is not an instance: Ray asks whole numbers there).
+  int n = static_cast<int>(want.Whole());
+  for (size_t i = 0; i < gpu_free_.size() && static_cast<int>(out->size()) < n; ++i) {
+    if (gpu_free_[i] == one) out->emplace_back(static_cast<int>(i), one);
+  }
+  if (static_cast<int>(out->size()) < n) {
+    out->clear();
+    return false;
+  }
+  return true;
+}
+
+std::vector<int> Ledger::GpuIds(const Hold& h) {
+  std::vector<int> ids;
+  for (const auto& [i, share] : h.gpus) ids.push_back(i);
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 std::vector<int> Ledger::TakeChips(const ResourceMap& res) {
@@ -36,11 +83,14 @@ void Ledger::Take(ResourceMap* from, const ResourceMap& res, const std::string& 
   h->pg_id = pg_id;
   h->bundle = bundle;
   h->chips = TakeChips(res);
+  PickGpus(res, &h->gpus);  // the caller checked that they can be given
+  for (const auto& [i, share] : h->gpus) gpu_free_[i] -= share;
   h->held = true;
 }
 
 bool Ledger::TakeFromNode(const ResourceMap& res, Hold* h) {
-  if (!Fits(res, available_)) return false;
+  std::vector<std::pair<int, ResourceAmount>> gpus;
+  if (!Fits(res, available_) || !PickGpus(res, &gpus)) return false;
   Take(&available_, res, "", -1, h);
   return true;
 }
@@ -58,7 +108,8 @@ Ledger::BundleTake Ledger::TakeFromBundle(const std::string& pg_id, int index, c
     if (index >= 0 && idx != index) continue;
     if (!b.committed) continue;
     if (Fits(res, b.total)) any_could = true;
-    if (Fits(res, b.available)) {
+    std::vector<std::pair<int, ResourceAmount>> gpus;
+    if (Fits(res, b.available) && PickGpus(res, &gpus)) {
       Take(&b.available, res, pg_id, idx, h);
       return BundleTake::kTaken;
     }
@@ -76,7 +127,8 @@ Status Ledger::TakeForActor(const std::string& pg_id, int index, const ResourceM
     auto pit = bundles_.find(pg_id);
     if (pit != bundles_.end()) {
       for (auto& [idx, b] : pit->second) {
-        if ((index < 0 || idx == index) && Fits(res, b.available)) {
+        std::vector<std::pair<int, ResourceAmount>> gpus;
+        if ((index < 0 || idx == index) && Fits(res, b.available) && PickGpus(res, &gpus)) {
           // Inside a bundle, only what the actor asked for.
           Take(&b.available, res, pg_id, idx, h);
           return Status::Ok();
@@ -88,7 +140,8 @@ Status Ledger::TakeForActor(const std::string& pg_id, int index, const ResourceM
   }
   // An actor with no explicit resources needs 1 CPU to be placed but holds none while alive.
   ResourceMap placement = res.empty() ? ResourceMap{{"CPU", 1}} : res;
-  if (!Fits(placement, available_)) {
+  std::vector<std::pair<int, ResourceAmount>> gpus;
+  if (!Fits(placement, available_) || !PickGpus(res, &gpus)) {
     return Status(StatusCode::kResourceExhausted, "node " + node_id_ + " has " + ResourcesToString(available_) +
                              " available, needs " + ResourcesToString(placement));
   }
@@ -99,6 +152,10 @@ Status Ledger::TakeForActor(const std::string& pg_id, int index, const ResourceM
 void Ledger::Return(Hold* h) {
   for (int c : h->chips) free_chips_.insert(c);
   h->chips.clear();
+  for (const auto& [i, share] : h->gpus) {
+    if (i >= 0 && static_cast<size_t>(i) < gpu_free_.size()) gpu_free_[i] += share;
+  }
+  h->gpus.clear();
   if (h->held) {
     ResourceMap r = std::move(h->res);
     if (h->blocked) r.erase("CPU");  // already lent back while blocked

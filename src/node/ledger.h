@@ -1,5 +1,6 @@
 // Ledger: the node's resource accounting. What the host offers (total), what is free
-// (available), the TPU chips not set aside, and the placement-group bundles reserved on this
+// (available), the TPU chips not set aside, the GPUs' free shares, and the placement-group
+// bundles reserved on this
 // node (each with its own total and available). Work takes resources into a Hold (from the node
 // or from one bundle) and gives them back with Return — the one rule for "give back what a
 // lease or actor held", whether the lease was granted, cancelled while queued, failed to start
@@ -10,7 +11,11 @@
 //    meanwhile, nothing goes back (the bundle's whole total already went back to the node);
 //  - a blocked worker's CPU is lent back to the node while it waits (Block/Unblock), and is
 //    not returned twice;
-//  - chips go back to the free set exactly once (Return clears the Hold's chips).
+//  - chips go back to the free set exactly once (Return clears the Hold's chips);
+//  - GPUs are instances 0..floor(GPU total)-1 of capacity 1 each: a whole request takes whole
+//    free instances (lowest ids first), a fractional one (< 1) a share of one instance (the
+//    fullest that still has room); work whose GPUs cannot be given so waits, even when the
+//    node's GPU total would fit. A Hold's shares go back with it (Ray's GPU ids).
 //
 // THREADS: not thread-safe. The node owns one Ledger as a member guarded by its mutex; every
 // call is made with that mutex held. Pure bookkeeping: no I/O, no logging, no blocking.
@@ -35,6 +40,7 @@ struct Hold {
   std::string pg_id;      // non-empty: `res` came from bundle (pg_id, bundle)
   int bundle = -1;
   std::vector<int> chips;  // TPU chips set aside
+  std::vector<std::pair<int, ResourceAmount>> gpus;  // GPU instance and the share of it held
   bool blocked = false;    // its CPU is lent back to the node while its worker is blocked
   bool held = false;       // resources were taken (a queued request may not hold yet)
 };
@@ -79,7 +85,9 @@ class Ledger {
   // for nothing still needs 1 CPU free to be placed (but holds none). ResourceExhausted when
   // they do not fit.
   Status TakeForActor(const std::string& pg_id, int index, const ResourceMap& res, Hold* h);
-  // Gives back whatever *h holds (resources and chips) and clears it. Idempotent.
+  // The GPU instances a hold was given, lowest first (its CUDA_VISIBLE_DEVICES).
+  static std::vector<int> GpuIds(const Hold& h);
+  // Gives back whatever *h holds (resources, chips and GPU shares) and clears it. Idempotent.
   void Return(Hold* h);
   // A blocked worker lends its CPU back to the node; Unblock takes it again (the node's CPU
   // may go below zero briefly: the task resumes regardless). No-ops when already so.
@@ -121,6 +129,9 @@ class Ledger {
 
  private:
   std::vector<int> TakeChips(const ResourceMap& res);
+  // The GPU shares `res` would get (empty when it asks for no GPU), or false when its GPUs
+  // cannot be given now.
+  bool PickGpus(const ResourceMap& res, std::vector<std::pair<int, ResourceAmount>>* out) const;
   // Moves `res` from *from (the node's or a bundle's available) into *h, with its chips.
   void Take(ResourceMap* from, const ResourceMap& res, const std::string& pg_id, int bundle, Hold* h);
 
@@ -128,6 +139,7 @@ class Ledger {
   ResourceMap total_;
   ResourceMap available_;
   std::set<int> free_chips_;
+  std::vector<ResourceAmount> gpu_free_;  // per GPU instance: the share not held
   std::map<std::string, std::map<int, Bundle>> bundles_;  // pg id -> index -> state
   uint64_t seq_ = 0;
 };

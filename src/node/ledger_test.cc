@@ -152,5 +152,43 @@ TEST(Ledger, BundleEnvKeySeparatesBundleEnvironments) {
   EXPECT_EQ(l.BundleEnvKey("exe:a", "other", 0), "exe:a");
 }
 
+TEST(Ledger, GpusAreGivenAsInstancesWholeOrAShareOfOne) {
+  Ledger l("n1", {});
+  l.Reset({{"CPU", 8}, {"GPU", 2}}, {});
+  Hold a, b, c, d, e;
+  ASSERT_TRUE(l.TakeFromNode({{"GPU", 0.5}}, &a));
+  EXPECT_EQ(Ledger::GpuIds(a), (std::vector<int>{0}));
+  ASSERT_TRUE(l.TakeFromNode({{"GPU", 0.25}}, &b));  // the fullest GPU with room: 0 again
+  EXPECT_EQ(Ledger::GpuIds(b), (std::vector<int>{0}));
+  ASSERT_TRUE(l.TakeFromNode({{"GPU", 1}}, &c));  // a whole one: 1, the only whole one free
+  EXPECT_EQ(Ledger::GpuIds(c), (std::vector<int>{1}));
+  // 0.25 of GPU 0 is left and the node's GPU total says 0.25: a whole GPU cannot be given.
+  EXPECT_FALSE(l.TakeFromNode({{"GPU", 0.25}, {"CPU", 9}}, &d));
+  ASSERT_TRUE(l.TakeFromNode({{"GPU", 0.25}}, &d));
+  EXPECT_EQ(Ledger::GpuIds(d), (std::vector<int>{0}));
+  l.Return(&a);
+  l.Return(&b);
+  l.Return(&d);
+  EXPECT_TRUE(a.gpus.empty());
+  ASSERT_TRUE(l.TakeFromNode({{"GPU", 1}}, &e));  // GPU 0 is whole again
+  EXPECT_EQ(Ledger::GpuIds(e), (std::vector<int>{0}));
+  l.Return(&c);
+  l.Return(&e);
+  Hold both;
+  ASSERT_TRUE(l.TakeFromNode({{"GPU", 2}}, &both));
+  EXPECT_EQ(Ledger::GpuIds(both), (std::vector<int>{0, 1}));
+}
+
+TEST(Ledger, FragmentedGpusMakeAWholeRequestWaitThoughTheTotalFits) {
+  Ledger l("n1", {});
+  l.Reset({{"GPU", 2}}, {});
+  Hold a, b, c;
+  ASSERT_TRUE(l.TakeFromNode({{"GPU", 0.5}}, &a));
+  ASSERT_TRUE(l.TakeFromNode({{"GPU", 0.75}}, &b));  // 0 has 0.5 left, not 0.75: GPU 1
+  EXPECT_EQ(Ledger::GpuIds(b), (std::vector<int>{1}));
+  EXPECT_FALSE(l.TakeFromNode({{"GPU", 0.6}}, &c));  // 0.75 free in total, no GPU has 0.6
+  EXPECT_FALSE(c.held);
+}
+
 }  // namespace
 }  // namespace torus

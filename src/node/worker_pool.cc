@@ -1,6 +1,7 @@
 #include "node/worker_pool.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -47,6 +48,12 @@ void SetWorkerEnv(const WorkerPoolConfig& cfg, const std::string& worker_id, con
     for (const auto& [k, v] : changes.set) opts->env_set[k] = v;
     for (const auto& k : changes.unset) opts->env_unset.push_back(k);
   }
+  if (!spawn.gpus.empty() && !std::getenv("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES")) {
+    // The GPUs the work holds, as Ray gives them (ray.get_gpu_ids() reads them back).
+    std::string ids;
+    for (int g : spawn.gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
+    opts->env_set["CUDA_VISIBLE_DEVICES"] = ids;
+  }
   if (spawn.bundle) {
     // A slice reservation's bundle: MEGASCALE_* always overwrite inherited values (section 7).
     for (const auto& [k, v] : spawn.bundle->env) opts->env_set[k] = v;
@@ -66,6 +73,14 @@ std::string WorkerPool::ChipKey(const std::string& key, const std::vector<int>& 
   if (chips.empty()) return key;
   std::string k = key + "|tpu=";
   for (int c : chips) k += std::to_string(c) + ",";
+  return k;
+}
+
+std::string WorkerPool::HoldKey(const std::string& key, const Hold& h) {
+  std::string k = ChipKey(key, h.chips);
+  if (h.gpus.empty()) return k;
+  k += "|gpu=";
+  for (int g : Ledger::GpuIds(h)) k += std::to_string(g) + ",";
   return k;
 }
 
@@ -191,6 +206,7 @@ Worker* WorkerPool::ClaimStarting(const std::string& key, const std::string& act
         !w->kill_requested && w->pid > 0) {
       w->reserved_for = actor_id;
       if (--starting_by_key_[key] <= 0) starting_by_key_.erase(key);
+      WarmTaken();  // its replacement waits, as for an idle one taken
       return w.get();
     }
   }
@@ -259,6 +275,7 @@ void WorkerPool::JobFinished(const std::string& job_id) {
 }
 
 std::vector<pid_t> WorkerPool::StopAll() {
+  warm_.clear();  // nothing is started again
   std::vector<pid_t> out;
   for (auto& [id, w] : workers_) {
     if (w->pid > 0 && w->state != WorkerState::kDriver) {
@@ -287,6 +304,12 @@ std::unique_ptr<Worker> WorkerPool::TakeExited(pid_t pid) {
   workers_.erase(it);
   if (w->state == WorkerState::kStarting && w->reserved_for.empty()) {
     if (--starting_by_key_[w->runtime_key] <= 0) starting_by_key_.erase(w->runtime_key);
+  }
+  if (w->state == WorkerState::kStarting && !w->kill_requested) {
+    // A warm worker that died before registering (a broken command or import path): after
+    // kMaxWarmFailures of them the key is not warmed any more, rather than restarted forever.
+    auto warm = warm_.find(w->runtime_key);
+    if (warm != warm_.end() && ++warm->second.failures >= kMaxWarmFailures) warm_.erase(warm);
   }
   return w;
 }

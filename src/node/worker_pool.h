@@ -80,6 +80,7 @@ struct WorkerSpawn {
   // exe and code_path are then unused.
   std::vector<std::string> command;
   std::vector<int> chips;              // its TPU_VISIBLE_CHIPS
+  std::vector<int> gpus;               // its CUDA_VISIBLE_DEVICES (Ray's GPU ids)
   std::string reserved_for;            // actor id: task leases never take it
   const Ledger::Bundle* bundle = nullptr;  // its MEGASCALE_* environment
   const google::protobuf::Map<std::string, std::string>* env_vars = nullptr;  // runtime_env
@@ -118,6 +119,8 @@ class WorkerPool {
 
   // Worker key for work holding `chips`: workers are started with their chips' env.
   static std::string ChipKey(const std::string& key, const std::vector<int>& chips);
+  // Worker key for work holding `h`: its chips and its GPUs (CUDA_VISIBLE_DEVICES).
+  static std::string HoldKey(const std::string& key, const Hold& h);
 
   // Spawns a worker for `key`; it counts as starting until Registered (unless reserved).
   StatusOr<Worker*> Start(const std::string& key, const WorkerSpawn& spawn);
@@ -152,7 +155,7 @@ class WorkerPool {
   // `job_id` ended: its workers are stopped once idle (the last 1,024 ended jobs are kept).
   void JobFinished(const std::string& job_id);
   bool IsFinished(const std::string& job_id) const { return finished_.count(job_id) > 0; }
-  // Marks every worker (not drivers) to stop; returns their pids.
+  // Marks every worker (not drivers) to stop and warms no key any more; returns their pids.
   std::vector<pid_t> StopAll();
 
   // Pids of this pool's own processes (the reaper waits on these only).
@@ -180,7 +183,9 @@ class WorkerPool {
     std::vector<std::string> command;
     std::map<std::string, std::string> env_vars;
     int count = 0;
+    int failures = 0;  // its workers that exited before registering
   };
+  static constexpr int kMaxWarmFailures = 3;
   std::map<std::string, Warm> warm_;  // by worker key (SetWarm)
   std::chrono::steady_clock::time_point warm_taken_at_;  // WarmTaken
   std::set<std::string> finished_;        // jobs that ended (JobFinished)

@@ -136,5 +136,21 @@ TEST_F(WarmPoolTest, TheWarmCountIsCapped) {
   EXPECT_EQ(pool_.Starting(key_), WorkerPool::kMaxWarmWorkers);
 }
 
+TEST_F(WarmPoolTest, AKeyWhoseWarmWorkersKeepDyingBeforeRegisteringIsNoLongerWarmed) {
+  spawn_.command = {"/bin/false"};  // exits at once, never registers
+  pool_.SetWarm(key_, spawn_, 1);
+  for (int round = 0; round < 5; ++round) {
+    ASSERT_TRUE(pool_.Refill().ok());
+    for (pid_t p : pool_.Pids()) {
+      waitpid(p, nullptr, 0);
+      pool_.TakeExited(p);
+    }
+  }
+  // Three deaths, then nothing is started: the last two rounds found no warm key.
+  ASSERT_TRUE(pool_.Refill().ok());
+  EXPECT_EQ(pool_.Starting(key_), 0);
+  EXPECT_TRUE(pool_.workers().empty());
+}
+
 }  // namespace
 }  // namespace torus

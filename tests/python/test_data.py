@@ -45,10 +45,7 @@ TIMEOUT_S = 300 if RAY_PYTHON else 120
 # Programs real Ray 2.60 fails, with the reason measured on it: what Torus should still do.
 # Programs Torus fails today, with the reason: each runs and must fail (strict xfail), so a
 # fix shows up as an unexpected pass and the entry goes.
-TORUS_CANNOT = {
-    "gpu_ids.py": "Torus assigns no GPU ids to tasks: ray.get_gpu_ids() is [] and "
-                  "CUDA_VISIBLE_DEVICES unset in a num_gpus=1 task (a core gap, not Data's)",
-}
+TORUS_CANNOT = {}
 
 RAY_CANNOT = {
     "read_parquet_glob.py":
