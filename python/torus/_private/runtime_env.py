@@ -230,7 +230,8 @@ def _zip_dir(root: Path, excludes: List[str], top_level: bool) -> bytes:
         dirnames[:] = sorted(n for n in dirnames
                              if not _excluded(rel_dir + n, True, pats) and n != "__pycache__")
         for n in sorted(filenames):
-            if not _excluded(rel_dir + n, False, pats):
+            # Regular files only (a FIFO or socket in the tree would block or fail the read).
+            if not _excluded(rel_dir + n, False, pats) and (d / n).is_file():
                 files.append((d / n, prefix + rel_dir + n))
     return _zip_files(files)
 
@@ -244,6 +245,8 @@ def _zip_files(files: List[Tuple[Path, str]]) -> bytes:
             info.compress_type = zipfile.ZIP_DEFLATED
             with open(path, "rb") as f:
                 z.writestr(info, f.read())
+            if buf.tell() > MAX_PACKAGE_BYTES:  # over the limit already: stop reading
+                break
     return buf.getvalue()
 
 

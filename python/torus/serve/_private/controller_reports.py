@@ -196,7 +196,8 @@ class ReportsMixin:
             try:
                 # Local working_dir / py_modules are packed here, once: the build task and every
                 # replica get their URIs (a path must exist on the controller's machine).
-                env = _renv.with_uris(a.runtime_env, f"application '{a.name}'")
+                env = await asyncio.get_running_loop().run_in_executor(
+                    None, _renv.with_uris, a.runtime_env, f"application '{a.name}'")
                 if env:
                     opts["runtime_env"] = env
                     app_cfg["runtime_env"] = env
