@@ -65,8 +65,8 @@ def test_runtime_env_vars(torus_local):
         return os.environ.get("TORUS_PYTEST_VAR")
 
     assert torus.get(read_env.remote()) == "yes"
-    with pytest.raises(NotImplementedError, match="pip"):
-        read_env.options(runtime_env={"pip": ["requests"]}).remote()
+    with pytest.raises(NotImplementedError, match="conda"):
+        read_env.options(runtime_env={"conda": {"dependencies": ["requests"]}}).remote()
 
 
 def test_nested_tasks(torus_local):
