@@ -42,6 +42,18 @@ def get(port, path="/"):
         return r.read().decode()
 
 
+def port_closes(port, timeout=60) -> bool:
+    """Whether Serve's HTTP port stops answering within `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            get(port)
+        except OSError:
+            return True
+        time.sleep(0.3)
+    return False
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     apps = tmp_path_factory.mktemp("serve-cli-apps")
@@ -82,14 +94,7 @@ def test_build_deploy_status_config_shutdown(cluster, tmp_path):
     assert shown["import_path"] == "greeter:app"
     out = serve_cmd(cluster, "shutdown", "-y").stdout
     assert "shutdown" in out.lower()
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            get(port)
-        except OSError:
-            break
-        time.sleep(0.3)
-    else:
+    if not port_closes(port):
         pytest.fail("the HTTP port still answers after `serve shutdown -y`")
 
 
@@ -161,10 +166,4 @@ def test_an_applications_working_dir_holds_its_code_and_files(cluster, tmp_path)
         text = get(port)
         assert text.startswith("shipped from "), text
         serve_cmd(cluster, "shutdown", "-y")
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                get(port)
-            except OSError:
-                break
-            time.sleep(0.3)
+        port_closes(port)
